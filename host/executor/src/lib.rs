@@ -1,0 +1,188 @@
+//! The process executor: what the tools component's `bash-executor` import runs on.
+//!
+//! [`Executor`] is the seam: the engine links any implementation to the guest. [`LocalExecutor`]
+//! runs real processes as the executor contract describes.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+
+use tokio_util::sync::CancellationToken;
+
+/// A boxed future, so that [`Executor`] stays object-safe.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a tool call asks for, before defaults and caps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub command: String,
+    pub workdir: Option<String>,
+    pub timeout_ms: Option<f64>,
+    pub owner: Option<String>,
+}
+
+/// A request with defaults and caps applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spec {
+    pub command: String,
+    pub workdir: String,
+    pub timeout_ms: f64,
+    pub owner: Option<String>,
+}
+
+/// One stream of a finished foreground command.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StreamOutput {
+    /// The kept tail, decoded as UTF-8 with replacement characters.
+    pub text: String,
+    /// Bytes before `text` were dropped from memory.
+    pub truncated: bool,
+    /// A spill file holding the complete stream, only when it is complete.
+    pub spill_path: Option<String>,
+}
+
+/// The facts of a finished foreground command.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunResult {
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    pub timed_out: bool,
+    pub aborted: bool,
+    pub timeout_ms: f64,
+    pub stdout: StreamOutput,
+    pub stderr: StreamOutput,
+    /// Members of the tree still alive after the leader exited and the drain ended, then stopped.
+    pub leftover_processes: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskState {
+    Running,
+    Completed,
+    Killed,
+}
+
+/// A background task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    pub id: String,
+    pub command: String,
+    pub owner: Option<String>,
+    pub state: TaskState,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+}
+
+/// New output of one stream since the previous read.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StreamDelta {
+    pub text: String,
+    pub lossy: bool,
+    pub spill_path: Option<String>,
+}
+
+/// The result of [`Executor::read_output`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Read {
+    pub stdout: StreamDelta,
+    pub stderr: StreamDelta,
+    pub task: Task,
+}
+
+/// The limits in force, as the tools describe them to the model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    pub default_timeout_ms: f64,
+    pub max_timeout_ms: f64,
+    pub max_output_bytes: u64,
+    pub grace_ms: f64,
+}
+
+/// Why an executor operation failed. Mirrors the WIT `executor-error` variant.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ExecError {
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("{0}")]
+    WorkdirUnusable(String),
+    #[error("{0}")]
+    SpawnFailed(String),
+    #[error("{0}")]
+    UnknownTask(String),
+    #[error("{0}")]
+    TaskLimit(String),
+    #[error("command aborted")]
+    Aborted,
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Executor settings. Every number must be finite and > 0 ([`Config::validate`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub default_timeout_ms: f64,
+    pub max_timeout_ms: f64,
+    /// In-memory tail kept per stream, in bytes.
+    pub max_output_bytes: u64,
+    /// TERM-to-KILL grace, and the pipe drain bound after the leader exits.
+    pub grace_ms: f64,
+    /// Parent of the per-process spill directory; `None` is the system temp dir.
+    pub spill_dir: Option<PathBuf>,
+    /// Cap of one spill file, in bytes.
+    pub max_spill_bytes: u64,
+    /// Running background tasks allowed at once.
+    pub max_tasks: usize,
+    /// Finished tasks retained for reads.
+    pub max_finished_tasks: usize,
+    /// Working directory when a request names none; `None` is the host's cwd.
+    pub cwd: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            default_timeout_ms: 120_000.0,
+            max_timeout_ms: 600_000.0,
+            max_output_bytes: 64_000,
+            grace_ms: 3_000.0,
+            spill_dir: None,
+            max_spill_bytes: 64 * 1024 * 1024,
+            max_tasks: 64,
+            max_finished_tasks: 1024,
+            cwd: None,
+        }
+    }
+}
+
+/// A setting that is out of range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid {setting}: {reason}")]
+pub struct ConfigError {
+    /// The setting's name as the CLI spells it (`timeout-ms`, `max-tasks`, ...).
+    pub setting: &'static str,
+    pub reason: String,
+}
+
+/// Runs commands for the tools. Implementations keep the executor contract.
+///
+/// Only `run` and `shutdown` wait; every other operation returns at once.
+pub trait Executor: Send + Sync + 'static {
+    fn limits(&self) -> Limits;
+    fn resolve(&self, req: Request) -> Result<Spec, ExecError>;
+    /// Foreground run. Cancelling `abort` kills the command; the result then has `aborted` set
+    /// (or the call fails with [`ExecError::Aborted`] when it was cancelled before starting).
+    fn run(
+        &self,
+        spec: Spec,
+        abort: CancellationToken,
+    ) -> BoxFuture<'_, Result<RunResult, ExecError>>;
+    fn start(&self, spec: Spec) -> Result<Task, ExecError>;
+    fn read_output(&self, id: &str) -> Result<Read, ExecError>;
+    fn kill(&self, id: &str) -> Result<bool, ExecError>;
+    fn owner_of(&self, id: &str) -> Option<String>;
+    fn get(&self, id: &str) -> Result<Task, ExecError>;
+    fn list(&self) -> Vec<Task>;
+    /// Kill every running task and wait until each has ended. No task-done event is sent after
+    /// shutdown began.
+    fn shutdown(&self) -> BoxFuture<'_, ()>;
+}
