@@ -1,0 +1,935 @@
+//! End-to-end tests of the exported interface against the fake executor and agent.
+
+use super::*;
+use crate::fake::{Call, FakeAgent, FakeExecutor};
+use crate::world::{
+    ExecError, Limits, Read, Request, RunResult, Spec, StreamDelta, StreamOutput, TaskState,
+};
+
+fn ok(text: &str) -> ToolResult {
+    ToolResult {
+        text: text.into(),
+        is_error: false,
+        error_code: None,
+    }
+}
+
+fn err(text: &str, code: &str) -> ToolResult {
+    ToolResult {
+        text: text.into(),
+        is_error: true,
+        error_code: Some(code.into()),
+    }
+}
+
+fn session(owner: &str, cwd: &str) -> Caller {
+    Caller {
+        owner: Some(owner.into()),
+        cwd: Some(cwd.into()),
+    }
+}
+
+fn owner_only(owner: Option<&str>) -> Caller {
+    Caller {
+        owner: owner.map(str::to_string),
+        cwd: None,
+    }
+}
+
+fn exited(code: i32, stdout: &str) -> RunResult {
+    RunResult {
+        exit_code: Some(code),
+        timeout_ms: 120000.0,
+        stdout: StreamOutput {
+            text: stdout.into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+// ---- list-tools -------------------------------------------------------------------------------
+
+#[test]
+fn tools_are_listed_in_stable_order() {
+    let exec = FakeExecutor::default();
+    let names: Vec<String> = list_tools(&exec).into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["bash", "bash_output", "bash_kill"]);
+}
+
+#[test]
+fn bash_schema_is_exact() {
+    let exec = FakeExecutor::default();
+    let tools = list_tools(&exec);
+    assert_eq!(
+        tools[0].input_schema,
+        concat!(
+            r#"{"type":"object","properties":{"#,
+            r#""command":{"type":"string","description":"The command line to run with bash -c, in a fresh shell."},"#,
+            r#""description":{"type":"string","description":"What the command does, in 5-10 words of active voice. Shown to the user; never run."},"#,
+            r#""timeoutMs":{"type":"number","description":"Timeout in milliseconds. When omitted the default applies; larger values are capped at the maximum. Not used with run_in_background."},"#,
+            r#""workdir":{"type":"string","description":"Directory to run the command in; use this instead of cd. A relative path is resolved against the session's working directory."},"#,
+            r#""run_in_background":{"type":"boolean","description":"Start the command as a background task and return its id at once, with no timeout. Read it with bash_output and stop it with bash_kill."}"#,
+            r#"},"required":["command","description"]}"#
+        )
+    );
+}
+
+#[test]
+fn task_tool_schemas_are_exact() {
+    let exec = FakeExecutor::default();
+    let tools = list_tools(&exec);
+    let expected = concat!(
+        r#"{"type":"object","properties":{"task_id":{"type":"string","#,
+        r#""description":"Id of the background task, as returned by bash (for example bash-1)."}},"#,
+        r#""required":["task_id"]}"#
+    );
+    assert_eq!(tools[1].input_schema, expected);
+    assert_eq!(tools[2].input_schema, expected);
+}
+
+#[test]
+fn bash_description_is_exact_and_states_the_limits() {
+    let exec = FakeExecutor::default();
+    let tools = list_tools(&exec);
+    assert_eq!(exec.calls(), vec![Call::CurrentLimits]);
+    assert_eq!(
+        tools[0].description,
+        "Run a shell command with bash -c and return what it printed.\n\
+         \n\
+         Every call starts a fresh, non-interactive shell: nothing (cd, variables, functions) \
+         carries over to the next call. To run somewhere else, set workdir instead of using cd.\n\
+         \n\
+         The result is stdout, then stderr after a [stderr] line. A non-zero exit is not an \
+         error: it shows as [exit code: N] after the output, as do timeouts and signals. Long \
+         output keeps only its tail, with a note naming a file that holds the full output. \
+         Processes the command leaves running in the background (cmd &) are stopped when it \
+         exits.\n\
+         \n\
+         Timeout: 120000 ms by default (set timeoutMs to change it), at most 600000 ms; a \
+         command that runs out of time is stopped.\n\
+         \n\
+         For servers, watchers and anything else long-running, set run_in_background: the call \
+         returns a task id at once and no timeout applies. Poll the task's new output and status \
+         with bash_output, and stop it with bash_kill."
+    );
+}
+
+#[test]
+fn bash_description_follows_configured_limits() {
+    let exec = FakeExecutor {
+        limits: Limits {
+            default_timeout_ms: 1500.5,
+            max_timeout_ms: 1e21,
+            max_output_bytes: 1,
+            grace_ms: 1.0,
+        },
+        ..Default::default()
+    };
+    let description = &list_tools(&exec)[0].description;
+    assert!(
+        description.contains(
+            "Timeout: 1500.5 ms by default (set timeoutMs to change it), at most 1e+21 ms;"
+        ),
+        "{description}"
+    );
+}
+
+#[test]
+fn task_tool_descriptions_are_exact() {
+    let exec = FakeExecutor::default();
+    let tools = list_tools(&exec);
+    assert_eq!(
+        tools[1].description,
+        "Read a background bash task's new output: everything it wrote since the previous \
+         bash_output call on it (stdout, then stderr after a [stderr] line), followed by its \
+         status line: running, completed with its exit code, or killed. Poll again later while \
+         it is running."
+    );
+    assert_eq!(
+        tools[2].description,
+        "Stop a background bash task: its whole process tree gets SIGTERM, then SIGKILL after a \
+         grace period. Returns at once; the task reads as killed from then on, and bash_output \
+         still shows what it wrote."
+    );
+}
+
+// ---- call-tool: dispatch and validation -------------------------------------------------------
+
+#[test]
+fn unknown_tool() {
+    let exec = FakeExecutor::default();
+    assert_eq!(
+        call_tool(&exec, "shell", "{}", &Caller::default()),
+        err("Error: unknown tool \"shell\"", "UNKNOWN_TOOL")
+    );
+    // The name is checked before the arguments.
+    assert_eq!(
+        call_tool(&exec, "Bash", "not json", &Caller::default()),
+        err("Error: unknown tool \"Bash\"", "UNKNOWN_TOOL")
+    );
+    assert!(exec.calls().is_empty());
+}
+
+#[test]
+fn arguments_that_are_not_json() {
+    let exec = FakeExecutor::default();
+    assert_eq!(
+        call_tool(&exec, "bash", "{\"command\":", &Caller::default()),
+        err(
+            "Error: invalid arguments: arguments are not valid JSON: EOF while parsing a value at line 1 column 11",
+            "INVALID_ARGS"
+        )
+    );
+    assert_eq!(
+        call_tool(&exec, "bash_output", "", &Caller::default()),
+        err(
+            "Error: invalid arguments: arguments are not valid JSON: EOF while parsing a value at line 1 column 0",
+            "INVALID_ARGS"
+        )
+    );
+    assert!(exec.calls().is_empty());
+}
+
+#[test]
+fn arguments_that_are_not_an_object() {
+    let exec = FakeExecutor::default();
+    for text in ["null", "[]", "\"ls\"", "3"] {
+        assert_eq!(
+            call_tool(&exec, "bash", text, &Caller::default()),
+            err(
+                "Error: invalid arguments: \"arguments\" must be an object",
+                "INVALID_ARGS"
+            ),
+            "{text}"
+        );
+    }
+    assert!(exec.calls().is_empty());
+}
+
+#[test]
+fn bash_with_empty_object_is_the_contract_example() {
+    let exec = FakeExecutor::default();
+    assert_eq!(
+        call_tool(&exec, "bash", "{}", &Caller::default()),
+        err(
+            "Error: invalid arguments: missing required property \"command\"; missing required property \"description\"",
+            "INVALID_ARGS"
+        )
+    );
+    assert!(exec.calls().is_empty());
+}
+
+#[test]
+fn bash_type_violations_are_all_reported() {
+    let exec = FakeExecutor::default();
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":1,"description":null,"timeoutMs":"100","workdir":[],"run_in_background":"yes"}"#,
+            &Caller::default()
+        ),
+        err(
+            "Error: invalid arguments: \"command\" must be a string; \"description\" must be a string; \"timeoutMs\" must be a number; \"workdir\" must be a string; \"run_in_background\" must be a boolean",
+            "INVALID_ARGS"
+        )
+    );
+    assert!(exec.calls().is_empty());
+}
+
+#[test]
+fn task_tools_validate_task_id() {
+    let exec = FakeExecutor::default();
+    for name in ["bash_output", "bash_kill"] {
+        assert_eq!(
+            call_tool(&exec, name, "{}", &Caller::default()),
+            err(
+                "Error: invalid arguments: missing required property \"task_id\"",
+                "INVALID_ARGS"
+            )
+        );
+        assert_eq!(
+            call_tool(&exec, name, r#"{"task_id":1}"#, &Caller::default()),
+            err(
+                "Error: invalid arguments: \"task_id\" must be a string",
+                "INVALID_ARGS"
+            )
+        );
+    }
+    assert!(exec.calls().is_empty());
+}
+
+// ---- bash: value checks -----------------------------------------------------------------------
+
+#[test]
+fn blank_command() {
+    let exec = FakeExecutor::default();
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":" \t\n","description":"d"}"#,
+            &Caller::default()
+        ),
+        err(
+            "Error: invalid command: expected a non-empty string",
+            "TOOL_ERROR"
+        )
+    );
+    assert!(exec.calls().is_empty());
+}
+
+#[test]
+fn blank_description() {
+    let exec = FakeExecutor::default();
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"ls","description":"\u00a0"}"#,
+            &Caller::default()
+        ),
+        err(
+            "Error: invalid description: expected a non-empty string",
+            "TOOL_ERROR"
+        )
+    );
+    assert!(exec.calls().is_empty());
+}
+
+#[test]
+fn non_positive_timeouts() {
+    let exec = FakeExecutor::default();
+    for (value, shown) in [
+        ("0", "0"),
+        ("-0", "0"),
+        ("-5", "-5"),
+        ("-1.50", "-1.5"),
+        ("-1e-7", "-1e-7"),
+        ("-1e21", "-1e+21"),
+    ] {
+        let args = format!(r#"{{"command":"ls","description":"d","timeoutMs":{value}}}"#);
+        assert_eq!(
+            call_tool(&exec, "bash", &args, &Caller::default()),
+            err(
+                &format!("Error: invalid timeoutMs: expected a positive number, got {shown}"),
+                "TOOL_ERROR"
+            ),
+            "{value}"
+        );
+    }
+    assert!(exec.calls().is_empty());
+}
+
+#[test]
+fn value_checks_run_in_contract_order() {
+    let exec = FakeExecutor::default();
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"","description":"","timeoutMs":0}"#,
+            &Caller::default()
+        )
+        .text,
+        "Error: invalid command: expected a non-empty string"
+    );
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"ls","description":" ","timeoutMs":0}"#,
+            &Caller::default()
+        )
+        .text,
+        "Error: invalid description: expected a non-empty string"
+    );
+}
+
+#[test]
+fn validation_comes_before_value_checks() {
+    let exec = FakeExecutor::default();
+    assert_eq!(
+        call_tool(&exec, "bash", r#"{"command":""}"#, &Caller::default()).text,
+        "Error: invalid arguments: missing required property \"description\""
+    );
+}
+
+// ---- bash: what reaches the executor ----------------------------------------------------------
+
+#[test]
+fn only_command_workdir_timeout_and_owner_reach_the_executor() {
+    let exec = FakeExecutor {
+        run: Ok(exited(0, "hello\n")),
+        ..Default::default()
+    };
+    let result = call_tool(
+        &exec,
+        "bash",
+        r#"{"command":"echo hello","description":"Print a greeting","timeoutMs":2500,"workdir":"sub","env":{"A":"1"},"stdin":"data","shell":"zsh"}"#,
+        &session("s1", "/repo"),
+    );
+    assert_eq!(result, ok("hello\n"));
+    assert_eq!(
+        exec.calls(),
+        vec![
+            Call::Resolve(Request {
+                command: "echo hello".into(),
+                workdir: Some("/repo/sub".into()),
+                timeout_ms: Some(2500.0),
+                owner: Some("s1".into()),
+            }),
+            Call::Run(Spec {
+                command: "echo hello".into(),
+                workdir: "/repo/sub".into(),
+                timeout_ms: 2500.0,
+                owner: Some("s1".into()),
+            }),
+        ]
+    );
+}
+
+#[test]
+fn defaults_are_left_to_the_executor() {
+    let exec = FakeExecutor::default();
+    call_tool(
+        &exec,
+        "bash",
+        r#"{"command":"ls","description":"List files"}"#,
+        &Caller::default(),
+    );
+    assert_eq!(
+        exec.calls()[0],
+        Call::Resolve(Request {
+            command: "ls".into(),
+            workdir: None,
+            timeout_ms: None,
+            owner: None,
+        })
+    );
+}
+
+#[test]
+fn workdir_resolution_through_the_tool() {
+    let cases = [
+        ("", Some("/home/u")),
+        (r#","workdir":"/abs""#, Some("/abs")),
+        (r#","workdir":"rel/dir""#, Some("/home/u/rel/dir")),
+    ];
+    for (extra, expected) in cases {
+        let exec = FakeExecutor::default();
+        let args = format!(r#"{{"command":"pwd","description":"Show dir"{extra}}}"#);
+        let result = call_tool(&exec, "bash", &args, &session("s", "/home/u"));
+        assert!(!result.is_error, "{args}: {result:?}");
+        match &exec.calls()[0] {
+            Call::Resolve(req) => assert_eq!(req.workdir.as_deref(), expected, "{args}"),
+            other => panic!("unexpected call {other:?}"),
+        }
+    }
+    // Without a session cwd a relative workdir goes as given.
+    let exec = FakeExecutor::default();
+    call_tool(
+        &exec,
+        "bash",
+        r#"{"command":"pwd","description":"d","workdir":"rel"}"#,
+        &Caller::default(),
+    );
+    assert!(matches!(&exec.calls()[0], Call::Resolve(r) if r.workdir.as_deref() == Some("rel")));
+}
+
+#[test]
+fn timeout_is_capped_by_the_executor_not_the_tool() {
+    let exec = FakeExecutor::default();
+    call_tool(
+        &exec,
+        "bash",
+        r#"{"command":"ls","description":"d","timeoutMs":9e9}"#,
+        &Caller::default(),
+    );
+    assert!(matches!(&exec.calls()[0], Call::Resolve(r) if r.timeout_ms == Some(9e9)));
+    assert!(matches!(&exec.calls()[1], Call::Run(s) if s.timeout_ms == 600000.0));
+}
+
+// ---- bash: results ----------------------------------------------------------------------------
+
+#[test]
+fn non_zero_exit_is_not_an_error() {
+    let exec = FakeExecutor {
+        run: Ok(exited(3, "failing\n")),
+        ..Default::default()
+    };
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"exit 3","description":"d"}"#,
+            &Caller::default()
+        ),
+        ok("failing\n[exit code: 3]")
+    );
+}
+
+#[test]
+fn timeout_and_signal_are_not_errors() {
+    let exec = FakeExecutor {
+        run: Ok(RunResult {
+            signal: Some("SIGTERM".into()),
+            timed_out: true,
+            timeout_ms: 100.0,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"sleep 9","description":"d","timeoutMs":100}"#,
+            &Caller::default()
+        ),
+        ok("(no output)\n[timed out after 100ms]\n[killed by signal: SIGTERM]")
+    );
+}
+
+#[test]
+fn aborted_run_discards_output() {
+    let exec = FakeExecutor {
+        run: Ok(RunResult {
+            aborted: true,
+            signal: Some("SIGTERM".into()),
+            ..exited(0, "partial output\n")
+        }),
+        ..Default::default()
+    };
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"sleep 9","description":"d"}"#,
+            &Caller::default()
+        ),
+        err("Error: command aborted", "ABORTED")
+    );
+}
+
+#[test]
+fn aborted_before_start() {
+    let exec = FakeExecutor {
+        run: Err(ExecError::Aborted),
+        ..Default::default()
+    };
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"ls","description":"d"}"#,
+            &Caller::default()
+        ),
+        err("Error: command aborted", "ABORTED")
+    );
+}
+
+#[test]
+fn executor_errors_become_error_results() {
+    let cases = [
+        (
+            ExecError::WorkdirUnusable(
+                "workdir /nope is unusable: No such file or directory (os error 2)".into(),
+            ),
+            "Error: workdir /nope is unusable: No such file or directory (os error 2)",
+        ),
+        (
+            ExecError::SpawnFailed("cannot start bash: not found".into()),
+            "Error: cannot start bash: not found",
+        ),
+        (ExecError::Internal("boom".into()), "Error: boom"),
+        (
+            ExecError::UnknownTask("bash-3".into()),
+            "Error: unknown bash task \"bash-3\"",
+        ),
+    ];
+    for (error, text) in cases {
+        let exec = FakeExecutor {
+            run: Err(error),
+            ..Default::default()
+        };
+        assert_eq!(
+            call_tool(
+                &exec,
+                "bash",
+                r#"{"command":"ls","description":"d"}"#,
+                &Caller::default()
+            ),
+            err(text, "TOOL_ERROR")
+        );
+    }
+}
+
+#[test]
+fn resolve_error_stops_before_running() {
+    let exec = FakeExecutor {
+        resolve_error: Some(ExecError::InvalidRequest("timeout too large".into())),
+        ..Default::default()
+    };
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"ls","description":"d"}"#,
+            &Caller::default()
+        ),
+        err("Error: timeout too large", "TOOL_ERROR")
+    );
+    assert_eq!(exec.calls().len(), 1);
+}
+
+// ---- bash: background -------------------------------------------------------------------------
+
+#[test]
+fn background_start() {
+    let exec = FakeExecutor::default();
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"npm run dev","description":"Start the dev server","run_in_background":true}"#,
+            &session("s1", "/app"),
+        ),
+        ok("started background task bash-1")
+    );
+    assert_eq!(
+        exec.calls()[1],
+        Call::Start(Spec {
+            command: "npm run dev".into(),
+            workdir: "/app".into(),
+            timeout_ms: 120000.0,
+            owner: Some("s1".into()),
+        })
+    );
+    assert_eq!(exec.calls().len(), 2);
+}
+
+#[test]
+fn run_in_background_false_runs_in_foreground() {
+    let exec = FakeExecutor::default();
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"true","description":"d","run_in_background":false}"#,
+            &Caller::default()
+        ),
+        ok("(no output)")
+    );
+    assert!(matches!(exec.calls()[1], Call::Run(_)));
+}
+
+#[test]
+fn background_start_failure() {
+    let exec = FakeExecutor {
+        start_error: Some(ExecError::TaskLimit(
+            "too many running background tasks (64)".into(),
+        )),
+        ..Default::default()
+    };
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"x","description":"d","run_in_background":true}"#,
+            &Caller::default()
+        ),
+        err(
+            "Error: too many running background tasks (64)",
+            "TOOL_ERROR"
+        )
+    );
+}
+
+// ---- bash_output ------------------------------------------------------------------------------
+
+fn task(id: &str, state: TaskState, exit_code: Option<i32>, signal: Option<&str>) -> Task {
+    Task {
+        id: id.into(),
+        command: "cmd".into(),
+        owner: None,
+        state,
+        exit_code,
+        signal: signal.map(str::to_string),
+    }
+}
+
+fn delta(text: &str) -> StreamDelta {
+    StreamDelta {
+        text: text.into(),
+        ..Default::default()
+    }
+}
+
+fn with_read(id: &str, stdout: &str, stderr: &str, t: Task) -> FakeExecutor {
+    let mut exec = FakeExecutor::default();
+    exec.reads.insert(
+        id.into(),
+        Read {
+            stdout: delta(stdout),
+            stderr: delta(stderr),
+            task: t,
+        },
+    );
+    exec
+}
+
+#[test]
+fn output_of_running_task() {
+    let exec = with_read(
+        "bash-1",
+        "first\n",
+        "",
+        task("bash-1", TaskState::Running, None, None),
+    );
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash_output",
+            r#"{"task_id":"bash-1"}"#,
+            &Caller::default()
+        ),
+        ok("first\n\n[status: running]")
+    );
+    assert_eq!(
+        exec.calls(),
+        vec![
+            Call::OwnerOf("bash-1".into()),
+            Call::ReadOutput("bash-1".into())
+        ]
+    );
+}
+
+#[test]
+fn output_with_no_new_output_and_statuses() {
+    let cases = [
+        (
+            task("bash-2", TaskState::Completed, Some(0), None),
+            "(no new output)\n[status: completed, exit code: 0]",
+        ),
+        (
+            task("bash-2", TaskState::Completed, Some(1), None),
+            "(no new output)\n[status: completed, exit code: 1]",
+        ),
+        (
+            task("bash-2", TaskState::Killed, None, Some("SIGKILL")),
+            "(no new output)\n[status: killed by SIGKILL]",
+        ),
+        (
+            task("bash-2", TaskState::Killed, None, None),
+            "(no new output)\n[status: killed]",
+        ),
+        (
+            task("bash-2", TaskState::Completed, Some(0), Some("SIGUSR1")),
+            "(no new output)\n[status: killed by SIGUSR1]",
+        ),
+    ];
+    for (t, text) in cases {
+        let exec = with_read("bash-2", "", "", t);
+        assert_eq!(
+            call_tool(
+                &exec,
+                "bash_output",
+                r#"{"task_id":"bash-2"}"#,
+                &Caller::default()
+            ),
+            ok(text)
+        );
+    }
+}
+
+#[test]
+fn output_with_stderr_and_dropped_output() {
+    let mut exec = FakeExecutor::default();
+    exec.reads.insert(
+        "bash-1".into(),
+        Read {
+            stdout: StreamDelta {
+                text: "tail of out".into(),
+                lossy: true,
+                spill_path: Some("/tmp/s/out.log".into()),
+            },
+            stderr: StreamDelta {
+                text: "warn\n".into(),
+                lossy: true,
+                spill_path: None,
+            },
+            task: task("bash-1", TaskState::Completed, Some(0), None),
+        },
+    );
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash_output",
+            r#"{"task_id":"bash-1"}"#,
+            &Caller::default()
+        ),
+        ok(
+            "tail of out\n[stderr]\nwarn\n\n[some output was dropped from memory; full output: /tmp/s/out.log, (unavailable)]\n[status: completed, exit code: 0]"
+        )
+    );
+}
+
+#[test]
+fn output_blank_task_id() {
+    let exec = FakeExecutor::default();
+    for name in ["bash_output", "bash_kill"] {
+        assert_eq!(
+            call_tool(&exec, name, r#"{"task_id":"  "}"#, &Caller::default()),
+            err(
+                "Error: invalid task_id: expected a non-empty string",
+                "TOOL_ERROR"
+            )
+        );
+    }
+    assert!(exec.calls().is_empty());
+}
+
+#[test]
+fn output_unknown_task() {
+    let exec = FakeExecutor::default();
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash_output",
+            r#"{"task_id":"bash-9"}"#,
+            &Caller::default()
+        ),
+        err("Error: unknown bash task \"bash-9\"", "TOOL_ERROR")
+    );
+}
+
+fn owned(id: &str, owner: &str) -> FakeExecutor {
+    let mut exec = with_read(id, "x\n", "", task(id, TaskState::Running, None, None));
+    exec.owners.insert(id.into(), owner.into());
+    exec.kills.insert(id.into(), true);
+    exec
+}
+
+#[test]
+fn owned_task_is_open_to_its_owner() {
+    let exec = owned("bash-1", "s1");
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash_output",
+            r#"{"task_id":"bash-1"}"#,
+            &owner_only(Some("s1"))
+        ),
+        ok("x\n\n[status: running]")
+    );
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash_kill",
+            r#"{"task_id":"bash-1"}"#,
+            &owner_only(Some("s1"))
+        ),
+        ok("killed background task bash-1")
+    );
+}
+
+#[test]
+fn owned_task_is_closed_to_other_sessions_and_to_callers_without_token() {
+    for caller in [owner_only(Some("s2")), owner_only(None)] {
+        for name in ["bash_output", "bash_kill"] {
+            let exec = owned("bash-1", "s1");
+            assert_eq!(
+                call_tool(&exec, name, r#"{"task_id":"bash-1"}"#, &caller),
+                err(
+                    "Error: task bash-1 belongs to another session",
+                    "TOOL_ERROR"
+                )
+            );
+            // The check comes first: the task is neither read nor killed.
+            assert_eq!(exec.calls(), vec![Call::OwnerOf("bash-1".into())]);
+        }
+    }
+}
+
+#[test]
+fn unowned_task_is_open_to_all() {
+    for caller in [owner_only(Some("s2")), owner_only(None)] {
+        let mut exec = with_read(
+            "bash-4",
+            "",
+            "",
+            task("bash-4", TaskState::Running, None, None),
+        );
+        exec.kills.insert("bash-4".into(), true);
+        assert_eq!(
+            call_tool(&exec, "bash_output", r#"{"task_id":"bash-4"}"#, &caller),
+            ok("(no new output)\n[status: running]")
+        );
+        assert_eq!(
+            call_tool(&exec, "bash_kill", r#"{"task_id":"bash-4"}"#, &caller),
+            ok("killed background task bash-4")
+        );
+    }
+}
+
+// ---- bash_kill --------------------------------------------------------------------------------
+
+#[test]
+fn kill_finished_task_is_not_an_error() {
+    let mut exec = FakeExecutor::default();
+    exec.kills.insert("bash-2".into(), false);
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash_kill",
+            r#"{"task_id":"bash-2"}"#,
+            &Caller::default()
+        ),
+        ok("task bash-2 had already finished")
+    );
+    assert_eq!(
+        exec.calls(),
+        vec![Call::OwnerOf("bash-2".into()), Call::Kill("bash-2".into())]
+    );
+}
+
+#[test]
+fn kill_unknown_task() {
+    let exec = FakeExecutor::default();
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash_kill",
+            r#"{"task_id":"bash-9"}"#,
+            &Caller::default()
+        ),
+        err("Error: unknown bash task \"bash-9\"", "TOOL_ERROR")
+    );
+}
+
+// ---- task-done --------------------------------------------------------------------------------
+
+#[test]
+fn task_done_injects_notice_for_owner() {
+    let agent = FakeAgent::default();
+    let mut t = task("bash-3", TaskState::Killed, None, Some("SIGTERM"));
+    t.owner = Some("s1".into());
+    assert_eq!(task_done(&agent, &t), Ok(()));
+    let injections = agent.injections.borrow();
+    assert_eq!(injections.len(), 1);
+    assert_eq!(injections[0].owner, "s1");
+    assert_eq!(
+        injections[0].text,
+        "background bash task bash-3 finished [status: killed by SIGTERM]. Read its output with bash_output."
+    );
+}
+
+#[test]
+fn task_done_without_owner_injects_nothing() {
+    let agent = FakeAgent::default();
+    let t = task("bash-3", TaskState::Completed, Some(0), None);
+    assert_eq!(task_done(&agent, &t), Ok(()));
+    assert!(agent.injections.borrow().is_empty());
+}

@@ -1,0 +1,250 @@
+//! An ordered JSON value with JavaScript's semantics.
+//!
+//! Why not `serde_json::Value`: its `Map` hashes with std's `RandomState`, which would import
+//! `wasi:random` into a guest that must stay deterministic, and it prints numbers the Rust way
+//! (`1.0`). This type keeps object keys in insertion order (the schema's key order is part of
+//! the contract), stores numbers as `f64` as `JSON.parse` does, and prints like `JSON.stringify`.
+
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+
+use crate::jsnum;
+
+/// A JSON value. Objects keep their keys in insertion order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Json {
+    Null,
+    Bool(bool),
+    /// Every number is an `f64`, as in JavaScript.
+    Number(f64),
+    String(String),
+    Array(Vec<Json>),
+    /// Key/value pairs in insertion order. Parsed duplicates are all kept; lookups see the last.
+    Object(Vec<(String, Json)>),
+}
+
+impl Json {
+    /// Parse JSON text (`JSON.parse`). The error is serde_json's message.
+    pub fn parse(text: &str) -> Result<Json, String> {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// The value of `key` in an object; the last one wins, as with `JSON.parse`.
+    pub fn get(&self, key: &str) -> Option<&Json> {
+        match self {
+            Json::Object(pairs) => pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    /// Compact JSON text, as `JSON.stringify(value)` prints it.
+    pub fn to_json_string(&self) -> String {
+        let mut out = String::new();
+        self.write(&mut out);
+        out
+    }
+
+    fn write(&self, out: &mut String) {
+        match self {
+            Json::Null => out.push_str("null"),
+            Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Json::Number(x) => out.push_str(&jsnum::to_js_json(*x)),
+            Json::String(s) => write_string(s, out),
+            Json::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    item.write(out);
+                }
+                out.push(']');
+            }
+            Json::Object(pairs) => {
+                out.push('{');
+                for (i, (key, value)) in pairs.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write_string(key, out);
+                    out.push(':');
+                    value.write(out);
+                }
+                out.push('}');
+            }
+        }
+    }
+}
+
+/// A JSON string literal with `JSON.stringify`'s escapes.
+fn write_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Builds a [`Json`] straight from serde_json's parser, never through its `Map`.
+struct JsonVisitor;
+
+impl<'de> Visitor<'de> for JsonVisitor {
+    type Value = Json;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Json, E> {
+        Ok(Json::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Json, E> {
+        Ok(Json::Number(v as f64))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Json, E> {
+        Ok(Json::Number(v as f64))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Json, E> {
+        Ok(Json::Number(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Json, E> {
+        Ok(Json::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Json, E> {
+        Ok(Json::String(v))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Json::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
+        let mut pairs = Vec::new();
+        while let Some((key, value)) = map.next_entry::<String, Json>()? {
+            pairs.push((key, value));
+        }
+        Ok(Json::Object(pairs))
+    }
+}
+
+impl<'de> Deserialize<'de> for Json {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Json, D::Error> {
+        deserializer.deserialize_any(JsonVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(pairs: &[(&str, Json)]) -> Json {
+        Json::Object(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn parses_every_kind() {
+        let v = Json::parse(r#"{"b":[1,-2.5,true,null],"a":"x","c":{}}"#).unwrap();
+        assert_eq!(
+            v,
+            obj(&[
+                (
+                    "b",
+                    Json::Array(vec![
+                        Json::Number(1.0),
+                        Json::Number(-2.5),
+                        Json::Bool(true),
+                        Json::Null
+                    ])
+                ),
+                ("a", Json::String("x".into())),
+                ("c", Json::Object(vec![])),
+            ])
+        );
+    }
+
+    #[test]
+    fn keeps_key_order_when_printing() {
+        let text = r#"{"z":1,"a":{"y":[],"b":null},"m":"s"}"#;
+        assert_eq!(Json::parse(text).unwrap().to_json_string(), text);
+    }
+
+    #[test]
+    fn last_duplicate_key_wins() {
+        let v = Json::parse(r#"{"a":1,"a":2}"#).unwrap();
+        assert_eq!(v.get("a"), Some(&Json::Number(2.0)));
+        assert_eq!(v.get("b"), None);
+        assert_eq!(Json::Null.get("a"), None);
+    }
+
+    #[test]
+    fn prints_numbers_like_javascript() {
+        let v = Json::parse("[1.0,-0,1e21,1e-7,0.5,120000]").unwrap();
+        assert_eq!(v.to_json_string(), "[1,0,1e+21,1e-7,0.5,120000]");
+        assert_eq!(Json::Number(f64::NAN).to_json_string(), "null");
+    }
+
+    #[test]
+    fn escapes_strings_like_json_stringify() {
+        let s = Json::String("a\"b\\c\n\t\r\u{8}\u{c}\u{1}\u{1f}é\u{2028}/".into());
+        assert_eq!(
+            s.to_json_string(),
+            "\"a\\\"b\\\\c\\n\\t\\r\\b\\f\\u0001\\u001fé\u{2028}/\""
+        );
+    }
+
+    #[test]
+    fn numbers_are_doubles_as_in_javascript() {
+        // Beyond 2^53 integers round like JSON.parse, and print like JSON.stringify.
+        let v = Json::parse("[12345678901234567890,9007199254740993,-0]").unwrap();
+        assert_eq!(
+            v.to_json_string(),
+            "[12345678901234567000,9007199254740992,0]"
+        );
+        // Correctly rounded parsing (serde_json's float_roundtrip).
+        assert_eq!(
+            Json::parse("2.2250738585072011e-308").unwrap(),
+            Json::Number(2.225073858507201e-308)
+        );
+    }
+
+    #[test]
+    fn invalid_text_reports_serde_message() {
+        assert_eq!(
+            Json::parse("{").unwrap_err(),
+            "EOF while parsing an object at line 1 column 1"
+        );
+        assert_eq!(
+            Json::parse("[1] x").unwrap_err(),
+            "trailing characters at line 1 column 5"
+        );
+    }
+}

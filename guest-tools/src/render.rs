@@ -1,0 +1,325 @@
+//! The text the model reads for a foreground run and for a background delta.
+//!
+//! The executor reports facts only (texts, flags, codes); turning them into words is the guest's
+//! job so that every executor reads the same.
+
+use crate::jsnum;
+use crate::world::{Read, RunResult, StreamOutput};
+
+/// Shown instead of a spill path when no complete spill file exists.
+const UNAVAILABLE: &str = "(unavailable)";
+
+/// A foreground run's text (contract §2, "Foreground result text").
+pub fn foreground(result: &RunResult) -> String {
+    let mut body = join_streams(&stream_text(&result.stdout), &stream_text(&result.stderr));
+    if body.is_empty() {
+        body.push_str("(no output)");
+    }
+    let mut markers = Vec::new();
+    if result.timed_out {
+        markers.push(format!(
+            "[timed out after {}ms]",
+            jsnum::to_js_string(result.timeout_ms)
+        ));
+    }
+    if let Some(signal) = &result.signal {
+        markers.push(format!("[killed by signal: {signal}]"));
+    } else if let Some(code) = result.exit_code.filter(|code| *code != 0) {
+        markers.push(format!("[exit code: {code}]"));
+    }
+    if result.leftover_processes > 0 {
+        markers.push(format!(
+            "[stopped {} leftover background process(es); use run_in_background for long-lived processes]",
+            result.leftover_processes
+        ));
+    }
+    if markers.is_empty() {
+        return body;
+    }
+    if !body.ends_with('\n') {
+        body.push('\n');
+    }
+    body.push_str(&markers.join("\n"));
+    body
+}
+
+/// A stream's kept text, plus the truncation marker when bytes were dropped.
+fn stream_text(stream: &StreamOutput) -> String {
+    if !stream.truncated {
+        return stream.text.clone();
+    }
+    let path = stream.spill_path.as_deref().unwrap_or(UNAVAILABLE);
+    format!("{}\n[output truncated; full output: {path}]", stream.text)
+}
+
+/// stdout, then `[stderr]` and stderr when there is any, with a newline between only if needed.
+fn join_streams(stdout: &str, stderr: &str) -> String {
+    let mut body = stdout.to_string();
+    if !stderr.is_empty() {
+        if !body.is_empty() && !body.ends_with('\n') {
+            body.push('\n');
+        }
+        body.push_str("[stderr]\n");
+        body.push_str(stderr);
+    }
+    body
+}
+
+/// The body of a `bash_output` answer, before its status line (contract §3).
+pub fn delta(read: &Read) -> String {
+    let mut body = join_streams(&read.stdout.text, &read.stderr.text);
+    if body.is_empty() {
+        body.push_str("(no new output)");
+    }
+    let lossy: Vec<&str> = [&read.stdout, &read.stderr]
+        .into_iter()
+        .filter(|d| d.lossy)
+        .map(|d| d.spill_path.as_deref().unwrap_or(UNAVAILABLE))
+        .collect();
+    if !lossy.is_empty() {
+        body.push_str(&format!(
+            "\n[some output was dropped from memory; full output: {}]",
+            lossy.join(", ")
+        ));
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::world::{StreamDelta, Task, TaskState};
+
+    fn out(text: &str) -> StreamOutput {
+        StreamOutput {
+            text: text.into(),
+            ..Default::default()
+        }
+    }
+
+    fn exited(code: i32, stdout: &str, stderr: &str) -> RunResult {
+        RunResult {
+            exit_code: Some(code),
+            timeout_ms: 120000.0,
+            stdout: out(stdout),
+            stderr: out(stderr),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn example_hello() {
+        assert_eq!(foreground(&exited(0, "hello\n", "")), "hello\n");
+    }
+
+    #[test]
+    fn example_no_output() {
+        assert_eq!(foreground(&exited(0, "", "")), "(no output)");
+    }
+
+    #[test]
+    fn example_stderr_after_newline_terminated_stdout() {
+        assert_eq!(
+            foreground(&exited(0, "out\n", "err\n")),
+            "out\n[stderr]\nerr\n"
+        );
+    }
+
+    #[test]
+    fn example_stderr_adds_separator_newline() {
+        assert_eq!(foreground(&exited(0, "out", "err")), "out\n[stderr]\nerr");
+        assert_eq!(
+            foreground(&exited(0, "out", "err\n")),
+            "out\n[stderr]\nerr\n"
+        );
+    }
+
+    #[test]
+    fn stderr_only() {
+        assert_eq!(foreground(&exited(0, "", "err\n")), "[stderr]\nerr\n");
+    }
+
+    #[test]
+    fn example_exit_code() {
+        assert_eq!(
+            foreground(&exited(3, "failing\n", "")),
+            "failing\n[exit code: 3]"
+        );
+        assert_eq!(
+            foreground(&exited(3, "failing", "")),
+            "failing\n[exit code: 3]"
+        );
+        assert_eq!(
+            foreground(&exited(-1, "", "")),
+            "(no output)\n[exit code: -1]"
+        );
+    }
+
+    #[test]
+    fn exit_zero_has_no_marker() {
+        assert_eq!(foreground(&exited(0, "ok", "")), "ok");
+    }
+
+    #[test]
+    fn example_timeout_then_signal() {
+        let r = RunResult {
+            signal: Some("SIGTERM".into()),
+            timed_out: true,
+            timeout_ms: 100.0,
+            ..Default::default()
+        };
+        assert_eq!(
+            foreground(&r),
+            "(no output)\n[timed out after 100ms]\n[killed by signal: SIGTERM]"
+        );
+    }
+
+    #[test]
+    fn example_timeout_shown_even_when_process_exited_zero() {
+        let r = RunResult {
+            timed_out: true,
+            timeout_ms: 1000.0,
+            ..exited(0, "", "")
+        };
+        assert_eq!(foreground(&r), "(no output)\n[timed out after 1000ms]");
+    }
+
+    #[test]
+    fn timeout_with_exit_code() {
+        let r = RunResult {
+            timed_out: true,
+            timeout_ms: 1500.5,
+            ..exited(143, "partial\n", "")
+        };
+        assert_eq!(
+            foreground(&r),
+            "partial\n[timed out after 1500.5ms]\n[exit code: 143]"
+        );
+    }
+
+    #[test]
+    fn signal_wins_over_exit_code() {
+        let r = RunResult {
+            signal: Some("SIGKILL".into()),
+            ..exited(137, "x\n", "")
+        };
+        assert_eq!(foreground(&r), "x\n[killed by signal: SIGKILL]");
+    }
+
+    #[test]
+    fn example_truncated_without_spill_file() {
+        let r = RunResult {
+            stdout: StreamOutput {
+                text: "tail".into(),
+                truncated: true,
+                spill_path: None,
+            },
+            ..exited(0, "", "")
+        };
+        assert_eq!(
+            foreground(&r),
+            "tail\n[output truncated; full output: (unavailable)]"
+        );
+    }
+
+    #[test]
+    fn truncated_streams_with_spill_files() {
+        let r = RunResult {
+            stdout: StreamOutput {
+                text: "tail\n".into(),
+                truncated: true,
+                spill_path: Some("/tmp/o.log".into()),
+            },
+            stderr: StreamOutput {
+                text: "etail".into(),
+                truncated: true,
+                spill_path: Some("/tmp/e.log".into()),
+            },
+            ..exited(2, "", "")
+        };
+        assert_eq!(
+            foreground(&r),
+            "tail\n\n[output truncated; full output: /tmp/o.log]\n[stderr]\netail\n\
+             [output truncated; full output: /tmp/e.log]\n[exit code: 2]"
+        );
+    }
+
+    #[test]
+    fn leftover_marker_is_last() {
+        let r = RunResult {
+            leftover_processes: 2,
+            timed_out: true,
+            timeout_ms: 100.0,
+            signal: Some("SIGTERM".into()),
+            ..exited(0, "srv\n", "")
+        };
+        assert_eq!(
+            foreground(&r),
+            "srv\n[timed out after 100ms]\n[killed by signal: SIGTERM]\n\
+             [stopped 2 leftover background process(es); use run_in_background for long-lived processes]"
+        );
+        let r = RunResult {
+            leftover_processes: 1,
+            ..exited(0, "started", "")
+        };
+        assert_eq!(
+            foreground(&r),
+            "started\n[stopped 1 leftover background process(es); use run_in_background for long-lived processes]"
+        );
+    }
+
+    fn read(stdout: StreamDelta, stderr: StreamDelta) -> Read {
+        Read {
+            stdout,
+            stderr,
+            task: Task {
+                id: "bash-1".into(),
+                command: "x".into(),
+                owner: None,
+                state: TaskState::Running,
+                exit_code: None,
+                signal: None,
+            },
+        }
+    }
+
+    fn d(text: &str) -> StreamDelta {
+        StreamDelta {
+            text: text.into(),
+            ..Default::default()
+        }
+    }
+
+    fn lossy(text: &str, path: Option<&str>) -> StreamDelta {
+        StreamDelta {
+            text: text.into(),
+            lossy: true,
+            spill_path: path.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn delta_bodies() {
+        assert_eq!(delta(&read(d(""), d(""))), "(no new output)");
+        assert_eq!(delta(&read(d("first\n"), d(""))), "first\n");
+        assert_eq!(delta(&read(d("a"), d("b"))), "a\n[stderr]\nb");
+        assert_eq!(delta(&read(d("a\n"), d("b\n"))), "a\n[stderr]\nb\n");
+        assert_eq!(delta(&read(d(""), d("b"))), "[stderr]\nb");
+    }
+
+    #[test]
+    fn delta_lossy_paths_in_stream_order() {
+        assert_eq!(
+            delta(&read(lossy("a\n", Some("/s/out.log")), d(""))),
+            "a\n\n[some output was dropped from memory; full output: /s/out.log]"
+        );
+        assert_eq!(
+            delta(&read(lossy("a", Some("/s/out.log")), lossy("b", None))),
+            "a\n[stderr]\nb\n[some output was dropped from memory; full output: /s/out.log, (unavailable)]"
+        );
+        assert_eq!(
+            delta(&read(d(""), lossy("", Some("/s/err.log")))),
+            "(no new output)\n[some output was dropped from memory; full output: /s/err.log]"
+        );
+    }
+}

@@ -1,0 +1,156 @@
+//! The WIT world as plain Rust: the imported `bash-executor` and `agent` interfaces as traits, and
+//! the types of all three interfaces.
+//!
+//! The tool logic is written against these so it compiles and is tested natively; the wasm glue
+//! (`component.rs`) implements the traits with the generated imports and converts the types.
+
+/// `bash-executor.request`: what a call asks for, before defaults and caps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub command: String,
+    pub workdir: Option<String>,
+    pub timeout_ms: Option<f64>,
+    pub owner: Option<String>,
+}
+
+/// `bash-executor.spec`: exactly what will run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spec {
+    pub command: String,
+    pub workdir: String,
+    pub timeout_ms: f64,
+    pub owner: Option<String>,
+}
+
+/// `bash-executor.stream-output`: one stream of a finished foreground command.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StreamOutput {
+    pub text: String,
+    pub truncated: bool,
+    pub spill_path: Option<String>,
+}
+
+/// `bash-executor.run-result`: the facts of a finished foreground command.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunResult {
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    pub timed_out: bool,
+    pub aborted: bool,
+    pub timeout_ms: f64,
+    pub stdout: StreamOutput,
+    pub stderr: StreamOutput,
+    pub leftover_processes: u32,
+}
+
+/// `bash-executor.task-state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskState {
+    Running,
+    Completed,
+    Killed,
+}
+
+/// `bash-executor.task`: a background task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    pub id: String,
+    pub command: String,
+    pub owner: Option<String>,
+    pub state: TaskState,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+}
+
+/// `bash-executor.stream-delta`: new output of one stream since the previous read.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StreamDelta {
+    pub text: String,
+    pub lossy: bool,
+    pub spill_path: Option<String>,
+}
+
+/// `bash-executor.read`: both deltas and the task's current state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Read {
+    pub stdout: StreamDelta,
+    pub stderr: StreamDelta,
+    pub task: Task,
+}
+
+/// `bash-executor.limits`, as `current-limits` returns it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    pub default_timeout_ms: f64,
+    pub max_timeout_ms: f64,
+    pub max_output_bytes: u64,
+    pub grace_ms: f64,
+}
+
+/// `bash-executor.executor-error`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExecError {
+    InvalidRequest(String),
+    WorkdirUnusable(String),
+    SpawnFailed(String),
+    /// Carries the unknown task id.
+    UnknownTask(String),
+    TaskLimit(String),
+    Aborted,
+    Internal(String),
+}
+
+/// The `bash-executor` import.
+pub trait Executor {
+    fn current_limits(&self) -> Limits;
+    fn resolve(&self, request: Request) -> Result<Spec, ExecError>;
+    fn run(&self, spec: Spec) -> Result<RunResult, ExecError>;
+    fn start(&self, spec: Spec) -> Result<Task, ExecError>;
+    fn read_output(&self, id: &str) -> Result<Read, ExecError>;
+    fn kill(&self, id: &str) -> Result<bool, ExecError>;
+    fn owner_of(&self, id: &str) -> Option<String>;
+    fn get(&self, id: &str) -> Result<Task, ExecError>;
+    fn list_tasks(&self) -> Vec<Task>;
+}
+
+/// `agent.source`: who injects.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Source {
+    pub kind: String,
+    pub plugin: Option<String>,
+}
+
+/// `agent.inject-error`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InjectError {
+    UnknownOwner,
+    Failed(String),
+}
+
+/// The `agent` import.
+pub trait Agent {
+    fn inject(&self, owner: &str, text: &str, source: Source) -> Result<(), InjectError>;
+}
+
+/// `tools.tool-definition`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDefinition {
+    pub name: String,
+    pub description: String,
+    pub input_schema: String,
+}
+
+/// `tools.caller`: who is calling.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Caller {
+    pub owner: Option<String>,
+    pub cwd: Option<String>,
+}
+
+/// `tools.tool-result`: what the model gets back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    pub text: String,
+    pub is_error: bool,
+    pub error_code: Option<String>,
+}
