@@ -1,1 +1,1046 @@
-//! placeholder
+//! The local executor against the executor contract, through the public API only.
+//!
+//! Grace periods and caps are small so the suite is quick; timing checks only bound from below or
+//! with margins of seconds, because CI machines are small and noisy.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dsh_executor::{
+    Config, ExecError, Executor, LocalExecutor, Request, RunResult, Spec, Task, TaskState,
+};
+use tokio::sync::mpsc::{UnboundedReceiver, error::TryRecvError, unbounded_channel};
+use tokio_util::sync::CancellationToken;
+
+const GRACE_MS: f64 = 200.0;
+/// Generous bound for anything that should be "prompt".
+const PROMPT: Duration = Duration::from_secs(8);
+
+struct Harness {
+    exec: Arc<LocalExecutor>,
+    events: UnboundedReceiver<Task>,
+    /// Spill parent; kept alive for the test's duration.
+    spill: tempfile::TempDir,
+}
+
+fn config_with(spill: &Path) -> Config {
+    Config {
+        grace_ms: GRACE_MS,
+        default_timeout_ms: 20_000.0,
+        spill_dir: Some(spill.to_path_buf()),
+        ..Config::default()
+    }
+}
+
+fn harness(edit: impl FnOnce(&mut Config)) -> Harness {
+    let spill = tempfile::tempdir().unwrap();
+    let mut config = config_with(spill.path());
+    edit(&mut config);
+    let (tx, events) = unbounded_channel();
+    let exec = LocalExecutor::new(config, tx).expect("valid config");
+    Harness {
+        exec,
+        events,
+        spill,
+    }
+}
+
+impl Harness {
+    fn spec(&self, command: &str) -> Spec {
+        self.exec
+            .resolve(Request {
+                command: command.to_string(),
+                workdir: None,
+                timeout_ms: None,
+                owner: None,
+            })
+            .unwrap()
+    }
+
+    async fn run(&self, command: &str) -> RunResult {
+        self.run_spec(self.spec(command)).await
+    }
+
+    async fn run_spec(&self, spec: Spec) -> RunResult {
+        self.exec
+            .run(spec, CancellationToken::new())
+            .await
+            .expect("run succeeds")
+    }
+
+    async fn run_timeout(&self, command: &str, timeout_ms: f64) -> RunResult {
+        let spec = Spec {
+            timeout_ms,
+            ..self.spec(command)
+        };
+        self.run_spec(spec).await
+    }
+
+    fn start(&self, command: &str) -> Task {
+        self.exec.start(self.spec(command)).expect("start succeeds")
+    }
+
+    async fn next_event(&mut self) -> Task {
+        tokio::time::timeout(Duration::from_secs(20), self.events.recv())
+            .await
+            .expect("a task-done event in time")
+            .expect("channel open")
+    }
+
+    /// Reads a task's stdout until `done(accumulated)` holds.
+    async fn read_until(&self, id: &str, done: impl Fn(&str) -> bool) -> String {
+        let mut acc = String::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            acc.push_str(&self.exec.read_output(id).unwrap().stdout.text);
+            if done(&acc) {
+                return acc;
+            }
+            assert!(Instant::now() < deadline, "output so far: {acc:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn spill_files(&self) -> Vec<PathBuf> {
+        files_under(self.spill.path())
+    }
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_under(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Whether a process exists and is not a zombie.
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat[stat.rfind(')').unwrap() + 1..]
+                .split_whitespace()
+                .next();
+            !matches!(state, Some("Z" | "X"))
+        }
+        Err(_) => false,
+    }
+}
+
+async fn gone_soon(pid: i32) -> bool {
+    let deadline = Instant::now() + PROMPT;
+    while Instant::now() < deadline {
+        if !alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+fn pids(text: &str) -> Vec<i32> {
+    text.split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect()
+}
+
+fn seq(from: u32, to: u32) -> String {
+    (from..=to).map(|i| format!("{i}\n")).collect()
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration and resolution
+
+#[test]
+fn defaults_match_the_contract() {
+    let config = Config::default();
+    assert_eq!(config.default_timeout_ms, 120_000.0);
+    assert_eq!(config.max_timeout_ms, 600_000.0);
+    assert_eq!(config.max_output_bytes, 64_000);
+    assert_eq!(config.grace_ms, 3_000.0);
+    assert_eq!(config.max_spill_bytes, 64 * 1024 * 1024);
+    assert_eq!(config.max_tasks, 64);
+    assert_eq!(config.max_finished_tasks, 1024);
+    assert_eq!(config.validate(), Ok(()));
+    let (tx, _rx) = unbounded_channel();
+    let limits = LocalExecutor::new(config, tx).unwrap().limits();
+    assert_eq!(limits.default_timeout_ms, 120_000.0);
+    assert_eq!(limits.max_timeout_ms, 600_000.0);
+    assert_eq!(limits.max_output_bytes, 64_000);
+    assert_eq!(limits.grace_ms, 3_000.0);
+}
+
+#[test]
+fn invalid_config_names_the_setting() {
+    type Edit = Box<dyn Fn(&mut Config)>;
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let file_path = file.path().to_path_buf();
+    let cases: Vec<(Edit, &str)> = vec![
+        (Box::new(|c| c.default_timeout_ms = 0.0), "timeout-ms"),
+        (Box::new(|c| c.default_timeout_ms = f64::NAN), "timeout-ms"),
+        (Box::new(|c| c.default_timeout_ms = 600_001.0), "timeout-ms"),
+        (Box::new(|c| c.max_timeout_ms = -5.0), "max-timeout-ms"),
+        (
+            Box::new(|c| c.max_timeout_ms = f64::INFINITY),
+            "max-timeout-ms",
+        ),
+        (Box::new(|c| c.max_output_bytes = 0), "max-output-bytes"),
+        (Box::new(|c| c.grace_ms = 0.0), "grace-ms"),
+        (Box::new(|c| c.grace_ms = f64::INFINITY), "grace-ms"),
+        (Box::new(|c| c.max_spill_bytes = 0), "max-spill-bytes"),
+        (Box::new(|c| c.max_tasks = 0), "max-tasks"),
+        (Box::new(|c| c.max_finished_tasks = 0), "max-finished-tasks"),
+        (Box::new(|c| c.cwd = Some("/no/such/dsh/dir".into())), "cwd"),
+        (Box::new(move |c| c.cwd = Some(file_path.clone())), "cwd"),
+    ];
+    for (edit, setting) in cases {
+        let mut config = Config::default();
+        edit(&mut config);
+        let (tx, _rx) = unbounded_channel();
+        let err = LocalExecutor::new(config, tx).unwrap_err();
+        assert_eq!(err.setting, setting, "{err}");
+        assert!(err.to_string().starts_with(&format!("invalid {setting}: ")));
+    }
+}
+
+#[test]
+fn resolve_applies_defaults_caps_and_rejects_bad_timeouts() {
+    let cwd = tempfile::tempdir().unwrap();
+    let (tx, _rx) = unbounded_channel();
+    let exec = LocalExecutor::new(
+        Config {
+            default_timeout_ms: 1_000.0,
+            max_timeout_ms: 5_000.0,
+            cwd: Some(cwd.path().to_path_buf()),
+            ..Config::default()
+        },
+        tx,
+    )
+    .unwrap();
+    let req = |workdir: Option<&str>, timeout_ms: Option<f64>| Request {
+        command: "echo hi".into(),
+        workdir: workdir.map(str::to_string),
+        timeout_ms,
+        owner: Some("owner-1".into()),
+    };
+    let spec = exec.resolve(req(None, None)).unwrap();
+    assert_eq!(
+        spec,
+        Spec {
+            command: "echo hi".into(),
+            workdir: cwd.path().to_str().unwrap().into(),
+            timeout_ms: 1_000.0,
+            owner: Some("owner-1".into()),
+        }
+    );
+    assert_eq!(
+        exec.resolve(req(Some("/usr"), None)).unwrap().workdir,
+        "/usr"
+    );
+    assert_eq!(
+        exec.resolve(req(None, Some(3_000.0))).unwrap().timeout_ms,
+        3_000.0
+    );
+    assert_eq!(exec.resolve(req(None, Some(0.5))).unwrap().timeout_ms, 0.5);
+    assert_eq!(
+        exec.resolve(req(None, Some(1e9))).unwrap().timeout_ms,
+        5_000.0
+    );
+    for (bad, shown) in [
+        (0.0, "0"),
+        (-1.0, "-1"),
+        (f64::NAN, "NaN"),
+        (f64::INFINITY, "inf"),
+    ] {
+        match exec.resolve(req(None, Some(bad))) {
+            Err(ExecError::InvalidRequest(msg)) => {
+                assert!(msg.ends_with(&format!("got {shown}")), "{msg}")
+            }
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+
+    // Without a configured cwd the host's cwd applies.
+    let (tx, _rx) = unbounded_channel();
+    let exec = LocalExecutor::new(Config::default(), tx).unwrap();
+    let here = std::env::current_dir().unwrap();
+    assert_eq!(
+        exec.resolve(req(None, None)).unwrap().workdir,
+        here.to_str().unwrap()
+    );
+    assert_eq!(exec.resolve(req(None, None)).unwrap().timeout_ms, 120_000.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Foreground runs
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_bash_with_separate_streams_and_exit_code() {
+    let h = harness(|_| {});
+    let r = h
+        .run("echo out; echo err >&2; [[ -n $BASH_VERSION ]] && echo bash; exit 3")
+        .await;
+    assert_eq!(r.exit_code, Some(3));
+    assert_eq!(r.signal, None);
+    assert!(!r.timed_out && !r.aborted);
+    assert_eq!(r.timeout_ms, 20_000.0);
+    assert_eq!(r.stdout.text, "out\nbash\n");
+    assert_eq!(r.stderr.text, "err\n");
+    assert!(!r.stdout.truncated && r.stdout.spill_path.is_none());
+    assert_eq!(r.leftover_processes, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_in_the_requested_workdir_in_a_new_session() {
+    let h = harness(|_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let spec = Spec {
+        workdir: dir.path().to_str().unwrap().into(),
+        ..h.spec("pwd; ps -o sid= -p $$; ps -o pgid= -p $$; echo $PPID; tty || true")
+    };
+    let r = h.run_spec(spec).await;
+    let lines: Vec<&str> = r.stdout.text.lines().map(str::trim).collect();
+    assert_eq!(
+        lines[0],
+        dir.path().canonicalize().unwrap().to_str().unwrap()
+    );
+    let (sid, pgid, ppid) = (lines[1], lines[2], lines[3]);
+    // Session and group led by the supervisor, which is bash's parent, not the host.
+    assert_eq!(sid, ppid);
+    assert_eq!(pgid, ppid);
+    assert_ne!(ppid, std::process::id().to_string());
+    assert_eq!(lines[4], "not a tty");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_with_term_trap_reports_how_bash_ended() {
+    let h = harness(|_| {});
+    let r = h
+        .run_timeout(
+            "trap 'echo trapped; exit 0' TERM; sleep 30; echo never",
+            300.0,
+        )
+        .await;
+    assert!(r.timed_out);
+    assert!(!r.aborted);
+    assert_eq!(r.timeout_ms, 300.0);
+    assert_eq!(r.exit_code, Some(0));
+    assert_eq!(r.signal, None);
+    assert_eq!(r.stdout.text, "trapped\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_without_trap_is_sigterm() {
+    let h = harness(|_| {});
+    let started = Instant::now();
+    let r = h.run_timeout("echo begun; sleep 30", 300.0).await;
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(started.elapsed() < PROMPT);
+    assert!(r.timed_out && !r.aborted);
+    assert_eq!(r.exit_code, None);
+    assert_eq!(r.signal.as_deref(), Some("SIGTERM"));
+    assert_eq!(r.stdout.text, "begun\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_ignoring_term_escalates_to_sigkill_after_grace() {
+    let h = harness(|_| {});
+    let started = Instant::now();
+    let r = h
+        .run_timeout("trap '' TERM; echo $$; sleep 30", 200.0)
+        .await;
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(200 + GRACE_MS as u64),
+        "{elapsed:?}"
+    );
+    assert!(elapsed < PROMPT);
+    assert!(r.timed_out);
+    assert_eq!(r.signal.as_deref(), Some("SIGKILL"));
+    assert_eq!(r.exit_code, None);
+    assert!(!alive(pids(&r.stdout.text)[0]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_kills_grandchildren_and_escaped_descendants() {
+    let h = harness(|_| {});
+    let r = h
+        .run_timeout(
+            "setsid sleep 30 & echo $!; bash -c 'sleep 30 & echo $!; wait' & wait",
+            500.0,
+        )
+        .await;
+    assert!(r.timed_out);
+    let found = pids(&r.stdout.text);
+    assert_eq!(found.len(), 2, "{:?}", r.stdout.text);
+    for pid in found {
+        assert!(gone_soon(pid).await, "pid {pid} survived");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leftover_background_process_is_stopped_and_counted() {
+    let h = harness(|_| {});
+    let started = Instant::now();
+    let r = h.run("sleep 30 & echo $!; echo started").await;
+    assert!(started.elapsed() < PROMPT, "{:?}", started.elapsed());
+    assert_eq!(r.exit_code, Some(0));
+    assert!(!r.timed_out);
+    assert_eq!(r.leftover_processes, 1);
+    let lines: Vec<&str> = r.stdout.text.lines().collect();
+    assert_eq!(lines[1], "started");
+    assert!(!alive(lines[0].parse().unwrap()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leftovers_outside_the_process_group_are_stopped_too() {
+    let h = harness(|_| {});
+    let r = h
+        .run(
+            "setsid sleep 30 >/dev/null 2>&1 & echo $!; \
+             ( sleep 31 >/dev/null 2>&1 & echo $! ); echo done",
+        )
+        .await;
+    assert_eq!(r.exit_code, Some(0));
+    assert_eq!(r.leftover_processes, 2);
+    let found = pids(r.stdout.text.trim_end_matches("done\n"));
+    assert_eq!(found.len(), 2);
+    for pid in found {
+        assert!(!alive(pid), "pid {pid} survived");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick_command_has_no_leftovers_and_returns_at_once() {
+    let h = harness(|c| c.grace_ms = 5_000.0);
+    let started = Instant::now();
+    let r = h.run("echo hi").await;
+    assert_eq!(r.stdout.text, "hi\n");
+    assert_eq!(r.leftover_processes, 0);
+    // Completion does not wait out the grace period when nothing is left.
+    assert!(started.elapsed() < Duration::from_secs(4));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdin_is_at_eof() {
+    let h = harness(|_| {});
+    let started = Instant::now();
+    let r = h.run("cat; echo done").await;
+    assert!(started.elapsed() < PROMPT);
+    assert_eq!(r.stdout.text, "done\n");
+    assert_eq!(r.exit_code, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn environment_is_scrubbed_and_forced() {
+    // SAFETY: set once, before any command of this test runs; other tests do not read these
+    // names, and std serialises its own environment access.
+    unsafe {
+        std::env::set_var("DSH_EXEC_TEST_API_KEY", "k");
+        std::env::set_var("dsh_exec_test_secret_v", "s");
+        std::env::set_var("DSH_EXEC_TEST_GhToken", "t");
+        std::env::set_var("DSH_EXEC_TEST_PASSWORD", "p");
+        std::env::set_var("DSH_EXEC_TEST_PLAIN", "kept");
+    }
+    let h = harness(|_| {});
+    let r = h.run("env").await;
+    let vars: Vec<(&str, &str)> = r
+        .stdout
+        .text
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .collect();
+    let get = |k: &str| {
+        vars.iter()
+            .filter(|(n, _)| *n == k)
+            .map(|(_, v)| *v)
+            .collect::<Vec<_>>()
+    };
+    for secret in [
+        "DSH_EXEC_TEST_API_KEY",
+        "dsh_exec_test_secret_v",
+        "DSH_EXEC_TEST_GhToken",
+        "DSH_EXEC_TEST_PASSWORD",
+    ] {
+        assert!(get(secret).is_empty(), "{secret} leaked");
+    }
+    assert_eq!(get("DSH_EXEC_TEST_PLAIN"), ["kept"]);
+    for (k, v) in [
+        ("NO_COLOR", "1"),
+        ("TERM", "dumb"),
+        ("PAGER", "cat"),
+        ("GIT_PAGER", "cat"),
+        ("GIT_TERMINAL_PROMPT", "0"),
+    ] {
+        assert_eq!(get(k), [v], "{k}");
+    }
+    assert!(!get("PATH").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unusable_workdir_is_an_error() {
+    let h = harness(|_| {});
+    let missing = Spec {
+        workdir: "/nope/dsh-missing".into(),
+        ..h.spec("true")
+    };
+    assert_eq!(
+        h.exec.run(missing.clone(), CancellationToken::new()).await,
+        Err(ExecError::WorkdirUnusable(
+            "workdir \"/nope/dsh-missing\" is not usable: No such file or directory (os error 2)"
+                .into()
+        ))
+    );
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let path = file.path().to_str().unwrap().to_string();
+    let not_dir = Spec {
+        workdir: path.clone(),
+        ..h.spec("true")
+    };
+    assert_eq!(
+        h.exec.run(not_dir, CancellationToken::new()).await,
+        Err(ExecError::WorkdirUnusable(format!(
+            "workdir {path:?} is not usable: Not a directory (os error 20)"
+        )))
+    );
+    // Background: refused, no task created, no id used up.
+    assert!(matches!(
+        h.exec.start(missing),
+        Err(ExecError::WorkdirUnusable(_))
+    ));
+    assert!(h.exec.list().is_empty());
+    assert_eq!(h.start("true").id, "bash-1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_before_and_during_a_run() {
+    let h = harness(|_| {});
+    let token = CancellationToken::new();
+    token.cancel();
+    assert_eq!(
+        h.exec.run(h.spec("echo never"), token).await,
+        Err(ExecError::Aborted)
+    );
+
+    let token = CancellationToken::new();
+    let canceller = token.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        canceller.cancel();
+    });
+    let started = Instant::now();
+    let r = h
+        .exec
+        .run(h.spec("echo $$; sleep 30"), token)
+        .await
+        .unwrap();
+    assert!(started.elapsed() < PROMPT);
+    assert!(r.aborted);
+    assert!(!r.timed_out);
+    assert_eq!(r.signal.as_deref(), Some("SIGTERM"));
+    assert!(!alive(pids(&r.stdout.text)[0]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_run_stops_its_processes() {
+    let h = harness(|_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let command = format!("echo $$ > {}; sleep 30", pid_file.display());
+    let spec = h.spec(&command);
+    let run = h.exec.run(spec, CancellationToken::new());
+    let wait_file = async {
+        while std::fs::read_to_string(&pid_file).map_or(true, |s| !s.ends_with('\n')) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        _ = run => panic!("the run ended by itself"),
+        _ = wait_file => {}
+    }
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(gone_soon(pid).await, "pid {pid} survived its dropped run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signal_deaths_are_named() {
+    let h = harness(|_| {});
+    for (sig, name) in [("USR1", "SIGUSR1"), ("KILL", "SIGKILL"), ("HUP", "SIGHUP")] {
+        let r = h.run(&format!("kill -{sig} $$; sleep 5")).await;
+        assert_eq!(r.signal.as_deref(), Some(name));
+        assert_eq!(r.exit_code, None);
+        assert!(!r.timed_out);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_survives_signals_from_the_command() {
+    let h = harness(|_| {});
+    let r = h
+        .run("kill -TERM $PPID; kill -INT $PPID; kill -HUP $PPID; echo alive")
+        .await;
+    assert_eq!(r.stdout.text, "alive\n");
+    assert_eq!(r.exit_code, Some(0));
+    // `kill 0` signals the command's own process group.
+    let r = h.run("kill -TERM 0; echo after").await;
+    assert_eq!(r.signal.as_deref(), Some("SIGTERM"));
+    assert_eq!(r.stdout.text, "");
+    // Still here, and still working.
+    assert_eq!(h.run("echo ok").await.stdout.text, "ok\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output bounding and spill files
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_of_exactly_the_cap_is_kept_whole() {
+    let h = harness(|c| c.max_output_bytes = 1000);
+    let r = h.run("head -c 1000 /dev/zero | tr '\\0' a").await;
+    assert_eq!(r.stdout.text, "a".repeat(1000));
+    assert!(!r.stdout.truncated);
+    assert_eq!(r.stdout.spill_path, None);
+    assert!(h.spill_files().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overflow_keeps_the_exact_tail_and_spills_the_whole_stream() {
+    let h = harness(|c| c.max_output_bytes = 1000);
+    let r = h.run("seq 1 5000; seq 1 3000 >&2").await;
+    for (stream, expected, suffix) in [
+        (&r.stdout, seq(1, 5000), "-stdout.log"),
+        (&r.stderr, seq(1, 3000), "-stderr.log"),
+    ] {
+        assert!(stream.truncated);
+        assert_eq!(stream.text, expected[expected.len() - 1000..]);
+        let path = PathBuf::from(stream.spill_path.as_deref().expect("complete spill"));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), expected);
+        assert_eq!(mode(&path), 0o600);
+        let dir = path.parent().unwrap();
+        assert_eq!(dir.parent().unwrap(), h.spill.path());
+        assert_eq!(mode(dir), 0o700);
+        let name = path.file_name().unwrap().to_str().unwrap();
+        let stem = name.strip_suffix(suffix).expect(name);
+        let parts: Vec<&str> = stem.split('-').collect();
+        assert_eq!(parts.len(), 5, "{name}");
+        assert_eq!(parts[..2], ["dsh", "bash"]);
+        assert_eq!(parts[2], std::process::id().to_string());
+        assert!(parts[3].parse::<u64>().is_ok(), "{name}");
+        assert_eq!(parts[4].len(), 12);
+        assert!(
+            parts[4]
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
+    }
+    // Both streams of one command share the name stem.
+    let out = r.stdout.spill_path.unwrap();
+    assert_eq!(
+        out.replace("-stdout.log", "-stderr.log"),
+        r.stderr.spill_path.unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capped_spill_is_not_presented() {
+    let h = harness(|c| {
+        c.max_output_bytes = 100;
+        c.max_spill_bytes = 1000;
+    });
+    let r = h.run("seq 1 2000").await;
+    let expected = seq(1, 2000);
+    assert!(r.stdout.truncated);
+    assert_eq!(r.stdout.text, expected[expected.len() - 100..]);
+    assert_eq!(r.stdout.spill_path, None);
+    let files = h.spill_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(
+        std::fs::read_to_string(&files[0]).unwrap(),
+        expected[..1000]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unwritable_spill_dir_degrades_to_memory_only() {
+    let not_a_dir = tempfile::NamedTempFile::new().unwrap();
+    let h = harness(|c| {
+        c.max_output_bytes = 100;
+        c.spill_dir = Some(not_a_dir.path().to_path_buf());
+    });
+    let r = h.run("seq 1 2000; echo fine >&2").await;
+    let expected = seq(1, 2000);
+    assert_eq!(r.exit_code, Some(0));
+    assert!(r.stdout.truncated);
+    assert_eq!(r.stdout.text, expected[expected.len() - 100..]);
+    assert_eq!(r.stdout.spill_path, None);
+    assert_eq!(r.stderr.text, "fine\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_utf8_is_replaced_in_text_and_raw_in_the_spill() {
+    let h = harness(|c| c.max_output_bytes = 64);
+    let r = h.run("printf 'a\\xffb'").await;
+    assert_eq!(r.stdout.text, "a\u{FFFD}b");
+
+    let r = h
+        .run("printf 'ok\\xff\\xfe'; for i in $(seq 1 50); do printf 'x\\xc3'; done")
+        .await;
+    let mut raw = b"ok\xff\xfe".to_vec();
+    for _ in 0..50 {
+        raw.extend_from_slice(b"x\xc3");
+    }
+    assert_eq!(
+        r.stdout.text,
+        String::from_utf8_lossy(&raw[raw.len() - 64..])
+    );
+    assert!(r.stdout.text.contains('\u{FFFD}'));
+    let spill = r.stdout.spill_path.expect("complete spill");
+    assert_eq!(std::fs::read(spill).unwrap(), raw);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_output_stays_bounded() {
+    let h = harness(|c| {
+        c.max_output_bytes = 1000;
+        c.max_spill_bytes = 4096;
+    });
+    let r = h
+        .run("head -c 20000000 /dev/zero | tr '\\0' z; printf END")
+        .await;
+    assert_eq!(r.exit_code, Some(0));
+    assert!(r.stdout.truncated);
+    assert_eq!(r.stdout.text, format!("{}END", "z".repeat(997)));
+    assert_eq!(r.stdout.spill_path, None);
+    let files = h.spill_files();
+    assert_eq!(std::fs::metadata(&files[0]).unwrap().len(), 4096);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Background tasks
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_get_sequential_ids_and_keep_their_owner() {
+    let mut h = harness(|_| {});
+    let owned = h
+        .exec
+        .start(Spec {
+            owner: Some("session-a".into()),
+            ..h.spec("exit 4")
+        })
+        .unwrap();
+    assert_eq!(owned.id, "bash-1");
+    assert_eq!(owned.state, TaskState::Running);
+    assert_eq!(owned.owner.as_deref(), Some("session-a"));
+    assert_eq!(owned.command, "exit 4");
+    assert_eq!(h.start("true").id, "bash-2");
+    assert_eq!(h.start("true").id, "bash-3");
+    assert_eq!(h.exec.owner_of("bash-1").as_deref(), Some("session-a"));
+    assert_eq!(h.exec.owner_of("bash-2"), None);
+    assert_eq!(h.exec.owner_of("bash-9"), None);
+    for _ in 0..3 {
+        h.next_event().await;
+    }
+    let list = h.exec.list();
+    let ids: Vec<&str> = list.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["bash-1", "bash-2", "bash-3"]);
+    let first = h.exec.get("bash-1").unwrap();
+    assert_eq!(
+        (first.state, first.exit_code, first.signal),
+        (TaskState::Completed, Some(4), None)
+    );
+    assert_eq!(
+        h.exec.get("bash-7"),
+        Err(ExecError::UnknownTask("bash-7".into()))
+    );
+    assert_eq!(
+        h.exec.read_output("bash-7"),
+        Err(ExecError::UnknownTask("bash-7".into()))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_are_incremental_and_stay_valid_after_the_end() {
+    let mut h = harness(|_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("go");
+    let c_fifo = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo on a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0);
+    let task = h.start(&format!(
+        "echo one; echo err1 >&2; read line < {}; echo \"two $line\"",
+        fifo.display()
+    ));
+    let first = h.read_until(&task.id, |s| s == "one\n").await;
+    assert_eq!(first, "one\n");
+    let read = h.exec.read_output(&task.id).unwrap();
+    assert_eq!(read.stdout.text, "");
+    assert!(!read.stdout.lossy);
+    assert_eq!(read.task.state, TaskState::Running);
+    let writer = tokio::task::spawn_blocking(move || std::fs::write(&fifo, "x\n"));
+    let done = h.next_event().await;
+    writer.await.unwrap().unwrap();
+    assert_eq!(
+        (done.state, done.exit_code),
+        (TaskState::Completed, Some(0))
+    );
+    let read = h.exec.read_output(&task.id).unwrap();
+    assert_eq!(read.stdout.text, "two x\n");
+    assert_eq!(read.task.state, TaskState::Completed);
+    let again = h.exec.read_output(&task.id).unwrap();
+    assert_eq!(
+        (again.stdout.text.as_str(), again.stderr.text.as_str()),
+        ("", "")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stderr_is_read_separately() {
+    let mut h = harness(|_| {});
+    let task = h.start("echo out; echo err >&2");
+    h.next_event().await;
+    let read = h.exec.read_output(&task.id).unwrap();
+    assert_eq!(read.stdout.text, "out\n");
+    assert_eq!(read.stderr.text, "err\n");
+    assert!(!read.stdout.lossy && !read.stderr.lossy);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_that_fell_out_of_the_window_is_lossy() {
+    let mut h = harness(|c| c.max_output_bytes = 100);
+    let task = h.start("seq 1 400");
+    h.next_event().await;
+    let expected = seq(1, 400);
+    let read = h.exec.read_output(&task.id).unwrap();
+    assert!(read.stdout.lossy);
+    assert_eq!(read.stdout.text, expected[expected.len() - 100..]);
+    let spill = read.stdout.spill_path.expect("complete spill");
+    assert_eq!(std::fs::read_to_string(spill).unwrap(), expected);
+    let again = h.exec.read_output(&task.id).unwrap();
+    assert_eq!(again.stdout.text, "");
+    assert!(!again.stdout.lossy);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_running_finished_and_unknown() {
+    let mut h = harness(|_| {});
+    let task = h.start("echo $$; sleep 30");
+    let pid = pids(&h.read_until(&task.id, |s| s.ends_with('\n')).await)[0];
+    assert_eq!(h.exec.kill(&task.id), Ok(true));
+    // Killed at once, before the process is even gone.
+    assert_eq!(h.exec.get(&task.id).unwrap().state, TaskState::Killed);
+    assert_eq!(h.exec.kill(&task.id), Ok(false));
+    let done = h.next_event().await;
+    assert_eq!(done.id, task.id);
+    assert_eq!(done.state, TaskState::Killed);
+    assert_eq!(done.signal.as_deref(), Some("SIGTERM"));
+    assert_eq!(
+        h.exec.get(&task.id).unwrap().signal.as_deref(),
+        Some("SIGTERM")
+    );
+    assert!(!alive(pid));
+
+    let quick = h.start("true");
+    let done = h.next_event().await;
+    assert_eq!(done.id, quick.id);
+    assert_eq!(h.exec.kill(&quick.id), Ok(false));
+    assert_eq!(
+        h.exec.kill("bash-99"),
+        Err(ExecError::UnknownTask("bash-99".into()))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_escalates_once_to_sigkill() {
+    let mut h = harness(|_| {});
+    let task = h.start("trap '' TERM; echo $$; sleep 30 & wait");
+    let pid = pids(&h.read_until(&task.id, |s| s.ends_with('\n')).await)[0];
+    let started = Instant::now();
+    assert_eq!(h.exec.kill(&task.id), Ok(true));
+    assert_eq!(h.exec.kill(&task.id), Ok(false));
+    let done = h.next_event().await;
+    assert!(started.elapsed() >= Duration::from_millis(GRACE_MS as u64));
+    assert_eq!(done.signal.as_deref(), Some("SIGKILL"));
+    assert_eq!(done.state, TaskState::Killed);
+    assert!(!alive(pid));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_dying_of_a_signal_is_killed() {
+    let mut h = harness(|_| {});
+    h.start("kill -SEGV $$");
+    let done = h.next_event().await;
+    assert_eq!(done.state, TaskState::Killed);
+    assert_eq!(done.signal.as_deref(), Some("SIGSEGV"));
+    assert_eq!(done.exit_code, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_done_is_sent_exactly_once_per_task() {
+    let mut h = harness(|_| {});
+    let completed = h.start("exit 3");
+    let killed = h.start("sleep 30");
+    assert_eq!(h.exec.kill(&killed.id), Ok(true));
+    let mut events = [h.next_event().await, h.next_event().await];
+    events.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(events[0].id, completed.id);
+    assert_eq!(
+        (events[0].state, events[0].exit_code),
+        (TaskState::Completed, Some(3))
+    );
+    assert_eq!(events[1].id, killed.id);
+    assert_eq!(events[1].state, TaskState::Killed);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(h.events.try_recv().unwrap_err(), TryRecvError::Empty);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_leftovers_are_stopped_when_the_leader_exits() {
+    let mut h = harness(|_| {});
+    let task = h.start("sleep 30 & echo $!");
+    let done = h.next_event().await;
+    assert_eq!(
+        (done.state, done.exit_code),
+        (TaskState::Completed, Some(0))
+    );
+    let read = h.exec.read_output(&task.id).unwrap();
+    assert!(!alive(pids(&read.stdout.text)[0]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_kills_and_awaits_tasks_and_sends_no_events() {
+    let mut h = harness(|_| {});
+    let plain = h.start("echo $$; sleep 30");
+    let stubborn = h.start("trap '' TERM; echo $$; sleep 30 & echo $!; wait");
+    let mut found = pids(&h.read_until(&plain.id, |s| s.ends_with('\n')).await);
+    found.extend(pids(
+        &h.read_until(&stubborn.id, |s| s.lines().count() == 2).await,
+    ));
+    let started = Instant::now();
+    h.exec.shutdown().await;
+    assert!(started.elapsed() >= Duration::from_millis(GRACE_MS as u64));
+    for pid in found {
+        assert!(!alive(pid), "pid {pid} survived shutdown");
+    }
+    for task in h.exec.list() {
+        assert_eq!(task.state, TaskState::Killed, "{task:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(h.events.try_recv().unwrap_err(), TryRecvError::Empty);
+    assert!(h.exec.start(h.spec("true")).is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_limit_refuses_without_change_and_finished_tasks_are_retained() {
+    let mut h = harness(|c| {
+        c.max_tasks = 2;
+        c.max_finished_tasks = 2;
+    });
+    let a = h.start("sleep 30");
+    let b = h.start("sleep 30");
+    let before = h.exec.list();
+    match h.exec.start(h.spec("true")) {
+        Err(ExecError::TaskLimit(msg)) => assert!(msg.contains('2'), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.exec.list(), before);
+
+    assert_eq!(h.exec.kill(&a.id), Ok(true));
+    let c = h.start("true");
+    assert_eq!(c.id, "bash-3");
+    let mut ids = vec![h.next_event().await.id, h.next_event().await.id];
+    ids.sort();
+    assert_eq!(ids, ["bash-1", "bash-3"]);
+
+    // Finished: bash-1 (killed first), bash-3; killing bash-2 pushes bash-1 out.
+    assert_eq!(h.exec.kill(&b.id), Ok(true));
+    assert_eq!(
+        h.exec.get("bash-1"),
+        Err(ExecError::UnknownTask("bash-1".into()))
+    );
+    assert_eq!(
+        h.exec.read_output("bash-1"),
+        Err(ExecError::UnknownTask("bash-1".into()))
+    );
+    assert!(h.exec.get("bash-2").is_ok());
+    assert!(h.exec.get("bash-3").is_ok());
+    assert_eq!(h.next_event().await.id, "bash-2");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host death
+
+const HELPER_ENV: &str = "DSH_EXECUTOR_TEST_HELPER";
+
+/// A host that starts a task tree and is then SIGKILLed by
+/// `an_abruptly_dead_host_takes_its_tasks_along`, which runs it as a child process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "helper process, run by an_abruptly_dead_host_takes_its_tasks_along"]
+async fn helper_host_that_gets_killed() {
+    if std::env::var_os(HELPER_ENV).is_none() {
+        return;
+    }
+    let h = harness(|_| {});
+    let task = h.start(
+        "sleep 30 & echo $!; setsid sleep 30 & echo $!; (sleep 30 & echo $!); echo $$; wait",
+    );
+    let out = h.read_until(&task.id, |s| s.lines().count() == 4).await;
+    println!(
+        "PIDS {}",
+        out.split_whitespace().collect::<Vec<_>>().join(" ")
+    );
+    std::io::Write::flush(&mut std::io::stdout()).unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+}
+
+#[test]
+fn an_abruptly_dead_host_takes_its_tasks_along() {
+    use std::io::BufRead;
+    let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "helper_host_that_gets_killed",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER_ENV, "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(helper.stdout.take().unwrap());
+    let mut found = Vec::new();
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        if let Some(at) = line.find("PIDS ") {
+            found = pids(&line[at + 5..]);
+            break;
+        }
+    }
+    helper.kill().unwrap();
+    helper.wait().unwrap();
+    assert_eq!(found.len(), 4, "the helper reported its task's pids");
+    let deadline = Instant::now() + PROMPT;
+    for pid in found {
+        while alive(pid) {
+            assert!(Instant::now() < deadline, "pid {pid} outlived its host");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}

@@ -9,6 +9,22 @@ use std::pin::Pin;
 
 use tokio_util::sync::CancellationToken;
 
+mod config;
+mod env;
+mod lifecycle;
+mod local;
+mod process;
+mod signal;
+mod spawn;
+mod spill;
+mod stream;
+mod supervisor;
+mod tail;
+mod tasks;
+mod workdir;
+
+pub use local::LocalExecutor;
+
 /// A boxed future, so that [`Executor`] stays object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

@@ -1,0 +1,337 @@
+//! [`LocalExecutor`]: the executor contract on this machine's processes.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::duration_ms;
+use crate::lifecycle::{self, Stop};
+use crate::stream::Output;
+use crate::tasks::{End, Tasks};
+use crate::{
+    BoxFuture, Config, ConfigError, ExecError, Executor, Limits, Read, Request, RunResult, Spec,
+    Task, env, signal, spawn, spill, workdir,
+};
+
+/// The shell every command runs in, looked up on PATH.
+const SHELL: &str = "bash";
+
+/// Runs commands as local processes. See the executor contract.
+#[derive(Debug)]
+pub struct LocalExecutor {
+    shared: Arc<Shared>,
+    /// The runtime current at construction, for background work started from outside one.
+    runtime: Option<Handle>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    config: Config,
+    grace: Duration,
+    tasks: Mutex<Tasks>,
+    task_done: UnboundedSender<Task>,
+}
+
+impl Shared {
+    fn tasks(&self) -> MutexGuard<'_, Tasks> {
+        self.tasks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a task's end and sends its task-done event, unless shutdown began. Both happen
+    /// under the table lock, so no event can slip out after shutdown starts.
+    fn finish(&self, base: &Task, end: End) {
+        let mut tasks = self.tasks();
+        let task = tasks.finish(base, end);
+        if !tasks.is_shut_down() {
+            // A closed receiver only means nobody listens any more.
+            let _ = self.task_done.send(task);
+        }
+    }
+}
+
+impl LocalExecutor {
+    /// Validates `config`; `task_done` receives one event per background task when it ends.
+    ///
+    /// Call from within a tokio runtime (multi-threaded, as the host uses) or make sure one is
+    /// current whenever [`Executor::start`] is called.
+    pub fn new(
+        config: Config,
+        task_done: UnboundedSender<Task>,
+    ) -> Result<Arc<LocalExecutor>, ConfigError> {
+        config.validate()?;
+        let tasks = Tasks::new(config.max_tasks, config.max_finished_tasks);
+        Ok(Arc::new(Self {
+            shared: Arc::new(Shared {
+                grace: duration_ms(config.grace_ms),
+                config,
+                tasks: Mutex::new(tasks),
+                task_done,
+            }),
+            runtime: Handle::try_current().ok(),
+        }))
+    }
+
+    fn runtime(&self) -> Result<Handle, ExecError> {
+        Handle::try_current()
+            .ok()
+            .or_else(|| self.runtime.clone())
+            .ok_or_else(|| ExecError::Internal("no tokio runtime to run commands on".to_string()))
+    }
+
+    /// Fresh stdout and stderr buffers for one command.
+    fn outputs(&self) -> [Arc<Output>; 2] {
+        let config = &self.shared.config;
+        let (stdout, stderr) = spill::targets(config.spill_dir.as_deref(), config.max_spill_bytes);
+        [
+            Output::new(config.max_output_bytes, stdout),
+            Output::new(config.max_output_bytes, stderr),
+        ]
+    }
+
+    fn timeout_ms(&self, requested: f64) -> Result<f64, ExecError> {
+        if !requested.is_finite() || requested <= 0.0 {
+            return Err(ExecError::InvalidRequest(format!(
+                "invalid timeoutMs: expected a positive number, got {requested}"
+            )));
+        }
+        Ok(requested.min(self.shared.config.max_timeout_ms))
+    }
+
+    /// [`Executor::run`] with the shell program as a parameter, so tests can make spawning fail.
+    async fn run_program(
+        &self,
+        program: &OsStr,
+        spec: Spec,
+        abort: CancellationToken,
+    ) -> Result<RunResult, ExecError> {
+        if abort.is_cancelled() {
+            return Err(ExecError::Aborted);
+        }
+        let timeout_ms = self.timeout_ms(spec.timeout_ms)?;
+        workdir::check(&spec.workdir)?;
+        let outputs = self.outputs();
+        let spawned = spawn::spawn(
+            program,
+            &spec.command,
+            Path::new(&spec.workdir),
+            env::host_child_env(),
+        )
+        .map_err(|err| spawn_error(&spec.workdir, &err))?;
+        let stop = async {
+            tokio::select! {
+                () = tokio::time::sleep(duration_ms(timeout_ms)) => Stop::Timeout,
+                () = abort.cancelled() => Stop::Abort,
+            }
+        };
+        let outcome = lifecycle::drive(spawned, outputs.clone(), self.shared.grace, stop).await;
+        Ok(RunResult {
+            exit_code: outcome.exit.code,
+            signal: outcome.exit.signal.map(signal::name),
+            timed_out: outcome.stop == Some(Stop::Timeout),
+            aborted: outcome.stop == Some(Stop::Abort),
+            timeout_ms,
+            stdout: outputs[0].snapshot(),
+            stderr: outputs[1].snapshot(),
+            leftover_processes: outcome.leftovers,
+        })
+    }
+
+    /// [`Executor::start`] with the shell program as a parameter, so tests can make spawning fail.
+    fn start_program(&self, program: &OsStr, spec: Spec) -> Result<Task, ExecError> {
+        let runtime = self.runtime()?;
+        if self.shared.tasks().is_shut_down() {
+            return Err(crate::tasks::shutting_down());
+        }
+        // Checked before an id is taken, so a bad workdir leaves no trace.
+        workdir::check(&spec.workdir)?;
+        let outputs = self.outputs();
+        let (task, control) =
+            self.shared
+                .tasks()
+                .insert(&spec.command, spec.owner.clone(), outputs.clone())?;
+        let _context = runtime.enter();
+        match spawn::spawn(
+            program,
+            &spec.command,
+            Path::new(&spec.workdir),
+            env::host_child_env(),
+        ) {
+            Ok(spawned) => {
+                let shared = self.shared.clone();
+                let base = task.clone();
+                runtime.spawn(async move {
+                    let stop = async {
+                        control.kill.cancelled().await;
+                        Stop::Kill
+                    };
+                    let outcome = lifecycle::drive(spawned, outputs, shared.grace, stop).await;
+                    let end = End::Exited {
+                        code: outcome.exit.code,
+                        signal: outcome.exit.signal.map(signal::name),
+                    };
+                    shared.finish(&base, end);
+                    control.ended.cancel();
+                });
+            }
+            Err(err) => {
+                let reason = match spawn_error(&spec.workdir, &err) {
+                    ExecError::WorkdirUnusable(msg) | ExecError::SpawnFailed(msg) => msg,
+                    other => other.to_string(),
+                };
+                outputs[1].write(format!("spawn failed: {reason}").as_bytes());
+                for output in &outputs {
+                    output.close();
+                }
+                self.shared.finish(&task, End::SpawnFailed);
+                control.ended.cancel();
+            }
+        }
+        Ok(task)
+    }
+}
+
+/// A failed spawn: the workdir may have become unusable since it was checked; otherwise the
+/// shell could not be started.
+fn spawn_error(dir: &str, err: &std::io::Error) -> ExecError {
+    match workdir::check(dir) {
+        Err(unusable) => unusable,
+        Ok(()) => ExecError::SpawnFailed(format!("cannot start {SHELL}: {err}")),
+    }
+}
+
+impl Executor for LocalExecutor {
+    fn limits(&self) -> Limits {
+        let config = &self.shared.config;
+        Limits {
+            default_timeout_ms: config.default_timeout_ms,
+            max_timeout_ms: config.max_timeout_ms,
+            max_output_bytes: config.max_output_bytes,
+            grace_ms: config.grace_ms,
+        }
+    }
+
+    fn resolve(&self, req: Request) -> Result<Spec, ExecError> {
+        let config = &self.shared.config;
+        let timeout_ms = self.timeout_ms(req.timeout_ms.unwrap_or(config.default_timeout_ms))?;
+        let workdir = match (req.workdir, &config.cwd) {
+            (Some(dir), _) => dir,
+            (None, Some(cwd)) => cwd.to_string_lossy().into_owned(),
+            (None, None) => std::env::current_dir()
+                .map_err(|err| workdir::unusable(".", &err))?
+                .to_string_lossy()
+                .into_owned(),
+        };
+        Ok(Spec {
+            command: req.command,
+            workdir,
+            timeout_ms,
+            owner: req.owner,
+        })
+    }
+
+    fn run(
+        &self,
+        spec: Spec,
+        abort: CancellationToken,
+    ) -> BoxFuture<'_, Result<RunResult, ExecError>> {
+        Box::pin(self.run_program(OsStr::new(SHELL), spec, abort))
+    }
+
+    fn start(&self, spec: Spec) -> Result<Task, ExecError> {
+        self.start_program(OsStr::new(SHELL), spec)
+    }
+
+    fn read_output(&self, id: &str) -> Result<Read, ExecError> {
+        self.shared.tasks().read(id)
+    }
+
+    fn kill(&self, id: &str) -> Result<bool, ExecError> {
+        self.shared.tasks().kill(id)
+    }
+
+    fn owner_of(&self, id: &str) -> Option<String> {
+        self.shared.tasks().owner_of(id)
+    }
+
+    fn get(&self, id: &str) -> Result<Task, ExecError> {
+        self.shared.tasks().get(id)
+    }
+
+    fn list(&self) -> Vec<Task> {
+        self.shared.tasks().list()
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let live = self.shared.tasks().begin_shutdown();
+            for control in live {
+                control.ended.cancelled().await;
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TaskState;
+
+    fn spec(command: &str) -> Spec {
+        Spec {
+            command: command.to_string(),
+            workdir: "/".to_string(),
+            timeout_ms: 10_000.0,
+            owner: Some("me".to_string()),
+        }
+    }
+
+    const MISSING: &str = "/nonexistent/dsh-no-such-shell";
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn foreground_spawn_failure_is_an_error() {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let exec = LocalExecutor::new(Config::default(), tx).unwrap();
+        let err = exec
+            .run_program(OsStr::new(MISSING), spec("true"), CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ExecError::SpawnFailed(
+                "cannot start bash: No such file or directory (os error 2)".into()
+            )
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn background_spawn_failure_ends_killed_with_one_event() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let exec = LocalExecutor::new(Config::default(), tx).unwrap();
+        let task = exec
+            .start_program(OsStr::new(MISSING), spec("true"))
+            .unwrap();
+        assert_eq!(task.id, "bash-1");
+        assert_eq!(task.owner.as_deref(), Some("me"));
+        let done = rx.recv().await.unwrap();
+        assert_eq!(
+            (done.id.as_str(), done.state, done.signal.clone()),
+            ("bash-1", TaskState::Killed, None)
+        );
+        let read = exec.read_output("bash-1").unwrap();
+        assert_eq!(
+            read.stderr.text,
+            "spawn failed: cannot start bash: No such file or directory (os error 2)"
+        );
+        assert_eq!(read.task.state, TaskState::Killed);
+        assert_eq!(exec.kill("bash-1"), Ok(false));
+        exec.shutdown().await;
+        assert!(rx.try_recv().is_err(), "exactly one event");
+        // The failed task does not hold a running slot.
+        assert!(exec.list().iter().all(|t| t.state != TaskState::Running));
+    }
+}

@@ -1,0 +1,306 @@
+//! A running command's process tree, seen from the host: who is in it, how to stop it, and when
+//! it is gone.
+//!
+//! The tree is every descendant of the command's supervisor. Because the supervisor is a child
+//! subreaper, orphans (double forks, `setsid` daemons) are re-parented to it and stay in the tree;
+//! the process group is only where the tree starts. The supervisor exits when no descendant is
+//! left, so its exit is the moment the tree is gone.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Exit {
+    pub(crate) code: Option<i32>,
+    pub(crate) signal: Option<i32>,
+}
+
+impl Exit {
+    /// From a raw `waitpid` status.
+    pub(crate) fn from_wait_status(status: i32) -> Self {
+        if libc::WIFEXITED(status) {
+            Self {
+                code: Some(libc::WEXITSTATUS(status)),
+                signal: None,
+            }
+        } else if libc::WIFSIGNALED(status) {
+            Self {
+                code: None,
+                signal: Some(libc::WTERMSIG(status)),
+            }
+        } else {
+            Self::default()
+        }
+    }
+
+    fn from_status(status: std::process::ExitStatus) -> Self {
+        use std::os::unix::process::ExitStatusExt;
+        Self {
+            code: status.code(),
+            signal: status.signal(),
+        }
+    }
+}
+
+/// Poll period while waiting for SIGKILLed processes to be reaped.
+const KILL_POLL: Duration = Duration::from_millis(20);
+/// How long the tree may look empty while the supervisor still has not exited before the
+/// supervisor itself is killed (it was stopped or killed by the command).
+const STUCK_SUPERVISOR: Duration = Duration::from_secs(3);
+
+/// The process tree of one command.
+#[derive(Debug)]
+pub(crate) struct ProcTree {
+    /// The supervisor: root of the tree, and leader of its session and process group.
+    pid: i32,
+    gone: CancellationToken,
+    exit: OnceLock<Exit>,
+    terminating: AtomicBool,
+}
+
+impl ProcTree {
+    /// Takes ownership of the spawned supervisor and reaps it in the background.
+    pub(crate) fn watch(mut child: tokio::process::Child) -> Option<Arc<Self>> {
+        let pid = i32::try_from(child.id()?).ok()?;
+        let tree = Arc::new(Self {
+            pid,
+            gone: CancellationToken::new(),
+            exit: OnceLock::new(),
+            terminating: AtomicBool::new(false),
+        });
+        let watcher = tree.clone();
+        tokio::spawn(async move {
+            let exit = match child.wait().await {
+                Ok(status) => Exit::from_status(status),
+                Err(_) => Exit::default(),
+            };
+            let _ = watcher.exit.set(exit);
+            watcher.gone.cancel();
+        });
+        Some(tree)
+    }
+
+    /// Whether nothing of the command is left.
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.is_cancelled()
+    }
+
+    pub(crate) async fn wait_gone(&self) {
+        self.gone.cancelled().await;
+    }
+
+    /// How the supervisor itself ended; only meaningful once gone.
+    pub(crate) fn supervisor_exit(&self) -> Exit {
+        self.exit.get().copied().unwrap_or_default()
+    }
+
+    /// Live descendants of the supervisor (zombies excluded: they are already dead).
+    pub(crate) fn members(&self) -> Vec<i32> {
+        if self.is_gone() {
+            // The supervisor's pid may have been reused: never look under it again.
+            return Vec::new();
+        }
+        descendants(self.pid, &snapshot())
+    }
+
+    /// Sends `sig` to every live member; returns how many there were.
+    ///
+    /// The process group (the supervisor's: the command's session started with it) is signalled
+    /// as one, which is atomic against members forking meanwhile and gives each member exactly
+    /// one signal; members that left the group get theirs one by one. SIGKILL cannot use the
+    /// group, which holds the supervisor, so it goes one by one and callers repeat it.
+    fn signal_members(&self, sig: i32) -> usize {
+        if self.is_gone() {
+            return 0;
+        }
+        let procs = snapshot();
+        let members = descendants(self.pid, &procs);
+        let by_group = sig != libc::SIGKILL;
+        if by_group && !members.is_empty() {
+            // SAFETY: plain kill(2) on our live supervisor's group; the supervisor ignores it.
+            unsafe { libc::kill(-self.pid, sig) };
+        }
+        for &pid in &members {
+            let in_group = procs.iter().any(|p| p.pid == pid && p.pgid == self.pid);
+            if !(by_group && in_group) {
+                // SAFETY: plain kill(2); ESRCH for a process that just exited is fine.
+                unsafe { libc::kill(pid, sig) };
+            }
+        }
+        members.len()
+    }
+
+    /// SIGTERM to the whole tree, SIGKILL after `grace` to whatever is left, until it is gone.
+    /// Only the first call escalates; later calls just wait for the tree to be gone.
+    pub(crate) async fn terminate(&self, grace: Duration) {
+        if self.terminating.swap(true, Ordering::SeqCst) || self.is_gone() {
+            self.wait_gone().await;
+            return;
+        }
+        self.signal_members(libc::SIGTERM);
+        if tokio::time::timeout(grace, self.wait_gone()).await.is_ok() {
+            return;
+        }
+        let mut empty_since: Option<Instant> = None;
+        loop {
+            if self.signal_members(libc::SIGKILL) == 0 {
+                let since = *empty_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= STUCK_SUPERVISOR && !self.is_gone() {
+                    // SAFETY: the supervisor is our child and not yet reaped, so the pid is its.
+                    unsafe { libc::kill(self.pid, libc::SIGKILL) };
+                }
+            } else {
+                empty_since = None;
+            }
+            if tokio::time::timeout(KILL_POLL, self.wait_gone())
+                .await
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Starts [`terminate`](Self::terminate) without waiting for it.
+    pub(crate) fn terminate_in_background(self: &Arc<Self>, grace: Duration) {
+        let tree = self.clone();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move { tree.terminate(grace).await });
+        }
+    }
+}
+
+/// One process as `/proc/<pid>/stat` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcInfo {
+    pub(crate) pid: i32,
+    pub(crate) ppid: i32,
+    pub(crate) pgid: i32,
+    pub(crate) alive: bool,
+}
+
+/// All processes visible in `/proc`.
+pub(crate) fn snapshot() -> Vec<ProcInfo> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut procs = Vec::new();
+    let mut path = String::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        path.clear();
+        path.push_str("/proc/");
+        path.push_str(name.to_str().unwrap_or_default());
+        path.push_str("/stat");
+        if let Some(info) = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|stat| parse_stat(pid, &stat))
+        {
+            procs.push(info);
+        }
+    }
+    procs
+}
+
+/// Parses `pid (comm) state ppid ...`; `comm` may contain anything, so split after its last `)`.
+fn parse_stat(pid: i32, stat: &str) -> Option<ProcInfo> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgid = fields.next()?.parse().ok()?;
+    Some(ProcInfo {
+        pid,
+        ppid,
+        pgid,
+        alive: !matches!(state, "Z" | "X" | "x"),
+    })
+}
+
+/// Live descendants of `root` in `procs`.
+pub(crate) fn descendants(root: i32, procs: &[ProcInfo]) -> Vec<i32> {
+    let mut children: HashMap<i32, Vec<&ProcInfo>> = HashMap::new();
+    for p in procs {
+        children.entry(p.ppid).or_default().push(p);
+    }
+    let mut found = Vec::new();
+    let mut queue = vec![root];
+    while let Some(parent) = queue.pop() {
+        for child in children.get(&parent).into_iter().flatten() {
+            if child.pid != root {
+                queue.push(child.pid);
+                if child.alive {
+                    found.push(child.pid);
+                }
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_odd_names() {
+        let info = parse_stat(42, "42 (a) b (c)) S 7 42 42 0 -1").unwrap();
+        assert_eq!(
+            info,
+            ProcInfo {
+                pid: 42,
+                ppid: 7,
+                pgid: 42,
+                alive: true
+            }
+        );
+        assert!(!parse_stat(1, "1 (z) Z 0 1 1").unwrap().alive);
+    }
+
+    #[test]
+    fn finds_descendants_but_not_zombies() {
+        let p = |pid, ppid, alive| ProcInfo {
+            pid,
+            ppid,
+            pgid: 1,
+            alive,
+        };
+        let procs = [
+            p(1, 0, true),
+            p(10, 1, true),
+            p(11, 10, true),
+            p(12, 11, false),
+            p(13, 12, true),
+            p(20, 1, true),
+        ];
+        let mut found = descendants(10, &procs);
+        found.sort();
+        assert_eq!(found, [11, 13]);
+    }
+
+    #[test]
+    fn decodes_wait_status() {
+        assert_eq!(
+            Exit::from_wait_status(3 << 8),
+            Exit {
+                code: Some(3),
+                signal: None
+            }
+        );
+        assert_eq!(
+            Exit::from_wait_status(libc::SIGKILL),
+            Exit {
+                code: None,
+                signal: Some(9)
+            }
+        );
+    }
+}

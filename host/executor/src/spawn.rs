@@ -1,0 +1,143 @@
+//! Starting a command: `bash -c <command>` under a supervisor in a new session, stdin
+//! `/dev/null`, stdout and stderr on separate pipes, and a status pipe for bash's wait status.
+//!
+//! Process layout: host → supervisor (session and group leader, child subreaper; see
+//! [`crate::supervisor`]) → bash. Both are created by the one `fork` std performs plus a second
+//! `fork` in the `pre_exec` hook; only bash execs.
+
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+
+use tokio::io::AsyncReadExt;
+use tokio::process::{ChildStderr, ChildStdout};
+
+use crate::process::{Exit, ProcTree};
+
+/// A started command.
+pub(crate) struct Spawned {
+    pub(crate) tree: Arc<ProcTree>,
+    pub(crate) stdout: ChildStdout,
+    pub(crate) stderr: ChildStderr,
+    pub(crate) leader: Leader,
+}
+
+/// Reports how bash (the tree's leader) ended.
+pub(crate) struct Leader {
+    status: ChildStdout,
+}
+
+impl Leader {
+    /// Waits for bash to end. Should the supervisor die without reporting (the command can
+    /// SIGKILL it), its own end stands for the leader's.
+    pub(crate) async fn wait(mut self, tree: Arc<ProcTree>) -> Exit {
+        let mut raw = [0u8; 4];
+        match self.status.read_exact(&mut raw).await {
+            Ok(_) => Exit::from_wait_status(i32::from_ne_bytes(raw)),
+            Err(_) => {
+                tree.wait_gone().await;
+                tree.supervisor_exit()
+            }
+        }
+    }
+}
+
+/// Starts `<program> -c <command>` in `workdir` with exactly `env`. Must run inside a tokio
+/// runtime context.
+pub(crate) fn spawn(
+    program: &OsStr,
+    command: &str,
+    workdir: &Path,
+    env: Vec<(OsString, OsString)>,
+) -> io::Result<Spawned> {
+    let (status_read, status_write) = status_pipe()?;
+    let status = ChildStdout::from_std(std::process::ChildStdout::from(status_read))?;
+
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(workdir)
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let host = std::process::id() as libc::pid_t;
+    let status_fd = status_write.as_raw_fd();
+    // SAFETY: the hook runs between fork and exec and only makes async-signal-safe calls (see
+    // `supervisor`); io::Error::last_os_error does not allocate.
+    unsafe {
+        cmd.pre_exec(move || {
+            // A new session: own process group, no controlling terminal.
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let supervisor = libc::getpid();
+            match libc::fork() {
+                -1 => Err(io::Error::last_os_error()),
+                0 => {
+                    // bash: dies with its supervisor, then std execs it.
+                    libc::prctl(
+                        libc::PR_SET_PDEATHSIG,
+                        libc::SIGKILL as libc::c_ulong,
+                        0,
+                        0,
+                        0,
+                    );
+                    if libc::getppid() != supervisor {
+                        libc::_exit(127);
+                    }
+                    Ok(())
+                }
+                bash => crate::supervisor::supervise(bash, status_fd, host),
+            }
+        });
+    }
+    let mut child = cmd.spawn()?;
+    // Our copy must go, or the status pipe would never report EOF.
+    drop(status_write);
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let tree = ProcTree::watch(child);
+    match (tree, stdout, stderr) {
+        (Some(tree), Some(stdout), Some(stderr)) => Ok(Spawned {
+            tree,
+            stdout,
+            stderr,
+            leader: Leader { status },
+        }),
+        _ => Err(io::Error::other("the started process has no pid or pipes")),
+    }
+}
+
+/// A close-on-exec pipe whose ends are at fd 3 or above, so that the supervisor's stdio setup
+/// cannot clobber them.
+fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills `fds` with two new descriptors on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are fresh and owned by nothing else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok((above_stdio(read)?, above_stdio(write)?))
+}
+
+fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor, which we then own.
+    let dup = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if dup < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `dup` is fresh.
+    Ok(unsafe { OwnedFd::from_raw_fd(dup) })
+}

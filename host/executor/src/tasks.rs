@@ -1,0 +1,329 @@
+//! The background task table: ids, states, read offsets, the running limit and the retention of
+//! finished tasks. Pure bookkeeping; processes are driven elsewhere.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::stream::Output;
+use crate::{ExecError, Read, Task, TaskState};
+
+/// Signals between the table and a task's driver.
+#[derive(Debug, Default)]
+pub(crate) struct Control {
+    /// Cancelled to stop the task (kill or shutdown).
+    pub(crate) kill: CancellationToken,
+    /// Cancelled by the driver once nothing of the task is left.
+    pub(crate) ended: CancellationToken,
+}
+
+/// How a task's process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum End {
+    Exited {
+        code: Option<i32>,
+        signal: Option<String>,
+    },
+    SpawnFailed,
+}
+
+#[derive(Debug)]
+struct Record {
+    task: Task,
+    outputs: [Arc<Output>; 2],
+    /// Whole-stream offsets already returned by `read`.
+    offsets: [u64; 2],
+    control: Arc<Control>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Tasks {
+    next_id: u64,
+    records: HashMap<String, Record>,
+    /// Finished ids, oldest first, for retention.
+    finished: VecDeque<String>,
+    running: usize,
+    max_running: usize,
+    max_finished: usize,
+    /// Tasks whose processes may still exist, retained or not: shutdown waits for these.
+    live: HashMap<String, Arc<Control>>,
+    shutdown: bool,
+}
+
+impl Tasks {
+    pub(crate) fn new(max_running: usize, max_finished: usize) -> Self {
+        Self {
+            next_id: 1,
+            records: HashMap::new(),
+            finished: VecDeque::new(),
+            running: 0,
+            max_running,
+            max_finished,
+            live: HashMap::new(),
+            shutdown: false,
+        }
+    }
+
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shutdown
+    }
+
+    /// Refuses new tasks from now on, kills the running ones and returns every task whose
+    /// processes may still exist.
+    pub(crate) fn begin_shutdown(&mut self) -> Vec<Arc<Control>> {
+        self.shutdown = true;
+        let running: Vec<String> = self
+            .records
+            .values()
+            .filter(|r| r.task.state == TaskState::Running)
+            .map(|r| r.task.id.clone())
+            .collect();
+        for id in running {
+            let _ = self.kill(&id);
+        }
+        self.live.values().cloned().collect()
+    }
+
+    /// Adds a running task, or refuses without any change.
+    pub(crate) fn insert(
+        &mut self,
+        command: &str,
+        owner: Option<String>,
+        outputs: [Arc<Output>; 2],
+    ) -> Result<(Task, Arc<Control>), ExecError> {
+        if self.shutdown {
+            return Err(shutting_down());
+        }
+        if self.running >= self.max_running {
+            return Err(ExecError::TaskLimit(format!(
+                "too many background tasks: {} are running, the limit is {}; wait for one to \
+                 finish or kill one",
+                self.running, self.max_running
+            )));
+        }
+        let task = Task {
+            id: format!("bash-{}", self.next_id),
+            command: command.to_string(),
+            owner,
+            state: TaskState::Running,
+            exit_code: None,
+            signal: None,
+        };
+        self.next_id += 1;
+        let control = Arc::new(Control::default());
+        self.records.insert(
+            task.id.clone(),
+            Record {
+                task: task.clone(),
+                outputs,
+                offsets: [0, 0],
+                control: control.clone(),
+            },
+        );
+        self.live.insert(task.id.clone(), control.clone());
+        self.running += 1;
+        Ok((task, control))
+    }
+
+    fn record(&self, id: &str) -> Result<&Record, ExecError> {
+        self.records
+            .get(id)
+            .ok_or_else(|| ExecError::UnknownTask(id.to_string()))
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Result<Task, ExecError> {
+        Ok(self.record(id)?.task.clone())
+    }
+
+    pub(crate) fn owner_of(&self, id: &str) -> Option<String> {
+        self.records.get(id).and_then(|r| r.task.owner.clone())
+    }
+
+    /// Retained tasks in id order.
+    pub(crate) fn list(&self) -> Vec<Task> {
+        let mut tasks: Vec<Task> = self.records.values().map(|r| r.task.clone()).collect();
+        tasks.sort_by_key(|t| id_number(&t.id));
+        tasks
+    }
+
+    /// Output since the previous read of this task.
+    pub(crate) fn read(&mut self, id: &str) -> Result<Read, ExecError> {
+        let record = self
+            .records
+            .get_mut(id)
+            .ok_or_else(|| ExecError::UnknownTask(id.to_string()))?;
+        let (stdout, out_next) = record.outputs[0].read_since(record.offsets[0]);
+        let (stderr, err_next) = record.outputs[1].read_since(record.offsets[1]);
+        record.offsets = [out_next, err_next];
+        Ok(Read {
+            stdout,
+            stderr,
+            task: record.task.clone(),
+        })
+    }
+
+    /// Marks a running task killed and asks its driver to stop it. False when it had already
+    /// finished (including an earlier kill: the escalation is never restarted).
+    pub(crate) fn kill(&mut self, id: &str) -> Result<bool, ExecError> {
+        let record = self
+            .records
+            .get_mut(id)
+            .ok_or_else(|| ExecError::UnknownTask(id.to_string()))?;
+        if record.task.state != TaskState::Running {
+            return Ok(false);
+        }
+        record.task.state = TaskState::Killed;
+        record.control.kill.cancel();
+        self.running -= 1;
+        self.retire(id);
+        Ok(true)
+    }
+
+    /// Records how a task ended and returns its final state. `base` is the task as started, used
+    /// when the record was already dropped by retention (possible only after a kill).
+    pub(crate) fn finish(&mut self, base: &Task, end: End) -> Task {
+        self.live.remove(&base.id);
+        let Some(record) = self.records.get_mut(&base.id) else {
+            let mut task = base.clone();
+            task.state = TaskState::Killed;
+            apply(&mut task, end);
+            return task;
+        };
+        let was_running = record.task.state == TaskState::Running;
+        apply(&mut record.task, end);
+        let task = record.task.clone();
+        if was_running {
+            self.running -= 1;
+            self.retire(&base.id);
+        }
+        task
+    }
+
+    /// Moves a task to the finished list and forgets the oldest beyond the retention limit.
+    fn retire(&mut self, id: &str) {
+        self.finished.push_back(id.to_string());
+        while self.finished.len() > self.max_finished {
+            if let Some(old) = self.finished.pop_front() {
+                self.records.remove(&old);
+            }
+        }
+    }
+}
+
+/// Sets the end facts; a still-running task becomes Killed when a signal (or a failed spawn)
+/// ended it, Completed otherwise. A task already killed stays Killed.
+fn apply(task: &mut Task, end: End) {
+    let killed = match end {
+        End::Exited { code, signal } => {
+            let killed = signal.is_some();
+            task.exit_code = code;
+            task.signal = signal;
+            killed
+        }
+        End::SpawnFailed => true,
+    };
+    if task.state == TaskState::Running {
+        task.state = if killed {
+            TaskState::Killed
+        } else {
+            TaskState::Completed
+        };
+    }
+}
+
+fn id_number(id: &str) -> u64 {
+    id.strip_prefix("bash-")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+pub(crate) fn shutting_down() -> ExecError {
+    ExecError::Internal("the executor is shutting down; no new background tasks".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outputs() -> [Arc<Output>; 2] {
+        let (a, b) = crate::spill::targets(None, 10);
+        [Output::new(10, a), Output::new(10, b)]
+    }
+
+    fn exited(code: i32) -> End {
+        End::Exited {
+            code: Some(code),
+            signal: None,
+        }
+    }
+
+    #[test]
+    fn ids_count_up_and_limit_changes_nothing() {
+        let mut tasks = Tasks::new(2, 10);
+        let (a, _) = tasks.insert("a", None, outputs()).unwrap();
+        let (b, _) = tasks.insert("b", Some("s".into()), outputs()).unwrap();
+        assert_eq!((a.id.as_str(), b.id.as_str()), ("bash-1", "bash-2"));
+        let before = tasks.list();
+        assert!(matches!(
+            tasks.insert("c", None, outputs()),
+            Err(ExecError::TaskLimit(_))
+        ));
+        assert_eq!(tasks.list(), before);
+        assert_eq!(tasks.kill("bash-1"), Ok(true));
+        assert_eq!(tasks.kill("bash-1"), Ok(false));
+        let (c, _) = tasks.insert("c", None, outputs()).unwrap();
+        assert_eq!(c.id, "bash-3");
+        assert_eq!(tasks.owner_of("bash-2").as_deref(), Some("s"));
+        assert_eq!(tasks.owner_of("bash-1"), None);
+    }
+
+    #[test]
+    fn retains_latest_finished() {
+        let mut tasks = Tasks::new(10, 2);
+        let mut started = Vec::new();
+        for _ in 0..3 {
+            started.push(tasks.insert("x", None, outputs()).unwrap().0);
+        }
+        for (i, task) in started.iter().enumerate() {
+            let done = tasks.finish(task, exited(i as i32));
+            assert_eq!(done.state, TaskState::Completed);
+        }
+        assert_eq!(
+            tasks.get("bash-1"),
+            Err(ExecError::UnknownTask("bash-1".into()))
+        );
+        assert_eq!(tasks.get("bash-3").unwrap().exit_code, Some(2));
+        assert_eq!(tasks.list().len(), 2);
+    }
+
+    #[test]
+    fn end_states() {
+        let mut tasks = Tasks::new(10, 10);
+        let (a, _) = tasks.insert("a", None, outputs()).unwrap();
+        let signal = End::Exited {
+            code: None,
+            signal: Some("SIGSEGV".into()),
+        };
+        assert_eq!(tasks.finish(&a, signal).state, TaskState::Killed);
+        let (b, _) = tasks.insert("b", None, outputs()).unwrap();
+        assert_eq!(tasks.finish(&b, End::SpawnFailed).state, TaskState::Killed);
+        let (c, control) = tasks.insert("c", None, outputs()).unwrap();
+        tasks.kill("bash-3").unwrap();
+        assert!(control.kill.is_cancelled());
+        let done = tasks.finish(&c, exited(0));
+        assert_eq!((done.state, done.exit_code), (TaskState::Killed, Some(0)));
+        assert_eq!(tasks.running, 0);
+    }
+
+    #[test]
+    fn shutdown_refuses_and_kills() {
+        let mut tasks = Tasks::new(10, 10);
+        let (_, control) = tasks.insert("a", None, outputs()).unwrap();
+        let live = tasks.begin_shutdown();
+        assert_eq!(live.len(), 1);
+        assert!(control.kill.is_cancelled());
+        assert_eq!(tasks.get("bash-1").unwrap().state, TaskState::Killed);
+        assert!(tasks.insert("b", None, outputs()).is_err());
+    }
+}
