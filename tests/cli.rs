@@ -1,1 +1,285 @@
-//! placeholder
+//! Black-box tests of the `dsh-host` command line: `tools`, `call`, flags and bad input.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dsh-host"));
+    // One compiled-component cache for every test process: debug builds compile slowly.
+    cmd.env(
+        "DSH_CACHE_DIR",
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache"),
+    );
+    cmd.env_remove("DSH_LOG");
+    cmd
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("dsh-host runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn tools_lists_three_tools_with_the_component_schema() {
+    let o = run(&["tools"]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let defs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<&str> = defs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["bash", "bash_output", "bash_kill"]);
+    let bash = &defs[0]["inputSchema"];
+    let keys: Vec<&String> = bash["properties"].as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "command",
+            "description",
+            "timeoutMs",
+            "workdir",
+            "run_in_background"
+        ]
+    );
+    assert_eq!(
+        bash["required"],
+        serde_json::json!(["command", "description"])
+    );
+    assert_eq!(bash["type"], "object");
+    let desc = defs[0]["description"].as_str().unwrap();
+    assert!(
+        desc.contains("120000") && desc.contains("600000"),
+        "timeouts named: {desc}"
+    );
+}
+
+#[test]
+fn tools_formats_share_one_schema() {
+    let mcp: serde_json::Value =
+        serde_json::from_slice(&run(&["tools", "--format", "mcp"]).stdout).unwrap();
+    let openai: serde_json::Value =
+        serde_json::from_slice(&run(&["tools", "--format", "openai"]).stdout).unwrap();
+    let anthropic: serde_json::Value =
+        serde_json::from_slice(&run(&["tools", "--format", "anthropic"]).stdout).unwrap();
+    for i in 0..3 {
+        assert_eq!(openai[i]["type"], "function");
+        assert_eq!(openai[i]["function"]["parameters"], mcp[i]["inputSchema"]);
+        assert_eq!(anthropic[i]["input_schema"], mcp[i]["inputSchema"]);
+        assert_eq!(anthropic[i]["name"], mcp[i]["name"]);
+    }
+}
+
+#[test]
+fn call_prints_the_result_text() {
+    let o = run(&[
+        "call",
+        "bash",
+        r#"{"command":"echo hi","description":"Say hi to the user"}"#,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(stdout(&o), "hi\n");
+}
+
+#[test]
+fn call_non_zero_exit_is_not_an_error() {
+    let o = run(&[
+        "call",
+        "bash",
+        r#"{"command":"echo failing; exit 3","description":"Fail on purpose"}"#,
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(stdout(&o), "failing\n[exit code: 3]\n");
+}
+
+#[test]
+fn call_json_output_and_error_exit_status() {
+    let o = run(&["call", "--json", "bash", "{}"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({
+            "text": "Error: invalid arguments: missing required property \"command\"; missing required property \"description\"",
+            "isError": true
+        })
+    );
+}
+
+#[test]
+fn call_unknown_tool_is_an_error() {
+    let o = run(&["call", "nope", "{}"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stdout(&o), "Error: unknown tool \"nope\"\n");
+}
+
+#[test]
+fn call_malformed_json_arguments_is_a_clear_error() {
+    let o = run(&["call", "bash", "{not json"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stdout(&o).starts_with("Error: invalid arguments: "),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn call_timeout_renders_markers() {
+    let o = run(&[
+        "--timeout-ms",
+        "200",
+        "--grace-ms",
+        "100",
+        "call",
+        "bash",
+        r#"{"command":"sleep 5","description":"Sleep past the timeout"}"#,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "(no output)\n[timed out after 200ms]\n[killed by signal: SIGTERM]\n"
+    );
+}
+
+#[test]
+fn call_relative_workdir_resolves_against_cwd_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let cwd = dir.path().to_str().unwrap();
+    let o = run(&[
+        "--cwd",
+        cwd,
+        "call",
+        "bash",
+        r#"{"command":"pwd","description":"Print the directory","workdir":"sub"}"#,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let expected = dir.path().canonicalize().unwrap().join("sub");
+    assert_eq!(stdout(&o).trim_end(), expected.to_str().unwrap());
+}
+
+#[test]
+fn call_missing_workdir_is_an_error_naming_it() {
+    let o = run(&[
+        "call",
+        "bash",
+        r#"{"command":"true","description":"Run in a missing dir","workdir":"/nonexistent-dsh-dir"}"#,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let text = stdout(&o);
+    assert!(
+        text.starts_with("Error: ") && text.contains("/nonexistent-dsh-dir"),
+        "{text}"
+    );
+}
+
+#[test]
+fn sigint_aborts_a_foreground_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let args = format!(
+        r#"{{"command":"echo $$ > {}; exec sleep 30","description":"Sleep until aborted"}}"#,
+        pidfile.display()
+    );
+    let child = bin()
+        .args(["--grace-ms", "200", "call", "bash", &args])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pid: i32 = loop {
+        if let Ok(s) = std::fs::read_to_string(&pidfile) {
+            if let Ok(pid) = s.trim().parse() {
+                break pid;
+            }
+        }
+        assert!(Instant::now() < deadline, "command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "Error: command aborted\n"
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        !process_alive(pid),
+        "the aborted command's process {pid} still runs"
+    );
+}
+
+fn process_alive(pid: i32) -> bool {
+    // A zombie is dead for our purposes; /proc shows its state.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn bad_flag_values_exit_2_naming_the_flag() {
+    for (flag, value) in [
+        ("--timeout-ms", "0"),
+        ("--timeout-ms", "abc"),
+        ("--max-timeout-ms", "-5"),
+        ("--grace-ms", "NaN"),
+        ("--grace-ms", "inf"),
+        ("--max-output-bytes", "0"),
+        ("--max-spill-bytes", "x"),
+        ("--max-tasks", "-1"),
+    ] {
+        let o = run(&[flag, value, "tools"]);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}");
+        assert!(stderr(&o).contains(flag), "{flag} {value}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn default_timeout_above_the_maximum_is_a_usage_error() {
+    let o = run(&["--timeout-ms", "700000", "tools"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--timeout-ms"), "{}", stderr(&o));
+}
+
+#[test]
+fn missing_component_file_fails_clearly() {
+    let o = run(&["--component", "/nonexistent/tools.wasm", "tools"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("/nonexistent/tools.wasm"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn component_without_the_tools_export_fails_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.wasm");
+    // The smallest valid component: header only, no imports, no exports.
+    std::fs::write(&path, b"\0asm\x0d\x00\x01\x00").unwrap();
+    let o = run(&["--component", path.to_str().unwrap(), "tools"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("dsh:bash/tools@0.1.0"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -1,1 +1,618 @@
-//! placeholder
+//! Black-box tests of `dsh-host mcp`: a real MCP session over the child's stdin/stdout,
+//! newline-delimited JSON-RPC, every read bounded by a timeout.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// A read that takes longer than this fails the test.
+const READ_TIMEOUT: Duration = Duration::from_secs(20);
+/// The first answer waits for the component to load (and, on a cold cache, to compile).
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(180);
+
+const NOTICE: &str = "background bash task bash-1 finished [status: completed, exit code: 0]. Read its output with bash_output.";
+
+/// A `dsh-host mcp` child and the messages it wrote.
+struct Mcp {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    /// Messages read while waiting for another one, in arrival order.
+    stash: VecDeque<Value>,
+    stderr: Arc<Mutex<String>>,
+    next_id: i64,
+}
+
+impl Mcp {
+    fn spawn(extra_args: &[&str]) -> Mcp {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dsh-host"))
+            .arg("mcp")
+            .args(["--grace-ms", "200"])
+            .args(extra_args)
+            // One compiled-component cache for every test process: debug builds compile slowly.
+            .env(
+                "DSH_CACHE_DIR",
+                PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache"),
+            )
+            .env("DSH_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("dsh-host starts");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let mut err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = std::io::Read::read(&mut err, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Mcp {
+            child,
+            stdin,
+            lines,
+            stash: VecDeque::new(),
+            stderr,
+            next_id: 1,
+        }
+    }
+
+    /// Spawned and initialized.
+    fn start(extra_args: &[&str]) -> Mcp {
+        let mut mcp = Mcp::spawn(extra_args);
+        mcp.initialize();
+        mcp
+    }
+
+    fn initialize(&mut self) -> Value {
+        let id = self.request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": { "name": "dsh-host-tests", "version": "0" },
+            }),
+        );
+        let result = self.result_within(id, STARTUP_TIMEOUT);
+        self.notify("notifications/initialized", json!({}));
+        result
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn send_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}").expect("write to dsh-host");
+        stdin.flush().expect("flush to dsh-host");
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> i64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send_line(
+            &json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string(),
+        );
+        id
+    }
+
+    fn notify(&mut self, method: &str, params: Value) {
+        self.send_line(
+            &json!({ "jsonrpc": "2.0", "method": method, "params": params }).to_string(),
+        );
+    }
+
+    /// The next message from the channel (not the stash).
+    fn read(&mut self, timeout: Duration) -> Value {
+        match self.lines.recv_timeout(timeout) {
+            Ok(line) => serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}")),
+            Err(RecvTimeoutError::Timeout) => panic!(
+                "no message from dsh-host within {timeout:?}; stashed: {:?}; stderr:\n{}",
+                self.stash,
+                self.stderr()
+            ),
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!(
+                    "dsh-host closed its stdout; stashed: {:?}; stderr:\n{}",
+                    self.stash,
+                    self.stderr()
+                )
+            }
+        }
+    }
+
+    /// The first message, stashed or new, that `matches`; others are stashed.
+    fn find(&mut self, timeout: Duration, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
+        if let Some(i) = self.stash.iter().position(&matches) {
+            return self.stash.remove(i).unwrap();
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                panic!(
+                    "no {what} within {timeout:?}; stashed: {:?}; stderr:\n{}",
+                    self.stash,
+                    self.stderr()
+                );
+            }
+            let message = self.read(left);
+            if matches(&message) {
+                return message;
+            }
+            self.stash.push_back(message);
+        }
+    }
+
+    /// The response (result or error) to request `id`.
+    fn response_within(&mut self, id: i64, timeout: Duration) -> Value {
+        self.find(timeout, &format!("response to request {id}"), |m| {
+            m.get("id") == Some(&json!(id)) && m.get("method").is_none()
+        })
+    }
+
+    fn result_within(&mut self, id: i64, timeout: Duration) -> Value {
+        let response = self.response_within(id, timeout);
+        match response.get("result") {
+            Some(result) => result.clone(),
+            None => panic!("request {id} failed: {response}"),
+        }
+    }
+
+    fn result(&mut self, id: i64) -> Value {
+        self.result_within(id, READ_TIMEOUT)
+    }
+
+    /// A `tools/call` result.
+    fn call(&mut self, name: &str, arguments: Value) -> Value {
+        let id = self.request(
+            "tools/call",
+            json!({ "name": name, "arguments": arguments }),
+        );
+        self.result(id)
+    }
+
+    fn bash(&mut self, command: &str) -> Value {
+        self.call(
+            "bash",
+            json!({ "command": command, "description": "Run a test command" }),
+        )
+    }
+
+    fn notification(&mut self, method: &str) -> Value {
+        self.find(READ_TIMEOUT, method, |m| {
+            m.get("method") == Some(&json!(method)) && m.get("id").is_none()
+        })
+    }
+
+    fn close_stdin(&mut self) {
+        drop(self.stdin.take());
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for dsh-host") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "dsh-host still running after {timeout:?}; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Mcp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The text blocks of a `tools/call` result.
+fn texts(result: &Value) -> Vec<&str> {
+    result["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no content: {result}"))
+        .iter()
+        .map(|block| {
+            assert_eq!(block["type"], "text", "not a text block: {block}");
+            block["text"].as_str().unwrap()
+        })
+        .collect()
+}
+
+fn is_error(result: &Value) -> bool {
+    result["isError"]
+        .as_bool()
+        .unwrap_or_else(|| panic!("no isError: {result}"))
+}
+
+/// Wait until `path` holds a pid, and return it.
+fn read_pid(path: &Path) -> i32 {
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && let Ok(pid) = text.trim().parse()
+        {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pid in {} within {READ_TIMEOUT:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether `pid` runs (a zombie does not).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesized command name.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn wait_gone(pid: i32, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} still alive after {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A command that records its pid in `pid_file` and then sleeps as that same process.
+fn sleeper(pid_file: &Path) -> String {
+    format!("echo $$ > '{}'; exec sleep 30", pid_file.display())
+}
+
+#[test]
+fn initialize_names_the_server_and_its_capabilities() {
+    let mut mcp = Mcp::spawn(&[]);
+    let init = mcp.initialize();
+    assert_eq!(init["protocolVersion"], "2025-06-18");
+    assert_eq!(init["serverInfo"]["name"], "dsh-host");
+    assert_eq!(init["serverInfo"]["version"], env!("CARGO_PKG_VERSION"));
+    assert!(
+        init["capabilities"]["tools"].is_object(),
+        "tools capability: {init}"
+    );
+    assert!(
+        init["capabilities"]["logging"].is_object(),
+        "logging capability: {init}"
+    );
+    // A ping still works after the handshake.
+    let id = mcp.request("ping", json!({}));
+    assert_eq!(mcp.result(id), json!({}));
+}
+
+#[test]
+fn tools_list_passes_the_component_schema_through() {
+    let mut mcp = Mcp::start(&[]);
+    let id = mcp.request("tools/list", json!({}));
+    let list = mcp.result(id);
+    let tools = list["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["bash", "bash_output", "bash_kill"]);
+    let bash = &tools[0]["inputSchema"];
+    let keys: Vec<&String> = bash["properties"].as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "command",
+            "description",
+            "timeoutMs",
+            "workdir",
+            "run_in_background"
+        ]
+    );
+    assert_eq!(bash["required"], json!(["command", "description"]));
+    assert_eq!(bash["type"], "object");
+    assert!(tools[0]["description"].as_str().unwrap().contains("120000"));
+
+    // Exactly the definitions `dsh-host tools` prints, key order included.
+    let out = Command::new(env!("CARGO_BIN_EXE_dsh-host"))
+        .arg("tools")
+        .env(
+            "DSH_CACHE_DIR",
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache"),
+        )
+        .output()
+        .expect("dsh-host tools runs");
+    assert!(
+        out.status.success(),
+        "dsh-host tools: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let defs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for (tool, def) in tools.iter().zip(defs.as_array().unwrap()) {
+        assert_eq!(tool["name"], def["name"]);
+        assert_eq!(tool["description"], def["description"]);
+        assert_eq!(
+            tool["inputSchema"].to_string(),
+            def["inputSchema"].to_string()
+        );
+    }
+}
+
+#[test]
+fn tools_call_returns_the_tool_text_and_error_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().canonicalize().unwrap();
+    let mut mcp = Mcp::start(&["--cwd", cwd.to_str().unwrap()]);
+
+    let r = mcp.bash("echo hi");
+    assert_eq!(texts(&r), ["hi\n"]);
+    assert!(!is_error(&r));
+
+    let r = mcp.call("bash", json!({}));
+    assert!(is_error(&r));
+    assert_eq!(
+        texts(&r),
+        [
+            r#"Error: invalid arguments: missing required property "command"; missing required property "description""#
+        ]
+    );
+
+    // No arguments at all are an empty object.
+    let id = mcp.request("tools/call", json!({ "name": "bash" }));
+    let r = mcp.result(id);
+    assert!(is_error(&r));
+    assert!(
+        texts(&r)[0].starts_with("Error: invalid arguments: missing required property \"command\"")
+    );
+
+    // Unknown tools reach the component, which answers them.
+    let r = mcp.call("nope", json!({}));
+    assert!(is_error(&r));
+    assert_eq!(texts(&r), [r#"Error: unknown tool "nope""#]);
+
+    // A failing command is a result like any other, and the session's cwd applies.
+    let r = mcp.bash("pwd; exit 3");
+    assert!(!is_error(&r));
+    assert_eq!(texts(&r), [format!("{}\n[exit code: 3]", cwd.display())]);
+}
+
+#[test]
+fn completion_notices_are_notified_and_ride_on_the_next_result_once() {
+    let mut mcp = Mcp::start(&[]);
+    let r = mcp.call(
+        "bash",
+        json!({ "command": "sleep 0.2; echo done", "description": "Finish soon", "run_in_background": true }),
+    );
+    assert_eq!(texts(&r), ["started background task bash-1"]);
+    assert!(!is_error(&r));
+
+    let message = mcp.notification("notifications/message");
+    assert_eq!(message["params"]["logger"], "tool-bash");
+    assert_eq!(message["params"]["level"], "info");
+    assert_eq!(message["params"]["data"], NOTICE);
+
+    let r = mcp.call("bash_output", json!({ "task_id": "bash-1" }));
+    let blocks = texts(&r);
+    assert_eq!(blocks.len(), 2, "{r}");
+    assert!(blocks[0].starts_with("done\n"), "{r}");
+    assert_eq!(blocks[1], NOTICE);
+
+    // Once only.
+    let r = mcp.bash("echo again");
+    assert_eq!(texts(&r), ["again\n"]);
+    assert!(mcp.stash.is_empty(), "unexpected messages: {:?}", mcp.stash);
+}
+
+#[test]
+fn cancelled_notification_kills_the_foreground_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let mut mcp = Mcp::start(&[]);
+    let cancelled = mcp.request(
+        "tools/call",
+        json!({ "name": "bash", "arguments": { "command": sleeper(&pid_file), "description": "Sleep long" } }),
+    );
+    let pid = read_pid(&pid_file);
+    assert!(alive(pid));
+    mcp.notify(
+        "notifications/cancelled",
+        json!({ "requestId": cancelled, "reason": "test" }),
+    );
+    wait_gone(pid, Duration::from_secs(10));
+
+    // The server keeps serving.
+    let r = mcp.bash("echo still here");
+    assert_eq!(texts(&r), ["still here\n"]);
+    // rmcp drops the response of a cancelled request; should one come, it is the abort error.
+    if let Some(i) = mcp
+        .stash
+        .iter()
+        .position(|m| m.get("id") == Some(&json!(cancelled)))
+    {
+        let response = &mcp.stash[i];
+        assert_eq!(
+            texts(&response["result"]),
+            ["Error: command aborted"],
+            "{response}"
+        );
+    }
+}
+
+#[test]
+fn malformed_json_gets_a_parse_error_and_serving_goes_on() {
+    let mut mcp = Mcp::spawn(&[]);
+    // Before the handshake...
+    mcp.send_line("this is not json");
+    let error = mcp.find(STARTUP_TIMEOUT, "parse error", |m| m.get("error").is_some());
+    assert_eq!(error["error"]["code"], -32700, "{error}");
+    assert_eq!(error.get("id"), Some(&Value::Null), "{error}");
+    mcp.initialize();
+
+    // ...and after it.
+    mcp.send_line(r#"{"jsonrpc": "2.0", "id": 99, "method": "#);
+    let error = mcp.find(READ_TIMEOUT, "parse error", |m| m.get("error").is_some());
+    assert_eq!(error["error"]["code"], -32700, "{error}");
+    assert_eq!(error.get("id"), Some(&Value::Null), "{error}");
+    assert_eq!(error["jsonrpc"], "2.0");
+
+    let r = mcp.bash("echo ok");
+    assert_eq!(texts(&r), ["ok\n"]);
+}
+
+#[test]
+fn stdin_eof_ends_the_server_and_kills_running_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let mut mcp = Mcp::start(&[]);
+    let r = mcp.call(
+        "bash",
+        json!({ "command": sleeper(&pid_file), "description": "Sleep in the background", "run_in_background": true }),
+    );
+    assert_eq!(texts(&r), ["started background task bash-1"]);
+    let pid = read_pid(&pid_file);
+    assert!(alive(pid));
+
+    mcp.close_stdin();
+    let status = mcp.wait_exit(READ_TIMEOUT);
+    assert!(
+        status.success(),
+        "exit status {status}; stderr:\n{}",
+        mcp.stderr()
+    );
+    // Killed and waited for before the server exited.
+    assert!(!alive(pid), "background task {pid} survived the server");
+}
+
+#[test]
+fn sigterm_ends_the_server_and_kills_running_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let mut mcp = Mcp::start(&[]);
+    let r = mcp.call(
+        "bash",
+        json!({ "command": sleeper(&pid_file), "description": "Sleep in the background", "run_in_background": true }),
+    );
+    assert_eq!(texts(&r), ["started background task bash-1"]);
+    let pid = read_pid(&pid_file);
+
+    // stdin stays open: the signal alone ends the server.
+    let server = i32::try_from(mcp.child.id()).unwrap();
+    assert_eq!(unsafe { libc::kill(server, libc::SIGTERM) }, 0);
+    let status = mcp.wait_exit(READ_TIMEOUT);
+    assert!(
+        status.success(),
+        "exit status {status}; stderr:\n{}",
+        mcp.stderr()
+    );
+    assert!(!alive(pid), "background task {pid} survived the server");
+}
+
+/// The library entry point over an in-process byte stream: the same session, and the same end
+/// when the input ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_a_session_over_any_byte_stream() {
+    use dsh_host::executor::{Config, Executor, LocalExecutor};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let config = Config {
+        grace_ms: 200.0,
+        ..Config::default()
+    };
+    let executor: Arc<dyn Executor> = LocalExecutor::new(config, tx).expect("valid config");
+    let mut options = dsh_host::HostOptions::new();
+    options.cache_dir = Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache"));
+    let host = dsh_host::ToolHost::new(options, executor, rx)
+        .await
+        .expect("host loads");
+
+    let (client, server) = tokio::io::duplex(1 << 16);
+    let (server_read, server_write) = tokio::io::split(server);
+    let serving = tokio::spawn(dsh_host::mcp::serve(
+        host.clone(),
+        None,
+        server_read,
+        server_write,
+    ));
+    let (client_read, mut client_write) = tokio::io::split(client);
+    let mut lines = tokio::io::BufReader::new(client_read).lines();
+    let mut exchange = async |request: Value| -> Value {
+        client_write
+            .write_all(format!("{request}\n").as_bytes())
+            .await
+            .unwrap();
+        let line = tokio::time::timeout(READ_TIMEOUT, lines.next_line())
+            .await
+            .expect("an answer in time")
+            .unwrap()
+            .expect("an answer before the end of the stream");
+        serde_json::from_str(&line).unwrap()
+    };
+
+    let init = exchange(json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "t", "version": "0" } },
+    }))
+    .await;
+    assert_eq!(init["result"]["serverInfo"]["name"], "dsh-host");
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let started = exchange(json!({
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": { "name": "bash", "arguments": {
+            "command": sleeper(&pid_file), "description": "Sleep in the background", "run_in_background": true,
+        } },
+    }))
+    .await;
+    assert_eq!(
+        texts(&started["result"]),
+        ["started background task bash-1"]
+    );
+    let pid = read_pid(&pid_file);
+    assert!(alive(pid));
+
+    client_write.shutdown().await.unwrap();
+    drop(client_write);
+    tokio::time::timeout(READ_TIMEOUT, serving)
+        .await
+        .expect("serve returns at the end of its input")
+        .unwrap()
+        .expect("serve ends cleanly");
+    assert!(!alive(pid), "background task {pid} survived serve");
+    let task = host.executor().get("bash-1").unwrap();
+    assert_eq!(task.state, dsh_host::executor::TaskState::Killed);
+}

@@ -1,1 +1,36 @@
-fn main() {}
+use clap::Parser;
+use dsh_host::cli::{Cli, run};
+
+fn main() {
+    // Parse before anything else: a bad flag exits 2 with clap's message naming it.
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DSH_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("dsh-host: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let code = runtime.block_on(async {
+        match run(cli).await {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("dsh-host: {e:#}");
+                e.exit_code()
+            }
+        }
+    });
+    // Background work (pumps, readers) must not keep the process alive after the answer.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    std::process::exit(code);
+}

@@ -1,0 +1,253 @@
+//! The `dsh-host` command line: `tools`, `call` and `mcp`, with the executor's settings as flags.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use dsh_executor::{Config, LocalExecutor};
+use tokio_util::sync::CancellationToken;
+
+use crate::{ComponentSource, HostOptions, ToolDefinition, ToolHost};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "dsh-host",
+    version,
+    about = "Runs the bash tools component with a native process executor"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the tool definitions as JSON.
+    Tools {
+        /// The shape of the definitions.
+        #[arg(long, value_enum, default_value_t = Format::Mcp)]
+        format: Format,
+    },
+    /// Run one tool call in a fresh session and print the result text.
+    Call {
+        /// Tool name: bash, bash_output or bash_kill.
+        tool: String,
+        /// The arguments as a JSON object.
+        #[arg(default_value = "{}")]
+        args: String,
+        /// Print {"text":…,"isError":…} instead of the text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve the tools over MCP on stdin/stdout.
+    Mcp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// MCP `tools/list` entries: name, description, inputSchema.
+    Mcp,
+    /// OpenAI function tools: {type:"function", function:{name, description, parameters}}.
+    Openai,
+    /// Anthropic tools: name, description, input_schema.
+    Anthropic,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    /// A tools component to load instead of the embedded one.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub component: Option<PathBuf>,
+    /// The session's working directory; relative workdirs resolve against it.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Default timeout of a foreground command.
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "MS", value_parser = positive_ms)]
+    pub timeout_ms: Option<f64>,
+    /// Largest timeout a call may ask for.
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "MS", value_parser = positive_ms)]
+    pub max_timeout_ms: Option<f64>,
+    /// Bytes of each stream kept in memory (the tail).
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "BYTES", value_parser = positive_u64)]
+    pub max_output_bytes: Option<u64>,
+    /// Time between SIGTERM and SIGKILL, and the pipe drain bound after the leader exits.
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "MS", value_parser = positive_ms)]
+    pub grace_ms: Option<f64>,
+    /// Where spill files go (a per-process directory is created inside).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub spill_dir: Option<PathBuf>,
+    /// Cap of one spill file.
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "BYTES", value_parser = positive_u64)]
+    pub max_spill_bytes: Option<u64>,
+    /// Background tasks allowed to run at once.
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_usize)]
+    pub max_tasks: Option<usize>,
+}
+
+fn positive_ms(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a number of milliseconds, got {s:?}"))?;
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("expected a finite number > 0, got {s}"))
+    }
+}
+
+fn positive_u64(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("expected a whole number > 0, got 0".into()),
+        Ok(v) => Ok(v),
+        Err(_) => Err(format!("expected a whole number > 0, got {s:?}")),
+    }
+}
+
+fn positive_usize(s: &str) -> Result<usize, String> {
+    positive_u64(s).and_then(|v| usize::try_from(v).map_err(|_| format!("{v} is too large")))
+}
+
+impl CommonArgs {
+    /// The executor configuration these flags describe.
+    pub fn executor_config(&self) -> Config {
+        let mut c = Config::default();
+        if let Some(v) = self.timeout_ms {
+            c.default_timeout_ms = v;
+        }
+        if let Some(v) = self.max_timeout_ms {
+            c.max_timeout_ms = v;
+        }
+        if let Some(v) = self.max_output_bytes {
+            c.max_output_bytes = v;
+        }
+        if let Some(v) = self.grace_ms {
+            c.grace_ms = v;
+        }
+        if let Some(v) = &self.spill_dir {
+            c.spill_dir = Some(v.clone());
+        }
+        if let Some(v) = self.max_spill_bytes {
+            c.max_spill_bytes = v;
+        }
+        if let Some(v) = self.max_tasks {
+            c.max_tasks = v;
+        }
+        c.cwd = self.cwd.clone();
+        c
+    }
+
+    pub fn host_options(&self) -> HostOptions {
+        let mut options = HostOptions::new();
+        if let Some(path) = &self.component {
+            options.component = ComponentSource::File(path.clone());
+        }
+        options
+    }
+
+    /// The session cwd, made absolute so that relative workdirs resolve predictably.
+    pub fn session_cwd(&self) -> Result<Option<String>, CliError> {
+        let Some(dir) = &self.cwd else {
+            return Ok(None);
+        };
+        let abs = std::path::absolute(dir)
+            .map_err(|e| CliError::Usage(format!("invalid --cwd {}: {e}", dir.display())))?;
+        if !abs.is_dir() {
+            return Err(CliError::Usage(format!(
+                "invalid --cwd {}: not a directory",
+                dir.display()
+            )));
+        }
+        Ok(Some(abs.to_string_lossy().into_owned()))
+    }
+}
+
+/// How the command line failed: a usage error exits 2, anything else 1.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Host(#[from] anyhow::Error),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Usage(_) => 2,
+            CliError::Host(_) => 1,
+        }
+    }
+}
+
+/// Build the host the flags describe: a local executor and the component.
+pub async fn build_host(common: &CommonArgs) -> Result<ToolHost, CliError> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let executor = LocalExecutor::new(common.executor_config(), tx)
+        .map_err(|e| CliError::Usage(format!("--{}: {}", e.setting, e.reason)))?;
+    let executor: Arc<dyn dsh_executor::Executor> = executor;
+    Ok(ToolHost::new(common.host_options(), executor, rx).await?)
+}
+
+/// Run the command line; returns the process exit code.
+pub async fn run(cli: Cli) -> Result<i32, CliError> {
+    let cwd = cli.common.session_cwd()?;
+    let host = build_host(&cli.common).await?;
+    let code = match cli.command {
+        Command::Tools { format } => {
+            let defs = definitions_json(host.tools(), format);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&defs).map_err(anyhow::Error::from)?
+            );
+            0
+        }
+        Command::Call { tool, args, json } => {
+            let session = host.open_session(cwd);
+            let abort = CancellationToken::new();
+            let on_signal = abort.clone();
+            let watcher = tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    on_signal.cancel();
+                }
+            });
+            let result = host.call(&tool, &args, &session.caller(), abort).await;
+            watcher.abort();
+            if json {
+                let out = serde_json::json!({ "text": result.text, "isError": result.is_error });
+                println!("{out}");
+            } else {
+                print!("{}", result.text);
+                if !result.text.ends_with('\n') {
+                    println!();
+                }
+            }
+            i32::from(result.is_error)
+        }
+        Command::Mcp => {
+            crate::mcp::serve_stdio(host.clone(), cwd).await?;
+            0
+        }
+    };
+    host.shutdown().await;
+    Ok(code)
+}
+
+/// The definitions in the shape one agent ecosystem expects, all from the component's schema.
+pub fn definitions_json(tools: &[ToolDefinition], format: Format) -> serde_json::Value {
+    let entries = tools.iter().map(|t| match format {
+        Format::Mcp => serde_json::json!({
+            "name": t.name, "description": t.description, "inputSchema": t.input_schema,
+        }),
+        Format::Openai => serde_json::json!({
+            "type": "function",
+            "function": { "name": t.name, "description": t.description, "parameters": t.input_schema },
+        }),
+        Format::Anthropic => serde_json::json!({
+            "name": t.name, "description": t.description, "input_schema": t.input_schema,
+        }),
+    });
+    serde_json::Value::Array(entries.collect())
+}

@@ -1,0 +1,141 @@
+//! Host bindings of the `tools-component` world, and conversions between the WIT types and the
+//! executor's own types (the executor crate does not depend on wasmtime).
+
+use dsh_executor as ex;
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "tools-component",
+    imports: { default: async | trappable },
+    exports: { default: async },
+});
+
+pub use dsh::bash::agent as wit_agent;
+pub use dsh::bash::bash_executor as wit_ex;
+pub use exports::dsh::bash::tools as wit_tools;
+
+impl From<wit_ex::Request> for ex::Request {
+    fn from(r: wit_ex::Request) -> Self {
+        Self {
+            command: r.command,
+            workdir: r.workdir,
+            timeout_ms: r.timeout_ms,
+            owner: r.owner,
+        }
+    }
+}
+
+impl From<wit_ex::Spec> for ex::Spec {
+    fn from(s: wit_ex::Spec) -> Self {
+        Self {
+            command: s.command,
+            workdir: s.workdir,
+            timeout_ms: s.timeout_ms,
+            owner: s.owner,
+        }
+    }
+}
+
+impl From<ex::Spec> for wit_ex::Spec {
+    fn from(s: ex::Spec) -> Self {
+        Self {
+            command: s.command,
+            workdir: s.workdir,
+            timeout_ms: s.timeout_ms,
+            owner: s.owner,
+        }
+    }
+}
+
+impl From<ex::StreamOutput> for wit_ex::StreamOutput {
+    fn from(s: ex::StreamOutput) -> Self {
+        Self {
+            text: s.text,
+            truncated: s.truncated,
+            spill_path: s.spill_path,
+        }
+    }
+}
+
+impl From<ex::RunResult> for wit_ex::RunResult {
+    fn from(r: ex::RunResult) -> Self {
+        Self {
+            exit_code: r.exit_code,
+            signal: r.signal,
+            timed_out: r.timed_out,
+            aborted: r.aborted,
+            timeout_ms: r.timeout_ms,
+            stdout: r.stdout.into(),
+            stderr: r.stderr.into(),
+            leftover_processes: r.leftover_processes,
+        }
+    }
+}
+
+impl From<ex::TaskState> for wit_ex::TaskState {
+    fn from(s: ex::TaskState) -> Self {
+        match s {
+            ex::TaskState::Running => Self::Running,
+            ex::TaskState::Completed => Self::Completed,
+            ex::TaskState::Killed => Self::Killed,
+        }
+    }
+}
+
+impl From<ex::Task> for wit_ex::Task {
+    fn from(t: ex::Task) -> Self {
+        Self {
+            id: t.id,
+            command: t.command,
+            owner: t.owner,
+            state: t.state.into(),
+            exit_code: t.exit_code,
+            signal: t.signal,
+        }
+    }
+}
+
+impl From<ex::StreamDelta> for wit_ex::StreamDelta {
+    fn from(d: ex::StreamDelta) -> Self {
+        Self {
+            text: d.text,
+            lossy: d.lossy,
+            spill_path: d.spill_path,
+        }
+    }
+}
+
+impl From<ex::Read> for wit_ex::Read {
+    fn from(r: ex::Read) -> Self {
+        Self {
+            stdout: r.stdout.into(),
+            stderr: r.stderr.into(),
+            task: r.task.into(),
+        }
+    }
+}
+
+impl From<ex::Limits> for wit_ex::Limits {
+    fn from(l: ex::Limits) -> Self {
+        Self {
+            default_timeout_ms: l.default_timeout_ms,
+            max_timeout_ms: l.max_timeout_ms,
+            max_output_bytes: l.max_output_bytes,
+            grace_ms: l.grace_ms,
+        }
+    }
+}
+
+impl From<ex::ExecError> for wit_ex::ExecutorError {
+    fn from(e: ex::ExecError) -> Self {
+        match e {
+            ex::ExecError::InvalidRequest(m) => Self::InvalidRequest(m),
+            ex::ExecError::WorkdirUnusable(m) => Self::WorkdirUnusable(m),
+            ex::ExecError::SpawnFailed(m) => Self::SpawnFailed(m),
+            ex::ExecError::UnknownTask(m) => Self::UnknownTask(m),
+            ex::ExecError::TaskLimit(m) => Self::TaskLimit(m),
+            ex::ExecError::Aborted => Self::Aborted,
+            ex::ExecError::Internal(m) => Self::Internal(m),
+        }
+    }
+}

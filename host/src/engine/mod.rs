@@ -1,0 +1,319 @@
+//! The engine: loads the tools component once, links its imports, and runs every tool call in a
+//! fresh instance of a pre-instantiated component.
+//!
+//! A fresh instance per call means calls run concurrently and a call that traps or misbehaves
+//! cannot poison the next one.
+
+mod bindings;
+mod deny;
+mod limits;
+mod load;
+mod state;
+mod wasi;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use dsh_executor::{Executor, Task};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Engine, Store};
+
+pub use load::{ComponentSource, EMBEDDED_COMPONENT, default_cache_dir};
+
+use bindings::{ToolsComponentPre, wit_tools};
+use limits::{GUEST_FUEL, GUEST_MEMORY_LIMIT, GuestLimiter, MemoryLimitExceeded};
+use state::CallState;
+
+use crate::inject::{Session, SessionRouter};
+
+/// A tool as the model sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDefinition {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments, exactly as the component converted it.
+    pub input_schema: serde_json::Value,
+}
+
+/// Who calls: the session's owner token and working directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller {
+    pub owner: Option<String>,
+    pub cwd: Option<String>,
+}
+
+/// What the model gets back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolResult {
+    pub text: String,
+    pub is_error: bool,
+    pub error_code: Option<String>,
+}
+
+/// How to build a [`ToolHost`].
+#[derive(Debug, Clone, Default)]
+pub struct HostOptions {
+    pub component: ComponentSource,
+    /// Cache directory for the compiled component; `None` compiles at every start.
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl HostOptions {
+    /// The embedded component with the default cache directory.
+    pub fn new() -> Self {
+        Self {
+            component: ComponentSource::Embedded,
+            cache_dir: default_cache_dir(),
+        }
+    }
+}
+
+struct Inner {
+    engine: Engine,
+    pre: ToolsComponentPre<CallState>,
+    executor: Arc<dyn Executor>,
+    sessions: SessionRouter,
+    tools: Vec<ToolDefinition>,
+}
+
+/// The tools component, ready to serve calls. Cheap to clone.
+#[derive(Clone)]
+pub struct ToolHost {
+    inner: Arc<Inner>,
+}
+
+impl ToolHost {
+    /// Load the component and link it to `executor`. Task-done events arriving on `task_done`
+    /// are handed to the component, which writes the notice and injects it into the owner's
+    /// session. Must be called within a tokio runtime.
+    pub async fn new(
+        options: HostOptions,
+        executor: Arc<dyn Executor>,
+        task_done: mpsc::UnboundedReceiver<Task>,
+    ) -> anyhow::Result<Self> {
+        let engine = new_engine()?;
+        let component = load::load(&engine, &options.component, options.cache_dir.as_deref())?;
+        let pre = link(&engine, &component)?;
+        let mut inner = Inner {
+            engine,
+            pre,
+            executor,
+            sessions: SessionRouter::default(),
+            tools: Vec::new(),
+        };
+        inner.tools = inner.list_tools().await?;
+        let host = Self {
+            inner: Arc::new(inner),
+        };
+        host.spawn_task_done_pump(task_done);
+        Ok(host)
+    }
+
+    /// The tool definitions, as listed by the component at load.
+    pub fn tools(&self) -> &[ToolDefinition] {
+        &self.inner.tools
+    }
+
+    /// Open an agent session: a fresh owner token and the channel its notices arrive on.
+    pub fn open_session(&self, cwd: Option<String>) -> Session {
+        self.inner.sessions.open(cwd)
+    }
+
+    /// The router behind `agent.inject`, for hosts that manage sessions themselves.
+    pub fn sessions(&self) -> &SessionRouter {
+        &self.inner.sessions
+    }
+
+    pub fn executor(&self) -> &Arc<dyn Executor> {
+        &self.inner.executor
+    }
+
+    /// Run one tool call. Cancelling `abort` kills a foreground command in flight; the result is
+    /// then the component's abort error.
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: &str,
+        caller: &Caller,
+        abort: CancellationToken,
+    ) -> ToolResult {
+        let caller = wit_tools::Caller {
+            owner: caller.owner.clone(),
+            cwd: caller.cwd.clone(),
+        };
+        let outcome = async {
+            let (mut store, instance) = self.inner.instantiate(abort).await?;
+            instance
+                .dsh_bash_tools()
+                .call_call_tool(&mut store, name, arguments, &caller)
+                .await
+        }
+        .await;
+        match outcome {
+            Ok(r) => ToolResult {
+                text: r.text,
+                is_error: r.is_error,
+                error_code: r.error_code,
+            },
+            Err(e) => {
+                tracing::error!("tool call {name} failed in the guest: {e:#}");
+                guest_fault(&e)
+            }
+        }
+    }
+
+    /// Kill every running task and wait for each to end.
+    pub async fn shutdown(&self) {
+        self.inner.executor.shutdown().await;
+    }
+
+    fn spawn_task_done_pump(&self, mut task_done: mpsc::UnboundedReceiver<Task>) {
+        // A weak handle: the pump must not keep the host alive after its last user dropped it.
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            while let Some(task) = task_done.recv().await {
+                let Some(inner) = weak.upgrade() else { break };
+                let id = task.id.clone();
+                match inner.task_done(task).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(message)) => {
+                        tracing::warn!("notice for task {id} not delivered: {message}")
+                    }
+                    Err(e) => tracing::error!("task-done for {id} failed in the guest: {e:#}"),
+                }
+            }
+        });
+    }
+}
+
+impl Inner {
+    async fn instantiate(
+        &self,
+        abort: CancellationToken,
+    ) -> wasmtime::Result<(Store<CallState>, bindings::ToolsComponent)> {
+        let limiter = GuestLimiter::new(GUEST_MEMORY_LIMIT);
+        let state = CallState::new(self.executor.clone(), self.sessions.clone(), abort, limiter);
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_fuel(GUEST_FUEL)?;
+        let instance = self.pre.instantiate_async(&mut store).await?;
+        Ok((store, instance))
+    }
+
+    async fn list_tools(&self) -> anyhow::Result<Vec<ToolDefinition>> {
+        let (mut store, instance) = self
+            .instantiate(CancellationToken::new())
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot instantiate the tools component: {e:#}"))?;
+        let defs = instance
+            .dsh_bash_tools()
+            .call_list_tools(&mut store)
+            .await
+            .map_err(|e| anyhow::anyhow!("list-tools failed in the tools component: {e:#}"))?;
+        defs.into_iter()
+            .map(|d| {
+                let input_schema = serde_json::from_str(&d.input_schema).with_context(|| {
+                    format!("tool {} has an input schema that is not JSON", d.name)
+                })?;
+                Ok(ToolDefinition {
+                    name: d.name,
+                    description: d.description,
+                    input_schema,
+                })
+            })
+            .collect()
+    }
+
+    async fn task_done(&self, task: Task) -> wasmtime::Result<Result<(), String>> {
+        let (mut store, instance) = self.instantiate(CancellationToken::new()).await?;
+        instance
+            .dsh_bash_tools()
+            .call_task_done(&mut store, &task.into())
+            .await
+    }
+}
+
+fn new_engine() -> anyhow::Result<Engine> {
+    // Pooled instances make a fresh instance per call cost microseconds. Where the address space
+    // cannot be reserved (tight overcommit, ulimit -v), fall back to on-demand allocation.
+    match Engine::new(&engine_config(true)) {
+        Ok(engine) => return Ok(engine),
+        Err(e) => tracing::info!("pooling allocator unavailable, allocating on demand: {e:#}"),
+    }
+    Engine::new(&engine_config(false))
+        .map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e:#}"))
+}
+
+/// Concurrent guest instances the pool holds (calls in flight plus task-done deliveries).
+const POOL_INSTANCES: u32 = 256;
+
+fn engine_config(pooling: bool) -> wasmtime::Config {
+    let mut config = wasmtime::Config::new();
+    config.wasm_component_model(true);
+    config.consume_fuel(true);
+    if pooling {
+        let mut pool = wasmtime::PoolingAllocationConfig::new();
+        pool.total_component_instances(POOL_INSTANCES)
+            .total_core_instances(POOL_INSTANCES * 4)
+            .total_memories(POOL_INSTANCES * 2)
+            .total_tables(POOL_INSTANCES * 4)
+            .total_stacks(POOL_INSTANCES)
+            .max_memory_size(GUEST_MEMORY_LIMIT);
+        config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+    }
+    config
+}
+
+/// The interfaces the world imports, as the component names them.
+const WORLD_IMPORTS: [&str; 2] = ["dsh:bash/bash-executor@0.1.0", "dsh:bash/agent@0.1.0"];
+
+/// Link the world's imports: the executor and agent interfaces, and the WASI pieces a Rust guest
+/// needs (cli and io), backed by a deny-all context. Nothing else is linked.
+fn link(engine: &Engine, component: &Component) -> anyhow::Result<ToolsComponentPre<CallState>> {
+    let mut linker: Linker<CallState> = Linker::new(engine);
+    let wasm_err = |e: wasmtime::Error| anyhow::anyhow!("{e:#}");
+    bindings::ToolsComponent::add_to_linker::<_, HasSelf<CallState>>(&mut linker, |s| s)
+        .map_err(wasm_err)?;
+    wasi::add_to_linker(&mut linker).map_err(wasm_err)?;
+    // Any other WASI import (files, sockets, clocks, random) links to a trap: a guest that
+    // reaches for them fails its call and gets nothing. Imports outside WASI must be ours.
+    for (name, _) in component.component_type().imports(engine) {
+        if !name.starts_with("wasi:") && !WORLD_IMPORTS.contains(&name) {
+            anyhow::bail!(
+                "the component does not fit the dsh:bash/tools-component world: it imports `{name}`, \
+                 which this host does not provide (it provides {})",
+                WORLD_IMPORTS.join(", ")
+            );
+        }
+    }
+    deny::stub_unlinked_wasi(&mut linker, engine, component).map_err(wasm_err)?;
+    let pre = linker.instantiate_pre(component).map_err(|e| {
+        anyhow::anyhow!("the component does not fit the dsh:bash/tools-component world: {e:#}")
+    })?;
+    ToolsComponentPre::new(pre).map_err(|e| {
+        anyhow::anyhow!("the component does not fit the dsh:bash/tools-component world: {e:#}")
+    })
+}
+
+/// An error result for a call the guest could not finish.
+fn guest_fault(e: &wasmtime::Error) -> ToolResult {
+    let text = if e.downcast_ref::<MemoryLimitExceeded>().is_some() {
+        "Error: guest exceeded its memory limit".to_string()
+    } else {
+        match e.downcast_ref::<wasmtime::Trap>() {
+            Some(wasmtime::Trap::OutOfFuel | wasmtime::Trap::Interrupt) => {
+                "Error: guest exceeded its CPU budget".to_string()
+            }
+            Some(trap) => format!("Error: guest trapped: {trap}"),
+            None => format!("Error: guest trapped: {}", e.root_cause()),
+        }
+    };
+    ToolResult {
+        text,
+        is_error: true,
+        error_code: Some("GUEST_FAULT".into()),
+    }
+}

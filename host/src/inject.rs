@@ -1,0 +1,138 @@
+//! The agent side of the guest's `agent.inject`: a channel per session that the embedding host
+//! consumes.
+//!
+//! Each session registers its owner token here and gets a receiver; the guest's notices for that
+//! owner arrive on it. Dropping the [`Session`] unregisters the owner, so later notices for it are
+//! reported as `unknown-owner` and dropped by the guest.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
+
+/// Who injected a text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub kind: String,
+    pub plugin: Option<String>,
+}
+
+/// A text for the owner's next model request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Injection {
+    pub owner: String,
+    pub text: String,
+    pub source: Source,
+}
+
+/// Why an injection did not arrive.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InjectError {
+    #[error("no session has owner token {0:?}")]
+    UnknownOwner(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Routes injections to sessions by owner token.
+#[derive(Debug, Clone, Default)]
+pub struct SessionRouter {
+    sessions: Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Injection>>>>,
+}
+
+impl SessionRouter {
+    /// Open a session with a fresh random owner token.
+    pub fn open(&self, cwd: Option<String>) -> Session {
+        let owner = random_owner_token();
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.lock().insert(owner.clone(), tx);
+        Session {
+            owner,
+            cwd,
+            injections: rx,
+            router: self.clone(),
+        }
+    }
+
+    /// Deliver `injection` to its owner's session.
+    pub fn inject(&self, injection: Injection) -> Result<(), InjectError> {
+        let sessions = self.lock();
+        let Some(tx) = sessions.get(&injection.owner) else {
+            return Err(InjectError::UnknownOwner(injection.owner));
+        };
+        let owner = injection.owner.clone();
+        tx.send(injection)
+            .map_err(|_| InjectError::UnknownOwner(owner))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<Injection>>> {
+        // A panic while holding this lock cannot leave the map inconsistent (single inserts and
+        // removes), so a poisoned lock is still usable.
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One agent session: an owner token, a working directory and the notices injected for it.
+#[derive(Debug)]
+pub struct Session {
+    owner: String,
+    cwd: Option<String>,
+    injections: mpsc::UnboundedReceiver<Injection>,
+    router: SessionRouter,
+}
+
+impl Session {
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    pub fn cwd(&self) -> Option<&str> {
+        self.cwd.as_deref()
+    }
+
+    /// The caller context for a tool call made by this session.
+    pub fn caller(&self) -> crate::Caller {
+        crate::Caller {
+            owner: Some(self.owner.clone()),
+            cwd: self.cwd.clone(),
+        }
+    }
+
+    /// Every injection that arrived so far, without waiting.
+    pub fn drain_injections(&mut self) -> Vec<Injection> {
+        let mut out = Vec::new();
+        while let Ok(injection) = self.injections.try_recv() {
+            out.push(injection);
+        }
+        out
+    }
+
+    /// Wait for the next injection.
+    pub async fn next_injection(&mut self) -> Option<Injection> {
+        self.injections.recv().await
+    }
+
+    /// Split off the receiver, for hosts that consume injections on their own task. The session
+    /// stays registered until the returned guard (the session) is dropped.
+    pub fn take_receiver(&mut self) -> mpsc::UnboundedReceiver<Injection> {
+        let (_, empty) = mpsc::unbounded_channel();
+        std::mem::replace(&mut self.injections, empty)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.router.lock().remove(&self.owner);
+    }
+}
+
+/// 128 random bits as hex: owner tokens must not be guessable by other sessions.
+fn random_owner_token() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the OS random source is available");
+    let mut token = String::from("session-");
+    for b in bytes {
+        token.push_str(&format!("{b:02x}"));
+    }
+    token
+}

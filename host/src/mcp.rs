@@ -1,0 +1,386 @@
+//! `dsh-host mcp`: the tools over the Model Context Protocol, served with the official Rust SDK
+//! (`rmcp`).
+//!
+//! One connection is one agent session: it gets its own owner token, and every call it makes
+//! carries it. What the server does on top of rmcp:
+//!
+//! - `tools/list` lists the component's tools with their input schemas exactly as the component
+//!   converted them.
+//! - `tools/call` hands the name and the `arguments` object (as JSON text, `{}` when absent) to
+//!   the component unchecked, so that the component answers unknown tools and bad arguments
+//!   itself. The result is the tool text as the first text block, `isError` from the component.
+//! - `notifications/cancelled` aborts the call it names: rmcp cancels the request's token, which
+//!   is the call's abort token, so a foreground command is killed.
+//! - A completion notice for the session is sent at once as a `notifications/message` (logger
+//!   `tool-bash`, level `info`, the notice text as data), and is also appended as an extra text
+//!   block to the session's next `tools/call` result, for clients that do not show log messages
+//!   to the model. Each notice rides on exactly one result, in arrival order.
+//! - A line that is not JSON gets a JSON-RPC parse error (`"id": null`, -32700) and the server
+//!   keeps serving (see [`transport`]).
+//! - When the input ends (or, for [`serve_stdio`], on SIGINT or SIGTERM) the server stops, lets
+//!   in-flight calls end (rmcp cancels them), kills every running task and waits for it.
+
+// Logging is deprecated in rmcp by SEP-2577, but `notifications/message` is what today's MCP
+// clients show, and the notices must reach them at once.
+#![allow(deprecated)]
+
+mod transport;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
+    CustomResult, ErrorCode, Implementation, JsonObject, ListToolsResult, LoggingLevel,
+    LoggingMessageNotificationParam, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, Tool,
+};
+use rmcp::service::{QuitReason, RequestContext, ServerInitializeError, serve_server_with_ct};
+use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{Caller, ToolDefinition, ToolHost};
+use crate::inject::{Injection, Session};
+use transport::LineTransport;
+
+/// The server name in the `initialize` result.
+pub const SERVER_NAME: &str = "dsh-host";
+
+/// The logger name of the completion-notice log messages.
+pub const NOTICE_LOGGER: &str = "tool-bash";
+
+/// How long in-flight calls may take to end once the server stopped and rmcp cancelled them,
+/// on top of the executor's TERM-to-KILL grace.
+const CALL_DRAIN_SLACK: Duration = Duration::from_secs(5);
+
+/// Serve the tools over MCP on stdin/stdout until stdin ends or the process gets SIGINT or
+/// SIGTERM, then kill every running task, wait for each, and return.
+///
+/// stdout carries the protocol only: logs must go elsewhere (stderr).
+pub async fn serve_stdio(host: ToolHost, cwd: Option<String>) -> anyhow::Result<()> {
+    let stop = CancellationToken::new();
+    let signals = watch_signals(stop.clone())?;
+    // Non-blocking pipes where stdin/stdout are pipes (as MCP clients spawn servers), so that a
+    // signal can end the server while a read is pending.
+    let (reader, writer) = rmcp::transport::stdio_pipes();
+    let result = serve_until(host, cwd, reader, writer, stop).await;
+    signals.abort();
+    result
+}
+
+/// Serve one MCP session over `reader`/`writer` (newline-delimited JSON-RPC) until the input
+/// ends, then kill every running task of `host`, wait for each, and return.
+pub async fn serve<R, W>(
+    host: ToolHost,
+    cwd: Option<String>,
+    reader: R,
+    writer: W,
+) -> anyhow::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    serve_until(host, cwd, reader, writer, CancellationToken::new()).await
+}
+
+/// [`serve`], which also stops when `stop` is cancelled.
+pub async fn serve_until<R, W>(
+    host: ToolHost,
+    cwd: Option<String>,
+    reader: R,
+    writer: W,
+    stop: CancellationToken,
+) -> anyhow::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let outcome = serve_session(&host, cwd, reader, writer, stop).await;
+    host.shutdown().await;
+    outcome
+}
+
+async fn serve_session<R, W>(
+    host: &ToolHost,
+    cwd: Option<String>,
+    reader: R,
+    writer: W,
+    stop: CancellationToken,
+) -> anyhow::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let tools = mcp_tools(host.tools())?;
+    let mut session = host.open_session(cwd);
+    let injections = session.take_receiver();
+    let notices = Arc::new(Notices::default());
+    // Every clone of the handler holds a sender; the channel closes once rmcp dropped the last
+    // one, that is once every in-flight call has ended.
+    let (in_flight, mut calls_ended) = mpsc::channel::<()>(1);
+    let server = McpServer {
+        host: host.clone(),
+        tools: Arc::new(tools),
+        caller: session.caller(),
+        notices: notices.clone(),
+        _session: session,
+        _in_flight: in_flight,
+    };
+
+    // A child token: rmcp cancels the token it is given when it is done, which must not reach
+    // the caller's.
+    let transport = LineTransport::new(reader, writer);
+    let running = match serve_server_with_ct(server, transport, stop.child_token()).await {
+        Ok(running) => running,
+        Err(ServerInitializeError::ConnectionClosed(_) | ServerInitializeError::Cancelled) => {
+            tracing::debug!("MCP input ended before the session was initialized");
+            return Ok(());
+        }
+        Err(e) => return Err(anyhow::anyhow!("MCP session failed to start: {e}")),
+    };
+    let pump = tokio::spawn(pump_notices(injections, running.peer().clone(), notices));
+
+    let quit = running.waiting().await;
+
+    // rmcp has cancelled every in-flight call by now; the calls kill their commands.
+    let grace = Duration::from_secs_f64(host.executor().limits().grace_ms.max(0.0) / 1000.0);
+    if tokio::time::timeout(grace + CALL_DRAIN_SLACK, calls_ended.recv())
+        .await
+        .is_err()
+    {
+        tracing::warn!("tool calls still running after the MCP session ended");
+    }
+    pump.abort();
+    match quit {
+        Ok(QuitReason::Closed) => tracing::debug!("MCP input ended"),
+        Ok(QuitReason::Cancelled) => tracing::debug!("MCP server stopped"),
+        Ok(QuitReason::JoinError(e)) => return Err(anyhow::anyhow!("MCP service failed: {e}")),
+        Ok(other) => tracing::debug!("MCP session ended: {other:?}"),
+        Err(e) => return Err(anyhow::anyhow!("MCP service failed: {e}")),
+    }
+    Ok(())
+}
+
+/// The component's tools as MCP tools, schemas passed through unchanged.
+fn mcp_tools(defs: &[ToolDefinition]) -> anyhow::Result<Vec<Tool>> {
+    defs.iter()
+        .map(|d| {
+            let serde_json::Value::Object(schema) = &d.input_schema else {
+                anyhow::bail!(
+                    "tool {} has an input schema that is not a JSON object",
+                    d.name
+                );
+            };
+            Ok(Tool::new(
+                d.name.clone(),
+                d.description.clone(),
+                Arc::new(schema.clone()),
+            ))
+        })
+        .collect()
+}
+
+/// Completion notices not yet carried by a `tools/call` result, and the client's log level.
+#[derive(Default)]
+struct Notices {
+    pending: Mutex<Vec<String>>,
+    /// The minimum level the client asked for with `logging/setLevel`; `None` sends everything.
+    level: Mutex<Option<LoggingLevel>>,
+}
+
+impl Notices {
+    fn push(&self, text: String) {
+        lock(&self.pending).push(text);
+    }
+
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *lock(&self.pending))
+    }
+
+    fn set_level(&self, level: LoggingLevel) {
+        *lock(&self.level) = Some(level);
+    }
+
+    fn wants(&self, level: LoggingLevel) -> bool {
+        lock(&self.level).is_none_or(|min| severity(level) >= severity(min))
+    }
+}
+
+/// The data behind these locks stays consistent across a panic (single pushes and swaps).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn severity(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+/// Forward the session's completion notices as they arrive: queue each for the next
+/// `tools/call` result first, then send it as a log message, so that a client that saw the
+/// message finds the notice on its next call.
+async fn pump_notices(
+    mut injections: mpsc::UnboundedReceiver<Injection>,
+    peer: Peer<RoleServer>,
+    notices: Arc<Notices>,
+) {
+    while let Some(injection) = injections.recv().await {
+        notices.push(injection.text.clone());
+        if !notices.wants(LoggingLevel::Info) {
+            continue;
+        }
+        let message =
+            LoggingMessageNotificationParam::new(LoggingLevel::Info, injection.text.into())
+                .with_logger(NOTICE_LOGGER);
+        if let Err(e) = peer.notify_logging_message(message).await {
+            tracing::debug!("completion notice not sent as a log message: {e}");
+        }
+    }
+}
+
+/// The requests this server answers (rmcp also answers `ping`).
+const SERVED_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "logging/setLevel",
+];
+
+/// The rmcp handler of one session.
+struct McpServer {
+    host: ToolHost,
+    tools: Arc<Vec<Tool>>,
+    caller: Caller,
+    notices: Arc<Notices>,
+    /// Keeps the session's owner token registered while the server may still make calls.
+    _session: Session,
+    _in_flight: mpsc::Sender<()>,
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_tools()
+            .build();
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        // rmcp cancels `context.ct` on the client's `notifications/cancelled` (and when the
+        // server stops) and lets this future run to its end. Should the future ever be dropped
+        // instead, the guard still aborts the call.
+        let abort = context.ct.child_token();
+        let _abort_on_drop = abort.clone().drop_guard();
+        let arguments = match &request.arguments {
+            Some(arguments) => arguments_json(arguments)?,
+            None => "{}".to_string(),
+        };
+        let result = self
+            .host
+            .call(
+                &request.name,
+                &arguments,
+                &self.caller,
+                CancellationToken::new(),
+            )
+            .await;
+
+        let mut content = vec![ContentBlock::text(result.text)];
+        // rmcp drops the response of a cancelled request: its notices wait for the next call.
+        if false {
+            content.extend(self.notices.take().into_iter().map(ContentBlock::text));
+        }
+        let result = if result.is_error {
+            CallToolResult::error(content)
+        } else {
+            CallToolResult::success(content)
+        };
+        Ok(result.into())
+    }
+
+    /// rmcp reads a standard request whose params do not fit as a custom request; answer it with
+    /// invalid params rather than rmcp's method not found.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        let method = request.method;
+        if SERVED_METHODS.contains(&method.as_str()) {
+            let reason = match method.as_str() {
+                "tools/call" => serde_json::from_value::<CallToolRequestParams>(
+                    request.params.unwrap_or(serde_json::Value::Null),
+                )
+                .err()
+                .map(|e| format!(": {e}")),
+                _ => None,
+            };
+            let message = format!("invalid params for {method}{}", reason.unwrap_or_default());
+            return Err(McpError::invalid_params(message, None));
+        }
+        Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, method, None))
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.notices.set_level(request.level);
+        Ok(())
+    }
+}
+
+fn arguments_json(arguments: &JsonObject) -> Result<String, McpError> {
+    serde_json::to_string(arguments)
+        .map_err(|e| McpError::internal_error(format!("cannot serialize the arguments: {e}"), None))
+}
+
+/// Cancel `stop` on the first SIGINT or SIGTERM.
+#[cfg(unix)]
+fn watch_signals(stop: CancellationToken) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => tracing::debug!("SIGTERM: stopping the MCP server"),
+            _ = interrupt.recv() => tracing::debug!("SIGINT: stopping the MCP server"),
+        }
+        stop.cancel();
+    }))
+}
+
+#[cfg(not(unix))]
+fn watch_signals(stop: CancellationToken) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    Ok(tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            stop.cancel();
+        }
+    }))
+}
