@@ -199,8 +199,8 @@ fn sigint_aborts_a_foreground_call() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let pid: i32 = loop {
-        if let Ok(s) = std::fs::read_to_string(&pidfile) {
-            if let Ok(pid) = s.trim().parse() {
+        if let Ok(pid) = std::fs::read_to_string(&pidfile).map(|s| s.trim().parse()) {
+            if let Ok(pid) = pid {
                 break pid;
             }
         }

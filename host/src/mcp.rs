@@ -117,8 +117,8 @@ where
     let mut session = host.open_session(cwd);
     let injections = session.take_receiver();
     let notices = Arc::new(Notices::default());
-    // Every clone of the handler holds a sender; the channel closes once rmcp dropped the last
-    // one, that is once every in-flight call has ended.
+    // The handler holds the only sender. rmcp shares the handler with each request it runs, so
+    // the channel closes once the service ended and every in-flight call with it.
     let (in_flight, mut calls_ended) = mpsc::channel::<()>(1);
     let server = McpServer {
         host: host.clone(),
@@ -302,17 +302,12 @@ impl ServerHandler for McpServer {
         };
         let result = self
             .host
-            .call(
-                &request.name,
-                &arguments,
-                &self.caller,
-                CancellationToken::new(),
-            )
+            .call(&request.name, &arguments, &self.caller, abort.clone())
             .await;
 
         let mut content = vec![ContentBlock::text(result.text)];
         // rmcp drops the response of a cancelled request: its notices wait for the next call.
-        if false {
+        if !abort.is_cancelled() {
             content.extend(self.notices.take().into_iter().map(ContentBlock::text));
         }
         let result = if result.is_error {

@@ -243,8 +243,7 @@ fn decode(line: &[u8]) -> Decoded {
     if error.is_syntax() || error.is_eof() || error.is_io() {
         tracing::debug!("unparsable MCP input: {error}");
         let message = format!("Parse error: {error}");
-        let _ = message;
-        return Decoded::Skip;
+        return Decoded::Reply(error_frame(Value::Null, ErrorCode::PARSE_ERROR, &message));
     }
     // Well-formed JSON that is no message rmcp understands.
     let value: Value = serde_json::from_slice(line).unwrap_or(Value::Null);

@@ -1,0 +1,395 @@
+//! The project's benchmark: each figure of the performance goals as a ratio to a floor measured
+//! in the same run.
+//!
+//! `cargo bench -p dsh-host --bench workloads` runs the full workloads and prints a table.
+//! Under `cargo test` (no `--bench` argument) every workload runs once at a tiny scale, so the
+//! benchmark keeps building and working without timing anything.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_dsh-host");
+
+struct Scale {
+    spawn_calls: usize,
+    rounds: usize,
+    big_output: &'static str,
+    background_tasks: usize,
+    process_runs: usize,
+}
+
+const FULL: Scale = Scale {
+    spawn_calls: 100,
+    rounds: 5,
+    big_output: "1G",
+    background_tasks: 100,
+    process_runs: 30,
+};
+
+const SMOKE: Scale = Scale {
+    spawn_calls: 2,
+    rounds: 1,
+    big_output: "1M",
+    background_tasks: 3,
+    process_runs: 1,
+};
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let scale = if full { &FULL } else { &SMOKE };
+    let work = tempfile::tempdir().expect("temp dir");
+    let cache = work.path().join("cache");
+    // Warm the compiled-component cache, as any installed host has after its first start.
+    run_call(&cache, "true");
+
+    let mut report = Report::default();
+    spawn_overhead(scale, &cache, &mut report);
+    big_output(scale, &cache, work.path(), &mut report);
+    background_fan_out(scale, &cache, &mut report);
+    process_start(scale, &cache, &mut report);
+    if full {
+        println!("{}", machine_description());
+        report.print();
+    } else {
+        println!(
+            "workloads ran once at smoke scale ({} figures)",
+            report.rows.len()
+        );
+    }
+}
+
+#[derive(Default)]
+struct Report {
+    rows: Vec<(String, String, String, String, String)>,
+}
+
+impl Report {
+    fn ratio(&mut self, name: &str, measured: Duration, floor: Duration, goal: f64) {
+        let ratio = measured.as_secs_f64() / floor.as_secs_f64();
+        self.rows.push((
+            name.into(),
+            format!("{:.3} ms", ms(measured)),
+            format!("{:.3} ms", ms(floor)),
+            format!("{ratio:.3}"),
+            verdict(ratio <= goal, format!("≤ {goal}")),
+        ));
+    }
+
+    fn absolute(&mut self, name: &str, measured: String, goal: String, ok: bool) {
+        self.rows.push((
+            name.into(),
+            measured,
+            "-".into(),
+            "-".into(),
+            verdict(ok, goal),
+        ));
+    }
+
+    fn print(&self) {
+        println!("| figure | measured | floor | ratio | goal |");
+        println!("|---|---|---|---|---|");
+        for (a, b, c, d, e) in &self.rows {
+            println!("| {a} | {b} | {c} | {d} | {e} |");
+        }
+    }
+}
+
+fn verdict(ok: bool, goal: String) -> String {
+    format!("{goal} {}", if ok { "(met)" } else { "(NOT met)" })
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn median(mut xs: Vec<Duration>) -> Duration {
+    xs.sort();
+    xs[xs.len() / 2]
+}
+
+/// `bash` with `true` through `dsh-host mcp`, against `bash -c true` spawned directly.
+fn spawn_overhead(scale: &Scale, cache: &Path, report: &mut Report) {
+    let mut server = McpServer::start(cache, &[]);
+    let (mut native, mut mcp) = (Vec::new(), Vec::new());
+    // Interleaved rounds, so that drift in machine load hits both sides alike.
+    for _ in 0..scale.rounds {
+        for _ in 0..scale.spawn_calls {
+            let t = Instant::now();
+            let status = Command::new("bash")
+                .args(["-c", "true"])
+                .status()
+                .expect("bash runs");
+            native.push(t.elapsed());
+            assert!(status.success());
+        }
+        for _ in 0..scale.spawn_calls {
+            let t = Instant::now();
+            let r = server.call(
+                "bash",
+                json!({"command": "true", "description": "Run true"}),
+            );
+            mcp.push(t.elapsed());
+            assert_eq!(r["content"][0]["text"], "(no output)", "{r}");
+        }
+    }
+    server.stop();
+    report.ratio(
+        "`bash` true via MCP ÷ `bash -c true`",
+        median(mcp),
+        median(native),
+        1.15,
+    );
+}
+
+/// One foreground call printing a lot, against the same bytes through a pipe into `cat`.
+fn big_output(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
+    let size = scale.big_output;
+    let t = Instant::now();
+    let status = Command::new("bash")
+        .args(["-c", &format!("head -c {size} /dev/zero | cat >/dev/null")])
+        .status()
+        .expect("bash runs");
+    let floor = t.elapsed();
+    assert!(status.success());
+
+    let spill = work.join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let mut server = McpServer::start(cache, &["--spill-dir", spill.to_str().unwrap()]);
+    let t = Instant::now();
+    let r = server.call(
+        "bash",
+        json!({"command": format!("head -c {size} /dev/zero"), "description": "Print many zero bytes"}),
+    );
+    let measured = t.elapsed();
+    assert_eq!(r["isError"], false, "{r}");
+    let peak = server.peak_rss_kib();
+    server.stop();
+    report.ratio(
+        &format!("{size}B stdout in one call ÷ `head | cat`"),
+        measured,
+        floor,
+        1.5,
+    );
+    report.absolute(
+        "host peak RSS during that call",
+        format!("{:.1} MiB", peak as f64 / 1024.0),
+        "≤ 32 MiB".into(),
+        peak <= 32 * 1024,
+    );
+}
+
+/// Many background tasks started and every completion notice received.
+fn background_fan_out(scale: &Scale, cache: &Path, report: &mut Report) {
+    let n = scale.background_tasks;
+    let mut server = McpServer::start(cache, &[]);
+    let t = Instant::now();
+    for _ in 0..n {
+        let r = server.call(
+            "bash",
+            json!({"command": "sleep 1", "description": "Sleep in the background", "run_in_background": true}),
+        );
+        assert!(
+            r["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("started background task"),
+            "{r}"
+        );
+    }
+    let mut done = 0;
+    while done < n {
+        let msg = server
+            .next_message(Duration::from_secs(30))
+            .expect("completion notices arrive");
+        if msg["method"] == "notifications/message" {
+            done += 1;
+        }
+    }
+    let wall = t.elapsed();
+    let peak = server.peak_rss_kib();
+    server.stop();
+    report.absolute(
+        &format!("{n} background `sleep 1` started and reported"),
+        format!(
+            "{:.3} s wall, {:.1} MiB peak RSS",
+            wall.as_secs_f64(),
+            peak as f64 / 1024.0
+        ),
+        "≤ 1.3 s, ≤ 48 MiB".into(),
+        wall <= Duration::from_millis(1300) && peak <= 48 * 1024,
+    );
+}
+
+/// A whole `dsh-host call` process against a whole `node -e 0` process.
+fn process_start(scale: &Scale, cache: &Path, report: &mut Report) {
+    let mut host = Vec::new();
+    let mut node = Vec::new();
+    let have_node = Command::new("node")
+        .args(["-e", "0"])
+        .status()
+        .is_ok_and(|s| s.success());
+    for _ in 0..scale.rounds {
+        for _ in 0..scale.process_runs {
+            let t = Instant::now();
+            run_call(cache, "true");
+            host.push(t.elapsed());
+            if have_node {
+                let t = Instant::now();
+                Command::new("node")
+                    .args(["-e", "0"])
+                    .status()
+                    .expect("node runs");
+                node.push(t.elapsed());
+            }
+        }
+    }
+    if have_node {
+        report.ratio(
+            "`dsh-host call bash true` process ÷ `node -e 0`",
+            median(host),
+            median(node),
+            0.25,
+        );
+    } else {
+        report.absolute(
+            "`dsh-host call` process",
+            format!("{:.3} ms", ms(median(host))),
+            "node missing: no floor".into(),
+            false,
+        );
+    }
+}
+
+fn run_call(cache: &Path, command: &str) {
+    let args = json!({"command": command, "description": "Run a command"}).to_string();
+    let out = Command::new(BIN)
+        .args(["call", "bash", &args])
+        .env("DSH_CACHE_DIR", cache)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("dsh-host runs");
+    assert!(
+        out.status.success(),
+        "dsh-host call failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// A `dsh-host mcp` child driven over newline-delimited JSON-RPC.
+struct McpServer {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<Value>,
+    next_id: u64,
+}
+
+impl McpServer {
+    fn start(cache: &Path, extra: &[&str]) -> Self {
+        let mut child = Command::new(BIN)
+            .arg("mcp")
+            .args(extra)
+            .env("DSH_CACHE_DIR", cache)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("dsh-host mcp starts");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(line) = line else { break };
+                if let Ok(v) = serde_json::from_str(&line) {
+                    if tx.send(v).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        let mut server = Self {
+            child,
+            stdin,
+            lines,
+            next_id: 0,
+        };
+        server.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "dsh-bench", "version": "0"}}),
+        );
+        server.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        server
+    }
+
+    fn send(&mut self, msg: Value) {
+        writeln!(self.stdin, "{msg}").expect("server reads");
+        self.stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let msg = self
+                .next_message(Duration::from_secs(60))
+                .expect("server answers");
+            if msg["id"] == id {
+                return msg["result"].clone();
+            }
+        }
+    }
+
+    fn call(&mut self, tool: &str, args: Value) -> Value {
+        self.request("tools/call", json!({"name": tool, "arguments": args}))
+    }
+
+    fn next_message(&mut self, wait: Duration) -> Option<Value> {
+        self.lines.recv_timeout(wait).ok()
+    }
+
+    /// The server's peak resident set so far, from /proc (VmHWM).
+    fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn stop(mut self) {
+        drop(self.stdin);
+        let _ = self.child.wait();
+    }
+}
+
+fn machine_description() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().next().map(|l| l.to_string()))
+        .unwrap_or_default();
+    let kernel = Command::new("uname")
+        .arg("-r")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    format!("machine: {cpu}, {cores} cores, {mem}, Linux {kernel}")
+}
