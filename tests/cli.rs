@@ -199,10 +199,8 @@ fn sigint_aborts_a_foreground_call() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let pid: i32 = loop {
-        if let Ok(pid) = std::fs::read_to_string(&pidfile).map(|s| s.trim().parse()) {
-            if let Ok(pid) = pid {
-                break pid;
-            }
+        if let Ok(Ok(pid)) = std::fs::read_to_string(&pidfile).map(|s| s.trim().parse()) {
+            break pid;
         }
         assert!(Instant::now() < deadline, "command never started");
         std::thread::sleep(Duration::from_millis(20));

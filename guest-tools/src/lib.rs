@@ -27,5 +27,7 @@ pub mod world;
 #[cfg(target_arch = "wasm32")]
 mod component;
 
-#[cfg(test)]
-mod fake;
+/// Recording doubles of the imports, for this crate's tests and, behind the `test-support`
+/// feature, for harnesses outside it (the fuzz target). Not part of the component.
+#[cfg(any(test, feature = "test-support"))]
+pub mod fake;

@@ -186,7 +186,8 @@ fn big_output(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
 /// Many background tasks started and every completion notice received.
 fn background_fan_out(scale: &Scale, cache: &Path, report: &mut Report) {
     let n = scale.background_tasks;
-    let mut server = McpServer::start(cache, &[]);
+    // The default running-task limit (64) is below the workload's 100.
+    let mut server = McpServer::start(cache, &["--max-tasks", "128"]);
     let t = Instant::now();
     for _ in 0..n {
         let r = server.call(
@@ -305,10 +306,10 @@ impl McpServer {
         std::thread::spawn(move || {
             for line in stdout.lines() {
                 let Ok(line) = line else { break };
-                if let Ok(v) = serde_json::from_str(&line) {
-                    if tx.send(v).is_err() {
-                        break;
-                    }
+                if let Ok(v) = serde_json::from_str(&line)
+                    && tx.send(v).is_err()
+                {
+                    break;
                 }
             }
         });

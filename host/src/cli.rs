@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use dsh_executor::{Config, LocalExecutor};
+use dsh_executor::{Config, Containment, ContainmentPreference, LocalExecutor};
 use tokio_util::sync::CancellationToken;
 
 use crate::{ComponentSource, HostOptions, ToolDefinition, ToolHost};
@@ -43,6 +43,8 @@ pub enum Command {
     },
     /// Serve the tools over MCP on stdin/stdout.
     Mcp,
+    /// Report how this machine contains commands and where the host keeps its files.
+    Doctor,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -53,6 +55,14 @@ pub enum Format {
     Openai,
     /// Anthropic tools: name, description, input_schema.
     Anthropic,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ContainmentArg {
+    /// A cgroup per command where the host may create one, else subreaper tracking.
+    Auto,
+    /// Subreaper tracking only.
+    Subreaper,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -81,6 +91,13 @@ pub struct CommonArgs {
     /// Cap of one spill file.
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "BYTES", value_parser = positive_u64)]
     pub max_spill_bytes: Option<u64>,
+    /// Keep spill files when the host exits (they are removed on a clean shutdown otherwise).
+    #[arg(long, global = true)]
+    pub keep_spill: bool,
+    /// How command trees are contained: a cgroup per command where possible, or subreaper
+    /// process tracking only.
+    #[arg(long, global = true, value_enum, default_value_t = ContainmentArg::Auto)]
+    pub containment: ContainmentArg,
     /// Background tasks allowed to run at once.
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_usize)]
     pub max_tasks: Option<usize>,
@@ -136,6 +153,11 @@ impl CommonArgs {
             c.max_tasks = v;
         }
         c.cwd = self.cwd.clone();
+        c.keep_spill = self.keep_spill;
+        c.containment = match self.containment {
+            ContainmentArg::Auto => ContainmentPreference::Auto,
+            ContainmentArg::Subreaper => ContainmentPreference::Subreaper,
+        };
         c
     }
 
@@ -183,25 +205,25 @@ impl CliError {
 }
 
 /// Build the host the flags describe: a local executor and the component.
-pub async fn build_host(common: &CommonArgs) -> Result<ToolHost, CliError> {
+pub async fn build_host(common: &CommonArgs) -> Result<(ToolHost, Arc<LocalExecutor>), CliError> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let executor = LocalExecutor::new(common.executor_config(), tx)
+    let local = LocalExecutor::new(common.executor_config(), tx)
         .map_err(|e| CliError::Usage(format!("--{}: {}", e.setting, e.reason)))?;
-    let executor: Arc<dyn dsh_executor::Executor> = executor;
-    Ok(ToolHost::new(common.host_options(), executor, rx).await?)
+    tracing::info!(containment = %local.containment(), "process containment");
+    let executor: Arc<dyn dsh_executor::Executor> = local.clone();
+    let host = ToolHost::new(common.host_options(), executor, rx).await?;
+    Ok((host, local))
 }
 
 /// Run the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> Result<i32, CliError> {
     let cwd = cli.common.session_cwd()?;
-    let host = build_host(&cli.common).await?;
+    let (host, local) = build_host(&cli.common).await?;
     let code = match cli.command {
         Command::Tools { format } => {
             let defs = definitions_json(host.tools(), format);
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&defs).map_err(anyhow::Error::from)?
-            );
+            let text = serde_json::to_string_pretty(&defs).map_err(anyhow::Error::from)?;
+            print_out(&format!("{text}\n"));
             0
         }
         Command::Call { tool, args, json } => {
@@ -217,12 +239,11 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             watcher.abort();
             if json {
                 let out = serde_json::json!({ "text": result.text, "isError": result.is_error });
-                println!("{out}");
+                print_out(&format!("{out}\n"));
+            } else if result.text.ends_with('\n') {
+                print_out(&result.text);
             } else {
-                print!("{}", result.text);
-                if !result.text.ends_with('\n') {
-                    println!();
-                }
+                print_out(&format!("{}\n", result.text));
             }
             i32::from(result.is_error)
         }
@@ -230,9 +251,36 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             crate::mcp::serve_stdio(host.clone(), cwd).await?;
             0
         }
+        Command::Doctor => {
+            print_out(&doctor_report(&local));
+            0
+        }
     };
     host.shutdown().await;
     Ok(code)
+}
+
+fn doctor_report(local: &LocalExecutor) -> String {
+    let mut out = format!("containment: {}\n", local.containment());
+    if let Containment::Subreaper { reason } = local.containment() {
+        out.push_str(&format!("  (no cgroup per command: {reason})\n"));
+    }
+    let spill = local.spill_dir().map_or_else(
+        || "(not created yet)".to_string(),
+        |p| p.display().to_string(),
+    );
+    out.push_str(&format!("spill directory: {spill}\n"));
+    let cache = crate::engine::default_cache_dir()
+        .map_or_else(|| "(disabled)".to_string(), |p| p.display().to_string());
+    out.push_str(&format!("component cache: {cache}\n"));
+    out
+}
+
+/// Write to stdout; a reader that went away (`| head`) is not an error worth a panic.
+fn print_out(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
 /// The definitions in the shape one agent ecosystem expects, all from the component's schema.

@@ -9,6 +9,7 @@ use std::pin::Pin;
 
 use tokio_util::sync::CancellationToken;
 
+mod cgroup;
 mod config;
 mod env;
 mod lifecycle;
@@ -152,6 +153,11 @@ pub struct Config {
     pub max_finished_tasks: usize,
     /// Working directory when a request names none; `None` is the host's cwd.
     pub cwd: Option<PathBuf>,
+    /// How command trees are contained: a cgroup per command where possible, or subreaper
+    /// tracking only.
+    pub containment: ContainmentPreference,
+    /// Keep the spill directory and its files at shutdown (normally removed).
+    pub keep_spill: bool,
 }
 
 impl Default for Config {
@@ -166,6 +172,47 @@ impl Default for Config {
             max_tasks: 64,
             max_finished_tasks: 1024,
             cwd: None,
+            containment: ContainmentPreference::Auto,
+            keep_spill: false,
+        }
+    }
+}
+
+/// Which containment [`LocalExecutor`] should use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ContainmentPreference {
+    /// A cgroup v2 per command where the host may create one, else subreaper tracking.
+    #[default]
+    Auto,
+    /// Subreaper tracking only, even where cgroups are available.
+    Subreaper,
+}
+
+/// The containment in force: how a command's process tree is found, stopped and awaited.
+///
+/// In both modes each command runs under its own supervisor process (a child subreaper that is
+/// `$PPID` of the command), so orphans stay in the tree and signals aimed at `$PPID` miss the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Containment {
+    /// Each command runs in its own cgroup under `root`, joined before `exec`; the tree is the
+    /// cgroup (plus the supervisor's descendants), killed with `cgroup.kill` and awaited until the
+    /// cgroup is unpopulated.
+    Cgroup {
+        /// The host's parent cgroup of the per-command cgroups.
+        root: PathBuf,
+    },
+    /// The tree is the supervisor's descendants (and, once the supervisor is gone, its session).
+    Subreaper {
+        /// Why no cgroup is used.
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for Containment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Containment::Cgroup { root } => write!(f, "cgroup v2 ({})", root.display()),
+            Containment::Subreaper { .. } => f.write_str("subreaper (process tracking)"),
         }
     }
 }

@@ -9,13 +9,16 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
+use crate::cgroup::{self, CgroupRoot};
 use crate::config::duration_ms;
 use crate::lifecycle::{self, Stop};
+use crate::spawn::Spawned;
+use crate::spill::SpillDir;
 use crate::stream::Output;
 use crate::tasks::{End, Tasks};
 use crate::{
-    BoxFuture, Config, ConfigError, ExecError, Executor, Limits, Read, Request, RunResult, Spec,
-    Task, env, signal, spawn, spill, workdir,
+    BoxFuture, Config, ConfigError, Containment, ContainmentPreference, ExecError, Executor,
+    Limits, Read, Request, RunResult, Spec, Task, env, signal, spawn, spill, workdir,
 };
 
 /// The shell every command runs in, looked up on PATH.
@@ -35,6 +38,10 @@ struct Shared {
     grace: Duration,
     tasks: Mutex<Tasks>,
     task_done: UnboundedSender<Task>,
+    containment: Containment,
+    /// The parent of the per-command cgroups, in cgroup mode.
+    cgroups: Option<Arc<CgroupRoot>>,
+    spill: Arc<SpillDir>,
 }
 
 impl Shared {
@@ -55,7 +62,8 @@ impl Shared {
 }
 
 impl LocalExecutor {
-    /// Validates `config`; `task_done` receives one event per background task when it ends.
+    /// Validates `config`, sets up containment (see [`LocalExecutor::containment`]);
+    /// `task_done` receives one event per background task when it ends.
     ///
     /// Call from within a tokio runtime (multi-threaded, as the host uses) or make sure one is
     /// current whenever [`Executor::start`] is called.
@@ -65,15 +73,53 @@ impl LocalExecutor {
     ) -> Result<Arc<LocalExecutor>, ConfigError> {
         config.validate()?;
         let tasks = Tasks::new(config.max_tasks, config.max_finished_tasks);
+        let (containment, cgroups) = match config.containment {
+            ContainmentPreference::Subreaper => (
+                Containment::Subreaper {
+                    reason: "cgroups disabled by configuration".to_string(),
+                },
+                None,
+            ),
+            ContainmentPreference::Auto => match CgroupRoot::create() {
+                Ok(root) => (
+                    Containment::Cgroup {
+                        root: root.dir().to_path_buf(),
+                    },
+                    Some(root),
+                ),
+                Err(reason) => (Containment::Subreaper { reason }, None),
+            },
+        };
+        match &containment {
+            Containment::Cgroup { .. } => tracing::debug!(%containment, "process containment"),
+            Containment::Subreaper { reason } => {
+                tracing::debug!(%containment, reason = %reason, "process containment")
+            }
+        }
+        let spill = SpillDir::new(config.spill_dir.clone());
         Ok(Arc::new(Self {
             shared: Arc::new(Shared {
                 grace: duration_ms(config.grace_ms),
                 config,
                 tasks: Mutex::new(tasks),
                 task_done,
+                containment,
+                cgroups,
+                spill,
             }),
             runtime: Handle::try_current().ok(),
         }))
+    }
+
+    /// The containment in force, e.g. for `dsh-host doctor` or a startup log line.
+    pub fn containment(&self) -> Containment {
+        self.shared.containment.clone()
+    }
+
+    /// This executor's spill directory, once a command has spilled (until it is removed at
+    /// shutdown, unless [`Config::keep_spill`] is set).
+    pub fn spill_dir(&self) -> Option<std::path::PathBuf> {
+        self.shared.spill.path()
     }
 
     fn runtime(&self) -> Result<Handle, ExecError> {
@@ -86,11 +132,46 @@ impl LocalExecutor {
     /// Fresh stdout and stderr buffers for one command.
     fn outputs(&self) -> [Arc<Output>; 2] {
         let config = &self.shared.config;
-        let (stdout, stderr) = spill::targets(config.spill_dir.as_deref(), config.max_spill_bytes);
+        let (stdout, stderr) = spill::targets(&self.shared.spill, config.max_spill_bytes);
         [
             Output::new(config.max_output_bytes, stdout),
             Output::new(config.max_output_bytes, stderr),
         ]
+    }
+
+    /// Starts a command in its own cgroup (cgroup mode) or under subreaper tracking only. A
+    /// cgroup that cannot be created or joined costs the command its cgroup, not its run: it
+    /// falls back to subreaper tracking, with a warning.
+    fn spawn(&self, program: &OsStr, spec: &Spec) -> std::io::Result<Spawned> {
+        let start = |cgroup| {
+            spawn::spawn(
+                program,
+                &spec.command,
+                Path::new(&spec.workdir),
+                env::host_child_env(),
+                cgroup,
+            )
+        };
+        let Some(root) = &self.shared.cgroups else {
+            return start(None);
+        };
+        let cgroup = match root.create_task() {
+            Ok(cgroup) => cgroup,
+            Err(err) => {
+                tracing::warn!(root = %root.dir().display(), %err, "cannot create a cgroup for a command; it runs under subreaper tracking only");
+                return start(None);
+            }
+        };
+        match start(Some(cgroup)) {
+            Err(err) => match cgroup::join_error(&err) {
+                Some(err) => {
+                    tracing::warn!(root = %root.dir().display(), %err, "a command could not join its cgroup; it runs under subreaper tracking only");
+                    start(None)
+                }
+                None => Err(err),
+            },
+            started => started,
+        }
     }
 
     fn timeout_ms(&self, requested: f64) -> Result<f64, ExecError> {
@@ -115,13 +196,9 @@ impl LocalExecutor {
         let timeout_ms = self.timeout_ms(spec.timeout_ms)?;
         workdir::check(&spec.workdir)?;
         let outputs = self.outputs();
-        let spawned = spawn::spawn(
-            program,
-            &spec.command,
-            Path::new(&spec.workdir),
-            env::host_child_env(),
-        )
-        .map_err(|err| spawn_error(&spec.workdir, &err))?;
+        let spawned = self
+            .spawn(program, &spec)
+            .map_err(|err| spawn_error(&spec.workdir, &err))?;
         let stop = async {
             tokio::select! {
                 () = tokio::time::sleep(duration_ms(timeout_ms)) => Stop::Timeout,
@@ -155,12 +232,7 @@ impl LocalExecutor {
                 .tasks()
                 .insert(&spec.command, spec.owner.clone(), outputs.clone())?;
         let _context = runtime.enter();
-        match spawn::spawn(
-            program,
-            &spec.command,
-            Path::new(&spec.workdir),
-            env::host_child_env(),
-        ) {
+        match self.spawn(program, &spec) {
             Ok(spawned) => {
                 let shared = self.shared.clone();
                 let base = task.clone();
@@ -271,6 +343,14 @@ impl Executor for LocalExecutor {
             let live = self.shared.tasks().begin_shutdown();
             for control in live {
                 control.ended.cancelled().await;
+            }
+            if let Some(root) = &self.shared.cgroups {
+                root.release();
+            }
+            if !self.shared.config.keep_spill
+                && let Err(err) = self.shared.spill.remove()
+            {
+                tracing::warn!(%err, "cannot remove the spill directory");
             }
         })
     }

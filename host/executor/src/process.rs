@@ -4,7 +4,13 @@
 //! The tree is every descendant of the command's supervisor. Because the supervisor is a child
 //! subreaper, orphans (double forks, `setsid` daemons) are re-parented to it and stay in the tree;
 //! the process group is only where the tree starts. The supervisor exits when no descendant is
-//! left, so its exit is the moment the tree is gone.
+//! left, so its exit is normally the moment the tree is gone.
+//!
+//! What can outlive the supervisor is what it lost when the command killed it (`kill -9 $PPID`):
+//! orphans then go to init. In cgroup mode they are still in the command's cgroup, which is part
+//! of the tree, killed with `cgroup.kill`, and the tree is gone only once the cgroup is
+//! unpopulated. In subreaper mode the host still finds those that stayed in the supervisor's
+//! session (a session id is not reused while the session has members).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,6 +18,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
+
+use crate::cgroup::TaskCgroup;
 
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -49,6 +57,8 @@ impl Exit {
 
 /// Poll period while waiting for SIGKILLed processes to be reaped.
 const KILL_POLL: Duration = Duration::from_millis(20);
+/// Longest pause between checks for what outlived the supervisor.
+const GONE_POLL: Duration = Duration::from_millis(25);
 /// How long the tree may look empty while the supervisor still has not exited before the
 /// supervisor itself is killed (it was stopped or killed by the command).
 const STUCK_SUPERVISOR: Duration = Duration::from_secs(3);
@@ -58,20 +68,35 @@ const STUCK_SUPERVISOR: Duration = Duration::from_secs(3);
 pub(crate) struct ProcTree {
     /// The supervisor: root of the tree, and leader of its session and process group.
     pid: i32,
-    gone: CancellationToken,
+    /// The command's cgroup (cgroup mode).
+    cgroup: Option<TaskCgroup>,
+    /// The supervisor was reaped: its pid may be reused from now on.
+    reaped: CancellationToken,
     exit: OnceLock<Exit>,
+    /// Nothing of the command is left (and its cgroup is removed).
+    gone: CancellationToken,
     terminating: AtomicBool,
+    /// Subreaper mode: no process of the supervisor's session was left at some scan after the
+    /// supervisor died, so the session id (reusable from then on) is not looked at again.
+    session_over: AtomicBool,
 }
 
 impl ProcTree {
-    /// Takes ownership of the spawned supervisor and reaps it in the background.
-    pub(crate) fn watch(mut child: tokio::process::Child) -> Option<Arc<Self>> {
+    /// Takes ownership of the spawned supervisor (and the command's cgroup) and reaps it in the
+    /// background.
+    pub(crate) fn watch(
+        mut child: tokio::process::Child,
+        cgroup: Option<TaskCgroup>,
+    ) -> Option<Arc<Self>> {
         let pid = i32::try_from(child.id()?).ok()?;
         let tree = Arc::new(Self {
             pid,
-            gone: CancellationToken::new(),
+            cgroup,
+            reaped: CancellationToken::new(),
             exit: OnceLock::new(),
+            gone: CancellationToken::new(),
             terminating: AtomicBool::new(false),
+            session_over: AtomicBool::new(false),
         });
         let watcher = tree.clone();
         tokio::spawn(async move {
@@ -80,6 +105,17 @@ impl ProcTree {
                 Err(_) => Exit::default(),
             };
             let _ = watcher.exit.set(exit);
+            watcher.reaped.cancel();
+            // Usually nothing is left at this point; what is left escaped the supervisor and is
+            // stopped by whoever drives the command, while this only watches.
+            let mut pause = Duration::from_millis(1);
+            while watcher.outlived_supervisor() {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(GONE_POLL);
+            }
+            if let Some(cgroup) = &watcher.cgroup {
+                cgroup.remove();
+            }
             watcher.gone.cancel();
         });
         Some(tree)
@@ -94,18 +130,101 @@ impl ProcTree {
         self.gone.cancelled().await;
     }
 
-    /// How the supervisor itself ended; only meaningful once gone.
+    /// Waits until the supervisor has exited and was reaped.
+    pub(crate) async fn wait_reaped(&self) {
+        self.reaped.cancelled().await;
+    }
+
+    /// How the supervisor itself ended; only meaningful once reaped.
     pub(crate) fn supervisor_exit(&self) -> Exit {
         self.exit.get().copied().unwrap_or_default()
     }
 
-    /// Live descendants of the supervisor (zombies excluded: they are already dead).
-    pub(crate) fn members(&self) -> Vec<i32> {
-        if self.is_gone() {
-            // The supervisor's pid may have been reused: never look under it again.
+    fn is_reaped(&self) -> bool {
+        self.reaped.is_cancelled()
+    }
+
+    /// The supervisor was reaped without having finished its job (it exits 0 only once it has
+    /// no descendant left): something may have escaped it.
+    fn supervisor_lost_track(&self) -> bool {
+        self.is_reaped()
+            && self.supervisor_exit()
+                != (Exit {
+                    code: Some(0),
+                    signal: None,
+                })
+    }
+
+    /// After the supervisor was reaped: whether any process of the command is still alive.
+    fn outlived_supervisor(&self) -> bool {
+        match &self.cgroup {
+            Some(cgroup) => cgroup.populated(),
+            None if self.session_scan_needed() => !self.session_members(&snapshot()).is_empty(),
+            None => false,
+        }
+    }
+
+    fn session_scan_needed(&self) -> bool {
+        self.cgroup.is_none()
+            && self.supervisor_lost_track()
+            && !self.session_over.load(Ordering::Relaxed)
+    }
+
+    /// Subreaper mode, after the supervisor died: live processes still in its session.
+    /// `procs` must be a snapshot taken after the supervisor was reaped.
+    fn session_members(&self, procs: &[ProcInfo]) -> Vec<i32> {
+        if !self.session_scan_needed() {
             return Vec::new();
         }
-        descendants(self.pid, &snapshot())
+        // While the session has members its id (the supervisor's pid) cannot be reused, so a
+        // process holding that pid means the session is over.
+        let reused = procs.iter().any(|p| p.pid == self.pid);
+        let found: Vec<i32> = if reused {
+            Vec::new()
+        } else {
+            procs
+                .iter()
+                .filter(|p| p.alive && p.sid == self.pid)
+                .map(|p| p.pid)
+                .collect()
+        };
+        if found.is_empty() {
+            self.session_over.store(true, Ordering::Relaxed);
+        }
+        found
+    }
+
+    /// Live members, and the `/proc` snapshot they were found in (empty when none was needed).
+    fn collect(&self) -> (Vec<i32>, Vec<ProcInfo>) {
+        if self.is_gone() {
+            // The supervisor's pid may have been reused: never look under it again.
+            return (Vec::new(), Vec::new());
+        }
+        let mut found = self
+            .cgroup
+            .as_ref()
+            .map(TaskCgroup::procs)
+            .unwrap_or_default();
+        // Decided before the snapshot, so that a session scan never sees the supervisor itself.
+        let reaped = self.is_reaped();
+        let procs = if !reaped || self.session_scan_needed() {
+            snapshot()
+        } else {
+            Vec::new()
+        };
+        if reaped {
+            found.extend(self.session_members(&procs));
+        } else {
+            found.extend(descendants(self.pid, &procs));
+        }
+        found.sort_unstable();
+        found.dedup();
+        (found, procs)
+    }
+
+    /// Live members of the tree (zombies excluded: they are already dead).
+    pub(crate) fn members(&self) -> Vec<i32> {
+        self.collect().0
     }
 
     /// Sends `sig` to every live member; returns how many there were.
@@ -113,14 +232,19 @@ impl ProcTree {
     /// The process group (the supervisor's: the command's session started with it) is signalled
     /// as one, which is atomic against members forking meanwhile and gives each member exactly
     /// one signal; members that left the group get theirs one by one. SIGKILL cannot use the
-    /// group, which holds the supervisor, so it goes one by one and callers repeat it.
+    /// group, which holds the supervisor, so it goes through `cgroup.kill` (atomic) where there
+    /// is a cgroup, and one by one in any case; callers repeat it.
     fn signal_members(&self, sig: i32) -> usize {
         if self.is_gone() {
             return 0;
         }
-        let procs = snapshot();
-        let members = descendants(self.pid, &procs);
-        let by_group = sig != libc::SIGKILL;
+        if sig == libc::SIGKILL
+            && let Some(cgroup) = &self.cgroup
+        {
+            cgroup.kill();
+        }
+        let (members, procs) = self.collect();
+        let by_group = sig != libc::SIGKILL && !self.is_reaped();
         if by_group && !members.is_empty() {
             // SAFETY: plain kill(2) on our live supervisor's group; the supervisor ignores it.
             unsafe { libc::kill(-self.pid, sig) };
@@ -150,7 +274,7 @@ impl ProcTree {
         loop {
             if self.signal_members(libc::SIGKILL) == 0 {
                 let since = *empty_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= STUCK_SUPERVISOR && !self.is_gone() {
+                if since.elapsed() >= STUCK_SUPERVISOR && !self.is_reaped() {
                     // SAFETY: the supervisor is our child and not yet reaped, so the pid is its.
                     unsafe { libc::kill(self.pid, libc::SIGKILL) };
                 }
@@ -175,12 +299,26 @@ impl ProcTree {
     }
 }
 
+impl Drop for ProcTree {
+    /// Normally the tree is gone before its last holder lets go. If not, nothing drives the
+    /// command any more (its runtime went away): SIGKILL what is left, once. In cgroup mode that
+    /// is complete (`cgroup.kill`, and the cgroup is removed once empty); in subreaper mode it is
+    /// a best effort against members forking at that moment, which the supervisor then keeps
+    /// until the host exits.
+    fn drop(&mut self) {
+        if !self.is_gone() {
+            self.signal_members(libc::SIGKILL);
+        }
+    }
+}
+
 /// One process as `/proc/<pid>/stat` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ProcInfo {
     pub(crate) pid: i32,
     pub(crate) ppid: i32,
     pub(crate) pgid: i32,
+    pub(crate) sid: i32,
     pub(crate) alive: bool,
 }
 
@@ -217,10 +355,12 @@ fn parse_stat(pid: i32, stat: &str) -> Option<ProcInfo> {
     let state = fields.next()?;
     let ppid = fields.next()?.parse().ok()?;
     let pgid = fields.next()?.parse().ok()?;
+    let sid = fields.next()?.parse().ok()?;
     Some(ProcInfo {
         pid,
         ppid,
         pgid,
+        sid,
         alive: !matches!(state, "Z" | "X" | "x"),
     })
 }
@@ -252,17 +392,18 @@ mod tests {
 
     #[test]
     fn parses_stat_with_odd_names() {
-        let info = parse_stat(42, "42 (a) b (c)) S 7 42 42 0 -1").unwrap();
+        let info = parse_stat(42, "42 (a) b (c)) S 7 42 40 0 -1").unwrap();
         assert_eq!(
             info,
             ProcInfo {
                 pid: 42,
                 ppid: 7,
                 pgid: 42,
+                sid: 40,
                 alive: true
             }
         );
-        assert!(!parse_stat(1, "1 (z) Z 0 1 1").unwrap().alive);
+        assert!(!parse_stat(1, "1 (z) Z 0 1 1 1").unwrap().alive);
     }
 
     #[test]
@@ -271,6 +412,7 @@ mod tests {
             pid,
             ppid,
             pgid: 1,
+            sid: 1,
             alive,
         };
         let procs = [

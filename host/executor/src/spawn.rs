@@ -3,7 +3,9 @@
 //!
 //! Process layout: host → supervisor (session and group leader, child subreaper; see
 //! [`crate::supervisor`]) → bash. Both are created by the one `fork` std performs plus a second
-//! `fork` in the `pre_exec` hook; only bash execs.
+//! `fork` in the `pre_exec` hook; only bash execs. In cgroup mode bash joins the command's cgroup
+//! before it execs, so the cgroup holds every process of the command and never the supervisor,
+//! which therefore survives `cgroup.kill`, reaps, and reports how bash ended.
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -15,6 +17,7 @@ use std::sync::Arc;
 use tokio::io::AsyncReadExt;
 use tokio::process::{ChildStderr, ChildStdout};
 
+use crate::cgroup::TaskCgroup;
 use crate::process::{Exit, ProcTree};
 
 /// A started command.
@@ -38,20 +41,22 @@ impl Leader {
         match self.status.read_exact(&mut raw).await {
             Ok(_) => Exit::from_wait_status(i32::from_ne_bytes(raw)),
             Err(_) => {
-                tree.wait_gone().await;
+                tree.wait_reaped().await;
                 tree.supervisor_exit()
             }
         }
     }
 }
 
-/// Starts `<program> -c <command>` in `workdir` with exactly `env`. Must run inside a tokio
-/// runtime context.
+/// Starts `<program> -c <command>` in `workdir` with exactly `env`, in `cgroup` if given. Must run
+/// inside a tokio runtime context. A failure to join the cgroup is an error that
+/// [`crate::cgroup::join_error`] recognises.
 pub(crate) fn spawn(
     program: &OsStr,
     command: &str,
     workdir: &Path,
     env: Vec<(OsString, OsString)>,
+    cgroup: Option<TaskCgroup>,
 ) -> io::Result<Spawned> {
     let (status_read, status_write) = status_pipe()?;
     let status = ChildStdout::from_std(std::process::ChildStdout::from(status_read))?;
@@ -67,8 +72,10 @@ pub(crate) fn spawn(
         .stderr(Stdio::piped());
     let host = std::process::id() as libc::pid_t;
     let status_fd = status_write.as_raw_fd();
+    let cgroup_paths = cgroup.as_ref().map(|c| c.paths().clone());
     // SAFETY: the hook runs between fork and exec and only makes async-signal-safe calls (see
-    // `supervisor`); io::Error::last_os_error does not allocate.
+    // `supervisor` and `cgroup`) on data prepared before the fork; io::Error::last_os_error and
+    // io::Error::from_raw_os_error do not allocate.
     unsafe {
         cmd.pre_exec(move || {
             // A new session: own process group, no controlling terminal.
@@ -79,9 +86,18 @@ pub(crate) fn spawn(
                 return Err(io::Error::last_os_error());
             }
             let supervisor = libc::getpid();
+            // Every signal stays blocked until the supervisor has its handlers, so that the
+            // command cannot kill it (`kill $PPID` as its first act) before it is ready; bash
+            // unblocks them before it execs.
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
             match libc::fork() {
                 -1 => Err(io::Error::last_os_error()),
                 0 => {
+                    let mut none: libc::sigset_t = std::mem::zeroed();
+                    libc::sigemptyset(&mut none);
+                    libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
                     // bash: dies with its supervisor, then std execs it.
                     libc::prctl(
                         libc::PR_SET_PDEATHSIG,
@@ -93,9 +109,13 @@ pub(crate) fn spawn(
                     if libc::getppid() != supervisor {
                         libc::_exit(127);
                     }
+                    // Into the command's cgroup before the first instruction of the command.
+                    if let Some(paths) = &cgroup_paths {
+                        crate::cgroup::join_for_spawn(paths)?;
+                    }
                     Ok(())
                 }
-                bash => crate::supervisor::supervise(bash, status_fd, host),
+                bash => crate::supervisor::supervise(bash, status_fd, host, cgroup_paths.as_ref()),
             }
         });
     }
@@ -104,7 +124,7 @@ pub(crate) fn spawn(
     drop(status_write);
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
-    let tree = ProcTree::watch(child);
+    let tree = ProcTree::watch(child, cgroup);
     match (tree, stdout, stderr) {
         (Some(tree), Some(stdout), Some(stderr)) => Ok(Spawned {
             tree,

@@ -1,36 +1,119 @@
 //! Spill files: once a stream outgrows its in-memory tail, the complete stream goes to disk.
 //!
-//! One directory per host process and spill parent, created `0700` on first use; files named
+//! One directory per executor (so per host process) under the spill parent, created `0700` on
+//! first use and removed with its files at a clean shutdown unless kept; files named
 //! `dsh-bash-<host pid>-<counter>-<12 hex>-<stdout|stderr>.log`, created exclusively with `0600`.
-//! A file is only ever presented while it holds every byte of its stream: one that hit its cap or
-//! failed to write is withdrawn, and output continues in memory only.
+//! A file is only ever presented while it holds every byte of its stream: one that hit its cap,
+//! failed to write or was removed at shutdown is withdrawn, and output continues in memory only.
 
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-/// Spill directories already created by this process, by parent.
-static DIRS: Mutex<Vec<(PathBuf, PathBuf)>> = Mutex::new(Vec::new());
 /// Numbers the commands of this process in spill file names.
 static COUNTER: AtomicU64 = AtomicU64::new(1);
+
+/// An executor's spill directory.
+#[derive(Debug)]
+pub(crate) struct SpillDir {
+    /// `None`: the system temp dir.
+    parent: Option<PathBuf>,
+    /// The directory, once created.
+    path: Mutex<Option<PathBuf>>,
+    /// Removed at shutdown: no file is presented or created any more.
+    removed: AtomicBool,
+}
+
+impl SpillDir {
+    pub(crate) fn new(parent: Option<PathBuf>) -> Arc<Self> {
+        Arc::new(Self {
+            parent,
+            path: Mutex::new(None),
+            removed: AtomicBool::new(false),
+        })
+    }
+
+    fn parent(&self) -> PathBuf {
+        self.parent.clone().unwrap_or_else(std::env::temp_dir)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<PathBuf>> {
+        self.path.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The directory if it was created (and not removed).
+    pub(crate) fn path(&self) -> Option<PathBuf> {
+        self.lock().clone()
+    }
+
+    fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+
+    /// The directory, created `0700` on first use.
+    fn get(&self) -> io::Result<PathBuf> {
+        let mut path = self.lock();
+        if self.is_removed() {
+            return Err(io::Error::other(
+                "the spill directory was removed at shutdown",
+            ));
+        }
+        if let Some(dir) = &*path {
+            return Ok(dir.clone());
+        }
+        let parent = self.parent();
+        loop {
+            let dir = parent.join(format!("dsh-bash-{}-{}", std::process::id(), random_hex()));
+            match DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => {
+                    // The umask may have narrowed the mode; make it exactly 0700.
+                    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+                    *path = Some(dir.clone());
+                    return Ok(dir);
+                }
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Forgets a directory that vanished (e.g. a temp cleaner), so the next spill recreates it.
+    fn forget(&self) {
+        *self.lock() = None;
+    }
+
+    /// Removes the directory with every file in it. Files being written are unlinked; no spill
+    /// file is presented or created from now on.
+    pub(crate) fn remove(&self) -> io::Result<()> {
+        let mut path = self.lock();
+        self.removed.store(true, Ordering::Release);
+        match path.take() {
+            Some(dir) => match std::fs::remove_dir_all(&dir) {
+                Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
+                _ => Ok(()),
+            },
+            None => Ok(()),
+        }
+    }
+}
 
 /// Where one stream spills to, decided when the command starts.
 #[derive(Debug, Clone)]
 pub(crate) struct SpillTarget {
-    parent: Option<PathBuf>,
+    dir: Arc<SpillDir>,
     cap: u64,
     file_name: String,
 }
 
 /// The spill targets of one command's stdout and stderr, sharing counter and random part.
-pub(crate) fn targets(parent: Option<&Path>, cap: u64) -> (SpillTarget, SpillTarget) {
+pub(crate) fn targets(dir: &Arc<SpillDir>, cap: u64) -> (SpillTarget, SpillTarget) {
     let counter = COUNTER.fetch_add(1, Ordering::Relaxed);
     let stem = format!("dsh-bash-{}-{counter}-{}", std::process::id(), random_hex());
     let target = |stream: &str| SpillTarget {
-        parent: parent.map(Path::to_path_buf),
+        dir: dir.clone(),
         cap,
         file_name: format!("{stem}-{stream}.log"),
     };
@@ -38,7 +121,7 @@ pub(crate) fn targets(parent: Option<&Path>, cap: u64) -> (SpillTarget, SpillTar
 }
 
 /// 12 random hex digits, so that names cannot be guessed ahead of time.
-fn random_hex() -> String {
+pub(crate) fn random_hex() -> String {
     let mut bytes = [0u8; 6];
     if getrandom::fill(&mut bytes).is_err() {
         // Never seen in practice; the name is still unique through pid and counter, and the
@@ -51,35 +134,8 @@ fn random_hex() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// This process's spill directory under `parent`, created `0700` on first use.
-fn spill_dir(parent: &Path) -> io::Result<PathBuf> {
-    let mut dirs = DIRS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, dir)) = dirs.iter().find(|(p, _)| p == parent) {
-        return Ok(dir.clone());
-    }
-    loop {
-        let dir = parent.join(format!("dsh-bash-{}-{}", std::process::id(), random_hex()));
-        match DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => {
-                // The umask may have narrowed the mode; make it exactly 0700.
-                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-                dirs.push((parent.to_path_buf(), dir.clone()));
-                return Ok(dir);
-            }
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(err) => return Err(err),
-        }
-    }
-}
-
-/// Forgets a spill directory that vanished (e.g. a temp cleaner), so the next spill recreates it.
-fn forget_dir(parent: &Path) {
-    let mut dirs = DIRS.lock().unwrap_or_else(|e| e.into_inner());
-    dirs.retain(|(p, _)| p != parent);
-}
-
-fn create_file(parent: &Path, name: &str) -> io::Result<(File, PathBuf)> {
-    let path = spill_dir(parent)?.join(name);
+fn create_file(dir: &SpillDir, name: &str) -> io::Result<(File, PathBuf)> {
+    let path = dir.get()?.join(name);
     let file = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -132,15 +188,11 @@ impl Spill {
         if self.started() {
             return;
         }
-        let parent = self
-            .target
-            .parent
-            .clone()
-            .unwrap_or_else(std::env::temp_dir);
-        let created = create_file(&parent, &self.target.file_name).or_else(|err| {
+        let dir = &self.target.dir;
+        let created = create_file(dir, &self.target.file_name).or_else(|err| {
             if err.kind() == io::ErrorKind::NotFound {
-                forget_dir(&parent);
-                create_file(&parent, &self.target.file_name)
+                dir.forget();
+                create_file(dir, &self.target.file_name)
             } else {
                 Err(err)
             }
@@ -148,7 +200,7 @@ impl Spill {
         self.state = match created {
             Ok((file, path)) => State::Open { file, path },
             Err(err) => {
-                tracing::warn!(dir = %parent.display(), %err, "cannot create spill file; output stays in memory only");
+                tracing::warn!(dir = %dir.parent().display(), %err, "cannot create spill file; output stays in memory only");
                 State::Failed
             }
         };
@@ -183,6 +235,9 @@ impl Spill {
 
     /// The file's path while it holds every byte of the stream.
     pub(crate) fn complete_path(&self) -> Option<String> {
+        if self.target.dir.is_removed() {
+            return None;
+        }
         match &self.state {
             State::Open { path, .. } | State::Closed { path } => {
                 Some(path.to_string_lossy().into_owned())
@@ -198,8 +253,9 @@ mod tests {
 
     #[test]
     fn names_pair_streams_and_count_up() {
-        let (a, b) = targets(None, 10);
-        let (c, _) = targets(None, 10);
+        let dir = SpillDir::new(None);
+        let (a, b) = targets(&dir, 10);
+        let (c, _) = targets(&dir, 10);
         let stem = a.file_name.strip_suffix("-stdout.log").unwrap();
         assert_eq!(b.file_name, format!("{stem}-stderr.log"));
         let parts: Vec<&str> = stem.split('-').collect();
@@ -213,7 +269,7 @@ mod tests {
     #[test]
     fn stops_at_cap_and_withdraws_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let (target, _) = targets(Some(dir.path()), 5);
+        let (target, _) = targets(&SpillDir::new(Some(dir.path().into())), 5);
         let mut spill = Spill::new(target);
         spill.begin();
         spill.write(b"abc");
@@ -227,12 +283,36 @@ mod tests {
     #[test]
     fn unusable_parent_fails_quietly() {
         let file = tempfile::NamedTempFile::new().unwrap();
-        let (target, _) = targets(Some(file.path()), 100);
+        let (target, _) = targets(&SpillDir::new(Some(file.path().into())), 100);
         let mut spill = Spill::new(target);
         spill.begin();
         spill.write(b"abc");
         spill.close();
         assert!(spill.started());
         assert_eq!(spill.complete_path(), None);
+    }
+
+    #[test]
+    fn removal_deletes_files_and_withdraws_paths() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = SpillDir::new(Some(parent.path().into()));
+        assert_eq!(dir.path(), None);
+        let (target, _) = targets(&dir, 100);
+        let mut spill = Spill::new(target);
+        spill.begin();
+        spill.write(b"abc");
+        let path = PathBuf::from(spill.complete_path().unwrap());
+        assert_eq!(path.parent(), dir.path().as_deref());
+        dir.remove().unwrap();
+        assert!(!path.exists());
+        assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0);
+        assert_eq!(spill.complete_path(), None);
+        // Later spills stay in memory.
+        let (target, _) = targets(&dir, 100);
+        let mut late = Spill::new(target);
+        late.begin();
+        late.write(b"x");
+        assert_eq!(late.complete_path(), None);
+        assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0);
     }
 }

@@ -143,7 +143,8 @@ mod tests {
     use super::*;
 
     fn output(cap: u64, dir: &std::path::Path) -> Arc<Output> {
-        Output::new(cap, crate::spill::targets(Some(dir), 1 << 20).0)
+        let spill = crate::spill::SpillDir::new(Some(dir.to_path_buf()));
+        Output::new(cap, crate::spill::targets(&spill, 1 << 20).0)
     }
 
     #[test]

@@ -6,12 +6,15 @@
 //! - the command's `$PPID` is the supervisor, so `kill -TERM $PPID` hits the task, not the host;
 //! - it hands bash's wait status to the host through a pipe, keeps reaping, and exits only when
 //!   no descendant is left, so "supervisor exited" means "nothing of the command is left";
-//! - when the host dies abruptly, it kills the whole tree before exiting.
+//! - when the host dies abruptly, it kills the whole tree before exiting; in cgroup mode it kills
+//!   the command's cgroup (which holds even processes that escaped it) and removes it.
 //!
 //! It runs in a child forked from a multi-threaded host and never execs, so it may only make
 //! async-signal-safe calls: raw libc, no allocation, no locks, no panics.
 
 use libc::{c_int, pid_t};
+
+use crate::cgroup::{self, CgroupPaths};
 
 /// Where the supervisor keeps its end of the status pipe.
 const STATUS_FD: c_int = 3;
@@ -23,8 +26,14 @@ extern "C" fn wake(_: c_int) {}
 ///
 /// # Safety
 /// Must be called in the child of a fork, with fd 0 open on `/dev/null` and `status_fd` the write
-/// end of the status pipe. Never returns.
-pub(crate) unsafe fn supervise(bash: pid_t, status_fd: c_int, host: pid_t) -> ! {
+/// end of the status pipe; `cgroup` (the command's cgroup, which bash joins) was prepared before
+/// the fork. Never returns.
+pub(crate) unsafe fn supervise(
+    bash: pid_t,
+    status_fd: c_int,
+    host: pid_t,
+    cgroup: Option<&CgroupPaths>,
+) -> ! {
     unsafe {
         // Keep only the status pipe: copies of the command's output pipes would delay their EOF,
         // and copies of the host's descriptors (std's exec-error pipe, sockets) would confuse it.
@@ -70,7 +79,7 @@ pub(crate) unsafe fn supervise(bash: pid_t, status_fd: c_int, host: pid_t) -> ! 
         let mut reported = false;
         loop {
             if libc::getppid() != host {
-                kill_tree_and_exit();
+                kill_tree_and_exit(cgroup);
             }
             let mut status: c_int = 0;
             let pid = libc::waitpid(-1, &mut status, libc::__WALL);
@@ -137,10 +146,14 @@ unsafe fn write_all(fd: c_int, mut bytes: &[u8]) {
     }
 }
 
-/// The host died: SIGKILL every descendant, reap, and exit once none is left.
-unsafe fn kill_tree_and_exit() -> ! {
+/// The host died: SIGKILL every descendant (and the command's cgroup), reap, and exit once none
+/// is left, removing the cgroup on the way out.
+unsafe fn kill_tree_and_exit(cgroup: Option<&CgroupPaths>) -> ! {
     unsafe {
-        loop {
+        if let Some(paths) = cgroup {
+            let _ = cgroup::write_file(&paths.kill, b"1");
+        }
+        'reap: loop {
             loop {
                 let mut status: c_int = 0;
                 let pid = libc::waitpid(-1, &mut status, libc::WNOHANG | libc::__WALL);
@@ -148,7 +161,7 @@ unsafe fn kill_tree_and_exit() -> ! {
                     continue;
                 }
                 if pid < 0 {
-                    libc::_exit(0); // ECHILD: the tree is empty
+                    break 'reap; // ECHILD: no descendant is left
                 }
                 break;
             }
@@ -157,13 +170,34 @@ unsafe fn kill_tree_and_exit() -> ! {
                 // No children list: at least take our process group down (ourselves included).
                 libc::kill(0, libc::SIGKILL);
             }
-            let pause = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 10_000_000,
-            };
-            libc::nanosleep(&pause, std::ptr::null_mut());
+            pause_ms(10);
         }
+        if let Some(paths) = cgroup {
+            // What escaped the supervisor is still in the cgroup: wait (bounded) until it is
+            // empty, then remove it, and the executor's root if this was its last command.
+            for round in 0..300 {
+                if !cgroup::populated_raw(&paths.events) {
+                    break;
+                }
+                if round % 10 == 9 {
+                    let _ = cgroup::write_file(&paths.kill, b"1");
+                }
+                pause_ms(10);
+            }
+            libc::rmdir(paths.dir.as_ptr());
+            libc::rmdir(paths.root.as_ptr());
+        }
+        libc::_exit(0);
     }
+}
+
+fn pause_ms(ms: i64) {
+    let pause = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: ms * 1_000_000,
+    };
+    // SAFETY: nanosleep with a valid timespec.
+    unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
 }
 
 /// SIGKILLs every direct child listed in `/proc/thread-self/children`; false if unreadable.

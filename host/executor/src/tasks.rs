@@ -247,7 +247,7 @@ mod tests {
     use super::*;
 
     fn outputs() -> [Arc<Output>; 2] {
-        let (a, b) = crate::spill::targets(None, 10);
+        let (a, b) = crate::spill::targets(&crate::spill::SpillDir::new(None), 10);
         [Output::new(10, a), Output::new(10, b)]
     }
 

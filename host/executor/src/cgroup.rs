@@ -1,0 +1,706 @@
+//! cgroup v2 containment: one cgroup per command, under one parent cgroup per executor.
+//!
+//! Layout: `<cgroup2 mount><the host's own cgroup>/dsh-<host pid>-<12 hex>/cmd-<n>`. The parent
+//! (the executor's root) is created when the executor is built, after which a probe moves a forked
+//! child into a test cgroup, kills it through `cgroup.kill` and waits for `populated 0`; any failure
+//! means subreaper containment instead, with the reason. A command's `bash` joins its cgroup in the
+//! forked child before `exec` (see [`crate::spawn`]), so nothing of the command runs outside it.
+//! No controller is ever enabled, so the "no internal processes" rule does not apply and the host
+//! may stay in its own cgroup, the parent of the root.
+//!
+//! Who removes what: the host removes a command's cgroup once it is unpopulated and the root when
+//! the executor is dropped; a supervisor whose host died kills and removes its command's cgroup and
+//! tries the root; a new executor removes empty roots of dead hosts it finds next to its own.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use libc::c_int;
+
+/// How long the probe waits for its child to die and its cgroup to empty.
+const PROBE_WAIT: Duration = Duration::from_secs(2);
+
+/// Added to the errno of a failed join in the forked child, so that the host can tell it from a
+/// failed `exec` (std hands the child's error code to the parent unchanged).
+const JOIN_ERROR_BASE: i32 = 0x4000_0000;
+
+/// The error of a spawn whose child could not join its cgroup, as the plain OS error.
+pub(crate) fn join_error(err: &io::Error) -> Option<io::Error> {
+    match err.raw_os_error() {
+        Some(code) if code >= JOIN_ERROR_BASE => {
+            Some(io::Error::from_raw_os_error(code - JOIN_ERROR_BASE))
+        }
+        _ => None,
+    }
+}
+
+/// The executor's parent cgroup of the per-command cgroups. Removed when dropped (every command
+/// cgroup holds it, so that happens after the last one is gone).
+#[derive(Debug)]
+pub(crate) struct CgroupRoot {
+    dir: PathBuf,
+    next: AtomicU64,
+}
+
+impl CgroupRoot {
+    /// Creates and probes the root under the host's own cgroup; the error says why cgroups cannot
+    /// be used here.
+    pub(crate) fn create() -> Result<Arc<Self>, String> {
+        let base = own_cgroup_dir()?;
+        sweep_stale(&base);
+        let dir = loop {
+            let dir = base.join(format!(
+                "dsh-{}-{}",
+                std::process::id(),
+                crate::spill::random_hex()
+            ));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => break dir,
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(err) => {
+                    return Err(format!(
+                        "cannot create a cgroup under {}: {err}",
+                        base.display()
+                    ));
+                }
+            }
+        };
+        let root = Arc::new(Self {
+            dir,
+            next: AtomicU64::new(1),
+        });
+        if !root.dir.join("cgroup.kill").exists() {
+            return Err(format!(
+                "{} has no cgroup.kill (Linux 5.14 or later is needed)",
+                root.dir.display()
+            ));
+        }
+        root.probe()?;
+        Ok(root)
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A fresh cgroup for one command (recreating the root if [`release`](Self::release)d).
+    pub(crate) fn create_task(self: &Arc<Self>) -> io::Result<TaskCgroup> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let dir = self.dir.join(format!("cmd-{n}"));
+        if let Err(err) = std::fs::create_dir(&dir) {
+            if err.kind() != io::ErrorKind::NotFound {
+                return Err(err);
+            }
+            match std::fs::create_dir(&self.dir) {
+                Err(err) if err.kind() != io::ErrorKind::AlreadyExists => return Err(err),
+                _ => std::fs::create_dir(&dir)?,
+            }
+        }
+        let paths = CgroupPaths {
+            procs: c_path(&dir.join("cgroup.procs"))?,
+            kill: c_path(&dir.join("cgroup.kill"))?,
+            events: c_path(&dir.join("cgroup.events"))?,
+            dir: c_path(&dir)?,
+            root: c_path(&self.dir)?,
+        };
+        Ok(TaskCgroup {
+            dir,
+            paths,
+            removed: AtomicBool::new(false),
+            _root: self.clone(),
+        })
+    }
+
+    /// Removes the root if no command cgroup is in it (after a shutdown, so that a host that
+    /// exits without dropping its executor leaves nothing); a later command recreates it.
+    pub(crate) fn release(&self) {
+        match std::fs::remove_dir(&self.dir) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(err) => {
+                tracing::debug!(dir = %self.dir.display(), %err, "the executor's cgroup is still in use")
+            }
+        }
+    }
+
+    /// Moves a forked child into a test cgroup, kills it with `cgroup.kill` and waits until the
+    /// cgroup is empty: the whole mechanism, end to end.
+    fn probe(&self) -> Result<(), String> {
+        let dir = self.dir.join("probe");
+        std::fs::create_dir(&dir)
+            .map_err(|err| format!("cannot create a cgroup under {}: {err}", self.dir.display()))?;
+        let result = probe_in(&dir);
+        if let Err(err) = std::fs::remove_dir(&dir) {
+            tracing::debug!(dir = %dir.display(), %err, "cannot remove the probe cgroup");
+        }
+        result
+    }
+}
+
+impl Drop for CgroupRoot {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)
+}
+
+fn probe_in(dir: &Path) -> Result<(), String> {
+    let procs = c_path(&dir.join("cgroup.procs")).map_err(|e| e.to_string())?;
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: pipe2 fills `fds` on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(format!("probe: {}", io::Error::last_os_error()));
+    }
+    let [read_fd, write_fd] = fds;
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the child only makes async-signal-safe calls (prctl, getppid, open, write, close,
+    // pause, _exit) on memory prepared before the fork, and never returns.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        unsafe {
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            let code: u8 = match join(&procs) {
+                Ok(()) => 0,
+                Err(errno) => errno.clamp(1, 255) as u8,
+            };
+            libc::write(write_fd, (&code as *const u8).cast(), 1);
+            if code != 0 {
+                libc::_exit(1);
+            }
+            loop {
+                libc::pause();
+            }
+        }
+    }
+    // SAFETY: closing our copy of the write end, which we own.
+    unsafe { libc::close(write_fd) };
+    if child < 0 {
+        // SAFETY: closing the read end, which we own.
+        unsafe { libc::close(read_fd) };
+        return Err(format!(
+            "probe: cannot fork: {}",
+            io::Error::last_os_error()
+        ));
+    }
+    let mut code = [0u8; 1];
+    let got = loop {
+        // SAFETY: reading one byte into a local buffer.
+        let n = unsafe { libc::read(read_fd, code.as_mut_ptr().cast(), 1) };
+        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        break n;
+    };
+    // SAFETY: closing the read end, which we own.
+    unsafe { libc::close(read_fd) };
+
+    let outcome = (|| {
+        if got != 1 {
+            return Err("the probe process ended before joining its cgroup".to_string());
+        }
+        if code[0] != 0 {
+            return Err(format!(
+                "cannot move a process into a cgroup: {}",
+                io::Error::from_raw_os_error(i32::from(code[0]))
+            ));
+        }
+        let listed = std::fs::read_to_string(dir.join("cgroup.procs"))
+            .map_err(|err| format!("cannot read cgroup.procs: {err}"))?;
+        if !parse_pids(&listed).contains(&child) {
+            return Err("the probe process did not show up in its cgroup".to_string());
+        }
+        std::fs::write(dir.join("cgroup.kill"), "1")
+            .map_err(|err| format!("cannot write cgroup.kill: {err}"))?;
+        Ok(())
+    })();
+    // The child should die of cgroup.kill; if it does not in time, it is killed directly.
+    let deadline = Instant::now() + PROBE_WAIT;
+    let mut killed_directly = outcome.is_err();
+    if killed_directly {
+        // SAFETY: `child` is our unreaped child.
+        unsafe { libc::kill(child, libc::SIGKILL) };
+    }
+    let status = loop {
+        let mut status: c_int = 0;
+        // SAFETY: waiting for our own child only.
+        let pid = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+        if pid == child {
+            break Some(status);
+        }
+        if pid < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            break None;
+        }
+        if !killed_directly && Instant::now() >= deadline {
+            // SAFETY: as above.
+            unsafe { libc::kill(child, libc::SIGKILL) };
+            killed_directly = true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    outcome?;
+    if killed_directly
+        || !status.is_some_and(|s| libc::WIFSIGNALED(s) && libc::WTERMSIG(s) == libc::SIGKILL)
+    {
+        return Err("cgroup.kill did not kill the probe process".to_string());
+    }
+    let events = dir.join("cgroup.events");
+    let deadline = Instant::now() + PROBE_WAIT;
+    while populated_at(&events) {
+        if Instant::now() >= deadline {
+            return Err("the probe cgroup stayed populated after its process died".to_string());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+/// The cgroup files of one command as C strings, prepared before `fork` for the child (which
+/// joins) and the supervisor (which cleans up if the host dies).
+#[derive(Debug, Clone)]
+pub(crate) struct CgroupPaths {
+    pub(crate) procs: CString,
+    pub(crate) kill: CString,
+    pub(crate) events: CString,
+    pub(crate) dir: CString,
+    pub(crate) root: CString,
+}
+
+/// One command's cgroup.
+#[derive(Debug)]
+pub(crate) struct TaskCgroup {
+    dir: PathBuf,
+    paths: CgroupPaths,
+    removed: AtomicBool,
+    /// Keeps the root until this cgroup is gone.
+    _root: Arc<CgroupRoot>,
+}
+
+impl TaskCgroup {
+    pub(crate) fn paths(&self) -> &CgroupPaths {
+        &self.paths
+    }
+
+    #[cfg(test)]
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The processes in the cgroup (zombies have left it already).
+    pub(crate) fn procs(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.dir.join("cgroup.procs"))
+            .map(|s| parse_pids(&s))
+            .unwrap_or_default()
+    }
+
+    /// SIGKILLs every process in the cgroup at once, including ones forking meanwhile.
+    pub(crate) fn kill(&self) {
+        if let Err(err) = std::fs::write(self.dir.join("cgroup.kill"), "1")
+            && !self.removed.load(Ordering::Relaxed)
+        {
+            tracing::warn!(dir = %self.dir.display(), %err, "cannot write cgroup.kill");
+        }
+    }
+
+    /// Whether any process is left in the cgroup. An unreadable cgroup counts as empty, so that
+    /// nobody waits forever on a cgroup someone else removed.
+    pub(crate) fn populated(&self) -> bool {
+        populated_at(&self.dir.join("cgroup.events"))
+    }
+
+    /// Removes the (empty) cgroup.
+    pub(crate) fn remove(&self) {
+        if self.removed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        match std::fs::remove_dir(&self.dir) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(err) => {
+                tracing::warn!(dir = %self.dir.display(), %err, "cannot remove a command's cgroup")
+            }
+        }
+    }
+}
+
+impl Drop for TaskCgroup {
+    /// Normally the cgroup was removed once empty. Dropped while still populated, nothing drives
+    /// the command any more (its runtime went away): kill what is left, and remove the cgroup
+    /// once it is empty, off this thread.
+    fn drop(&mut self) {
+        if self.removed.load(Ordering::Relaxed) {
+            return;
+        }
+        if !self.populated() {
+            self.remove();
+            return;
+        }
+        self.kill();
+        self.removed.store(true, Ordering::Relaxed);
+        let dir = self.dir.clone();
+        let root = self._root.clone();
+        let spawned = std::thread::Builder::new()
+            .name("dsh-cgroup-cleanup".to_string())
+            .spawn(move || {
+                let events = dir.join("cgroup.events");
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while populated_at(&events) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                let _ = std::fs::remove_dir(&dir);
+                drop(root);
+            });
+        if let Err(err) = spawned {
+            tracing::debug!(%err, "cannot start a cgroup cleanup thread");
+        }
+    }
+}
+
+fn populated_at(events: &Path) -> bool {
+    match std::fs::read_to_string(events) {
+        Ok(text) => text.lines().any(|l| l == "populated 1"),
+        Err(_) => false,
+    }
+}
+
+fn parse_pids(text: &str) -> Vec<i32> {
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Async-signal-safe helpers for forked children: raw libc on prepared paths, no allocation.
+
+fn errno() -> c_int {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// Writes `bytes` to the file at `path` in one `write`.
+///
+/// # Safety
+/// Async-signal-safe; may be called between `fork` and `exec`.
+pub(crate) unsafe fn write_file(path: &CStr, bytes: &[u8]) -> Result<(), c_int> {
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(errno());
+        }
+        let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+        let result = if n == bytes.len() as isize {
+            Ok(())
+        } else {
+            Err(errno())
+        };
+        libc::close(fd);
+        result
+    }
+}
+
+/// Moves the calling process into the cgroup whose `cgroup.procs` is `procs`.
+///
+/// # Safety
+/// Async-signal-safe; may be called between `fork` and `exec`.
+pub(crate) unsafe fn join(procs: &CStr) -> Result<(), c_int> {
+    unsafe { write_file(procs, b"0") }
+}
+
+/// [`join`] for the spawn hook: the error as an `io::Error` the host recognises ([`join_error`]).
+///
+/// # Safety
+/// Async-signal-safe; may be called between `fork` and `exec`.
+pub(crate) unsafe fn join_for_spawn(paths: &CgroupPaths) -> io::Result<()> {
+    unsafe { join(&paths.procs) }.map_err(|e| io::Error::from_raw_os_error(JOIN_ERROR_BASE + e))
+}
+
+/// Whether `cgroup.events` at `events` says populated; unreadable counts as empty.
+///
+/// # Safety
+/// Async-signal-safe.
+pub(crate) unsafe fn populated_raw(events: &CStr) -> bool {
+    unsafe {
+        let fd = libc::open(events.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let mut buf = [0u8; 256];
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        if n <= 0 {
+            return false;
+        }
+        let text = &buf[..n as usize];
+        let needle = b"populated 1";
+        text.windows(needle.len()).any(|w| w == needle)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding the host's cgroup
+
+/// The directory of the host's own cgroup in the cgroup v2 hierarchy.
+fn own_cgroup_dir() -> Result<PathBuf, String> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup")
+        .map_err(|err| format!("cannot read /proc/self/cgroup: {err}"))?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|err| format!("cannot read /proc/self/mountinfo: {err}"))?;
+    let dir = cgroup_dir_from(&cgroup, &mountinfo)?;
+    if !dir.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    Ok(dir)
+}
+
+/// [`own_cgroup_dir`] from the texts of `/proc/self/cgroup` and `/proc/self/mountinfo`.
+fn cgroup_dir_from(cgroup: &str, mountinfo: &str) -> Result<PathBuf, String> {
+    let own = cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or("the host is in no cgroup v2 hierarchy (no 0:: line in /proc/self/cgroup)")?;
+    if !own.starts_with('/') || own.ends_with(" (deleted)") {
+        return Err(format!("the host's cgroup {own:?} is not usable"));
+    }
+    let mut mounted = false;
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        if right.split_whitespace().next() != Some("cgroup2") {
+            continue;
+        }
+        mounted = true;
+        let fields: Vec<&str> = left.split_whitespace().collect();
+        let (Some(root), Some(mount_point)) = (fields.get(3), fields.get(4)) else {
+            continue;
+        };
+        let (root, mount_point) = (unescape(root), unescape(mount_point));
+        let rel = if root == "/" {
+            Some(own.trim_start_matches('/'))
+        } else if own == root {
+            Some("")
+        } else {
+            own.strip_prefix(root.as_str())
+                .and_then(|r| r.strip_prefix('/'))
+        };
+        if let Some(rel) = rel {
+            let mut dir = PathBuf::from(mount_point);
+            if !rel.is_empty() {
+                dir.push(rel);
+            }
+            return Ok(dir);
+        }
+    }
+    Err(if mounted {
+        format!("no cgroup v2 mount shows the host's cgroup {own}")
+    } else {
+        "no cgroup v2 hierarchy is mounted".to_string()
+    })
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, ...).
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
+            let value =
+                (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
+            out.push(value);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Removes the empty roots (and their empty command cgroups) of executors whose host process is
+/// gone, e.g. after a host was SIGKILLed while idle. Populated ones are left alone.
+fn sweep_stale(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = stale_root_pid(&name.to_string_lossy()) else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let dir = entry.path();
+        if let Ok(children) = std::fs::read_dir(&dir) {
+            for child in children.flatten() {
+                if child.file_type().is_ok_and(|t| t.is_dir()) {
+                    let _ = std::fs::remove_dir(child.path());
+                }
+            }
+        }
+        match std::fs::remove_dir(&dir) {
+            Ok(()) => tracing::debug!(dir = %dir.display(), "removed a dead host's cgroup"),
+            Err(err) => {
+                tracing::debug!(dir = %dir.display(), %err, "cannot remove a dead host's cgroup")
+            }
+        }
+    }
+}
+
+/// The host pid in a root's name `dsh-<pid>-<12 hex>`.
+fn stale_root_pid(name: &str) -> Option<u32> {
+    let (pid, hex) = name.strip_prefix("dsh-")?.split_once('-')?;
+    if hex.len() != 12 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+    #[test]
+    fn finds_the_hybrid_mount() {
+        let cgroup = "4:memory:/x\n0::/\n";
+        assert_eq!(
+            cgroup_dir_from(cgroup, HYBRID).unwrap(),
+            PathBuf::from("/sys/fs/cgroup/unified")
+        );
+        let cgroup = "0::/user.slice/a b.scope\n";
+        assert_eq!(
+            cgroup_dir_from(cgroup, HYBRID).unwrap(),
+            PathBuf::from("/sys/fs/cgroup/unified/user.slice/a b.scope")
+        );
+    }
+
+    #[test]
+    fn maps_a_bind_mounted_subtree_and_unescapes() {
+        let mountinfo =
+            "30 1 0:26 /lxc/c1 /sys/fs/cgroup\\040x rw - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(
+            cgroup_dir_from("0::/lxc/c1/init.scope\n", mountinfo).unwrap(),
+            PathBuf::from("/sys/fs/cgroup x/init.scope")
+        );
+        assert_eq!(
+            cgroup_dir_from("0::/lxc/c1\n", mountinfo).unwrap(),
+            PathBuf::from("/sys/fs/cgroup x")
+        );
+        assert!(cgroup_dir_from("0::/lxc/c10\n", mountinfo).is_err());
+    }
+
+    #[test]
+    fn explains_missing_pieces() {
+        assert!(
+            cgroup_dir_from("1:name=systemd:/\n", HYBRID)
+                .unwrap_err()
+                .contains("no cgroup v2")
+        );
+        let v1_only = "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
+        assert_eq!(
+            cgroup_dir_from("0::/\n", v1_only).unwrap_err(),
+            "no cgroup v2 hierarchy is mounted"
+        );
+        assert!(cgroup_dir_from("0::/gone (deleted)\n", HYBRID).is_err());
+    }
+
+    #[test]
+    fn recognises_root_names() {
+        assert_eq!(stale_root_pid("dsh-123-0123456789ab"), Some(123));
+        assert_eq!(stale_root_pid("dsh-123-0123456789a"), None);
+        assert_eq!(stale_root_pid("dsh-x-0123456789ab"), None);
+        assert_eq!(stale_root_pid("other"), None);
+    }
+
+    #[test]
+    fn recognises_join_errors() {
+        let err = io::Error::from_raw_os_error(JOIN_ERROR_BASE + libc::ENOENT);
+        assert_eq!(join_error(&err).unwrap().raw_os_error(), Some(libc::ENOENT));
+        assert!(join_error(&io::Error::from_raw_os_error(libc::ENOENT)).is_none());
+        assert!(join_error(&io::Error::other("x")).is_none());
+    }
+
+    /// Where this machine allows cgroups: the whole life of a command cgroup, and a join that
+    /// fails in the child being told apart from a failed exec.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn command_cgroups_live_and_die_with_their_command() {
+        let Ok(root) = CgroupRoot::create() else {
+            eprintln!("NOTICE: no cgroup v2 can be created here");
+            return;
+        };
+        assert!(root.dir().join("cgroup.kill").exists());
+        let cg = root.create_task().unwrap();
+        let dir = cg.dir().to_path_buf();
+        assert!(!cg.populated());
+        let spawned = crate::spawn::spawn(
+            std::ffi::OsStr::new("sleep"),
+            "unused",
+            Path::new("/"),
+            vec![],
+            Some(cg),
+        );
+        // `sleep -c unused` fails at once; that is fine, it ran inside the cgroup.
+        assert!(spawned.is_ok());
+        drop(spawned);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while dir.exists() {
+            assert!(Instant::now() < deadline, "{dir:?} was not removed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+
+        let cg = root.create_task().unwrap();
+        std::fs::remove_dir(cg.dir()).unwrap();
+        match crate::spawn::spawn(
+            std::ffi::OsStr::new("bash"),
+            "true",
+            Path::new("/"),
+            vec![],
+            Some(cg),
+        ) {
+            Ok(_) => panic!("joined a removed cgroup"),
+            Err(err) => assert_eq!(
+                join_error(&err).and_then(|e| e.raw_os_error()),
+                Some(libc::ENOENT),
+                "{err}"
+            ),
+        }
+        // The root goes with its last holder (here, once the first command's watcher is done).
+        let dir = root.dir().to_path_buf();
+        drop(root);
+        while dir.exists() {
+            assert!(Instant::now() < deadline, "{dir:?} was not removed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! Executors swap by composition: `examples/policy-executor/compose.sh` (the README's "Compose an
+//! executor" recipe) puts the policy executor component in front of the tools component's
+//! `bash-executor` import with `wac compose`. Loaded with `dsh-host --component`, the composed
+//! component behaves differently (refused commands, capped timeouts) while the tools component's
+//! bytes are the same ones the host embeds, unchanged and embedded verbatim in the composition.
+//!
+//! Needs `wac` (`cargo install wac-cli --version 0.12.0 --no-default-features --locked`; `.ci/run`
+//! installs it). Without it this test fails, saying so.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use dsh_host::executor::{Config, Executor, LocalExecutor};
+use dsh_host::{ComponentSource, HostOptions, ToolHost};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const WAC_HINT: &str = "wac is missing: run `cargo install wac-cli --version 0.12.0 \
+     --no-default-features --locked` (.ci/run does this)";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn tmp() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compose");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The tools component as built: the file the host's build script embedded.
+fn tools_file() -> PathBuf {
+    match std::env::var_os("DSH_GUEST_WASM") {
+        Some(path) => PathBuf::from(path),
+        None => root().join("target/guest-wasm/wasm32-wasip2/release/guest_tools.wasm"),
+    }
+}
+
+fn sha256(path: &Path) -> String {
+    let out = Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .expect("sha256sum runs");
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+struct Composed {
+    path: PathBuf,
+    tools_sha_before: String,
+    tools_sha_after: String,
+}
+
+/// Runs the README recipe once per test process.
+fn composed() -> &'static Composed {
+    static COMPOSED: OnceLock<Composed> = OnceLock::new();
+    COMPOSED.get_or_init(|| {
+        let wac = Command::new("wac").arg("--version").output();
+        assert!(wac.is_ok_and(|o| o.status.success()), "{WAC_HINT}");
+        let tools = tools_file();
+        let tools_sha_before = sha256(&tools);
+        let path = tmp().join("composed.wasm");
+        let mut cmd = Command::new(root().join("examples/policy-executor/compose.sh"));
+        cmd.arg(&tools).arg(&path);
+        // The outer build's settings are not the nested build's (as in the host's build script).
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy().into_owned();
+            if key.starts_with("CARGO_") && key != "CARGO_HOME"
+                || key.starts_with("RUSTC")
+                || key == "RUSTFLAGS"
+            {
+                cmd.env_remove(key);
+            }
+        }
+        let status = cmd.status().expect("compose.sh runs");
+        assert!(status.success(), "compose.sh failed ({status})");
+        Composed {
+            path,
+            tools_sha_before,
+            tools_sha_after: sha256(&tools),
+        }
+    })
+}
+
+fn dsh_host(component: Option<&Path>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dsh-host"));
+    cmd.env(
+        "DSH_CACHE_DIR",
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache"),
+    );
+    cmd.env_remove("DSH_LOG");
+    if let Some(path) = component {
+        cmd.arg("--component").arg(path);
+    }
+    cmd.args(args).output().expect("dsh-host runs")
+}
+
+fn call(component: Option<&Path>, tool: &str, args: Value) -> Value {
+    let out = dsh_host(component, &["call", tool, &args.to_string(), "--json"]);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "dsh-host call printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn bash(command: &str, timeout_ms: Option<f64>) -> Value {
+    let mut args = json!({"command": command, "description": "Run a command through the policy"});
+    if let Some(ms) = timeout_ms {
+        args["timeoutMs"] = json!(ms);
+    }
+    args
+}
+
+#[test]
+fn the_tools_component_is_unchanged_and_embedded_verbatim() {
+    let c = composed();
+    let embedded = dsh_host::engine::EMBEDDED_COMPONENT;
+    let embedded_file = tmp().join("embedded.wasm");
+    std::fs::write(&embedded_file, embedded).unwrap();
+    assert_eq!(
+        c.tools_sha_before, c.tools_sha_after,
+        "composing changed the tools component"
+    );
+    assert_eq!(
+        c.tools_sha_after,
+        sha256(&embedded_file),
+        "the tools component file is not the one dsh-host embeds"
+    );
+    let composed = std::fs::read(&c.path).unwrap();
+    assert!(
+        composed.windows(embedded.len()).any(|w| w == embedded),
+        "the composed component does not hold the tools component's bytes verbatim"
+    );
+}
+
+#[test]
+fn the_policy_refuses_matching_commands() {
+    let c = composed();
+    let command = "echo rm -rf /";
+    assert_eq!(
+        call(Some(&c.path), "bash", bash(command, None)),
+        json!({"text": "Error: command refused by policy: matches \"rm -rf /\"", "isError": true})
+    );
+    // The same tools without the policy run it (it only prints).
+    assert_eq!(
+        call(None, "bash", bash(command, None)),
+        json!({"text": "rm -rf /\n", "isError": false})
+    );
+    // Background starts are refused too.
+    let mut args = bash("sleep 1; rm  -rf /tmp/nothing-here", None);
+    args["run_in_background"] = json!(true);
+    assert_eq!(
+        call(Some(&c.path), "bash", args),
+        json!({"text": "Error: command refused by policy: matches \"rm -rf /\"", "isError": true})
+    );
+}
+
+#[test]
+fn the_policy_caps_timeouts_and_says_so() {
+    let c = composed();
+    assert_eq!(
+        call(Some(&c.path), "bash", bash("sleep 5", Some(100_000.0))),
+        json!({
+            "text": "(no output)\n[timed out after 1000ms]\n[killed by signal: SIGTERM]",
+            "isError": false
+        })
+    );
+    let description = |component: Option<&Path>| {
+        let out = dsh_host(component, &["tools"]);
+        let defs: Value = serde_json::from_slice(&out.stdout).unwrap();
+        defs[0]["description"].as_str().unwrap().to_string()
+    };
+    let capped = description(Some(&c.path));
+    assert!(
+        capped
+            .contains("Timeout: 1000 ms by default (set timeoutMs to change it), at most 1000 ms"),
+        "{capped}"
+    );
+    let plain = description(None);
+    assert!(plain.contains("at most 600000 ms"), "{plain}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_else_passes_through() {
+    let c = composed();
+    assert_eq!(
+        call(
+            Some(&c.path),
+            "bash",
+            bash("printf 'hello\\n'; exit 3", None)
+        ),
+        json!({"text": "hello\n[exit code: 3]", "isError": false})
+    );
+
+    // Background tasks: start, read, kill, ownership and the notice, through the policy.
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let config = Config {
+        grace_ms: 200.0,
+        ..Config::default()
+    };
+    let executor: Arc<dyn Executor> = LocalExecutor::new(config, tx).unwrap();
+    let options = HostOptions {
+        component: ComponentSource::File(c.path.clone()),
+        cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")),
+    };
+    let host = ToolHost::new(options, executor, rx).await.unwrap();
+    let mut session = host.open_session(None);
+    let other = host.open_session(None);
+    let call = |caller: dsh_host::Caller, tool: &'static str, args: Value| {
+        let host = host.clone();
+        async move {
+            let r = host
+                .call(tool, &args.to_string(), &caller, CancellationToken::new())
+                .await;
+            (r.text, r.is_error)
+        }
+    };
+    let mut args = bash("printf 'bg\\n'", None);
+    args["run_in_background"] = json!(true);
+    assert_eq!(
+        call(session.caller(), "bash", args).await,
+        ("started background task bash-1".to_string(), false)
+    );
+    let notice = tokio::time::timeout(Duration::from_secs(10), session.next_injection())
+        .await
+        .expect("a notice arrives")
+        .unwrap();
+    assert_eq!(
+        notice.text,
+        "background bash task bash-1 finished [status: completed, exit code: 0]. Read its output with bash_output."
+    );
+    assert_eq!(
+        call(other.caller(), "bash_output", json!({"task_id": "bash-1"})).await,
+        (
+            "Error: task bash-1 belongs to another session".to_string(),
+            true
+        )
+    );
+    assert_eq!(
+        call(
+            session.caller(),
+            "bash_output",
+            json!({"task_id": "bash-1"})
+        )
+        .await,
+        ("bg\n\n[status: completed, exit code: 0]".to_string(), false)
+    );
+    assert_eq!(
+        call(session.caller(), "bash_kill", json!({"task_id": "bash-1"})).await,
+        ("task bash-1 had already finished".to_string(), false)
+    );
+    assert_eq!(
+        call(session.caller(), "bash_kill", json!({"task_id": "bash-9"})).await,
+        ("Error: unknown bash task \"bash-9\"".to_string(), true)
+    );
+    host.shutdown().await;
+}
+
+/// The composed component is still one .wasm for every host: the Python and Node hosts load it
+/// too, and the policy acts there as well.
+#[test]
+fn the_composed_component_runs_in_the_python_and_node_hosts() {
+    let c = composed();
+    let polyglot = root().join("tests/polyglot");
+    let python = std::env::var("DSH_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let script = r#"
+import json, sys
+from dsh_host import LocalExecutor, ToolHost
+host = ToolHost(sys.argv[1], LocalExecutor(grace_ms=200))
+for command in ["echo rm -rf /", "printf 'hello\\n'"]:
+    r = host.call("bash", {"command": command, "description": "Run a command through the policy"})
+    print(json.dumps({"text": r.text, "isError": r.is_error}))
+"#;
+    let out = Command::new(&python)
+        .arg("-c")
+        .arg(script)
+        .arg(&c.path)
+        .current_dir(polyglot.join("python"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(
+        out.status.success(),
+        "the Python host failed (install it with `python3 -m pip install --require-hashes -r \
+         tests/polyglot/python/requirements.txt`):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expected = vec![
+        json!({"text": "Error: command refused by policy: matches \"rm -rf /\"", "isError": true}),
+        json!({"text": "hello\n", "isError": false}),
+    ];
+    let lines = |out: &Output| -> Vec<Value> {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    assert_eq!(lines(&out), expected);
+
+    let script = r#"
+const { LocalExecutor, loadToolHost } = await import("./dsh-host.mjs");
+const host = await loadToolHost(process.argv[1], new LocalExecutor({ graceMs: 200 }));
+for (const command of ["echo rm -rf /", "printf 'hello\\n'"]) {
+  const r = host.call("bash", { command, description: "Run a command through the policy" });
+  console.log(JSON.stringify({ text: r.text, isError: r.isError }));
+}
+"#;
+    let out = Command::new("node")
+        .args(["--input-type=module", "-e", script])
+        .arg(&c.path)
+        .current_dir(polyglot.join("node"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run node: {e}"));
+    assert!(
+        out.status.success(),
+        "the Node host failed (install it with `npm ci --prefix tests/polyglot/node`):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(lines(&out), expected);
+}

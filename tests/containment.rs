@@ -1,0 +1,1099 @@
+//! Containment and fault isolation of the local executor, in both containment modes.
+//!
+//! Nothing a command starts outlives its kill, its timeout, the end of its foreground call or the
+//! executor's shutdown, whatever escape route it takes (`setsid`, double fork, `nohup`, a
+//! TERM-ignoring grandchild); completion is reported only once nothing is left; the host is not a
+//! target; nothing accumulates over many runs; a host that dies abruptly takes its tree along.
+//!
+//! Every scenario runs twice: `cgroup` (a cgroup v2 per command; skipped with a notice where this
+//! machine lets nobody create cgroups, which is checked independently of the executor) and
+//! `subreaper` (forced fallback). Survivors are found through pid files the processes write
+//! themselves. Grace periods are short; timing checks have margins of seconds.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use dsh_executor::{
+    Config, Containment, ContainmentPreference, Executor, LocalExecutor, Request, RunResult, Spec,
+    Task, TaskState,
+};
+use tokio::sync::mpsc::{UnboundedReceiver, error::TryRecvError, unbounded_channel};
+use tokio_util::sync::CancellationToken;
+
+const GRACE_MS: f64 = 200.0;
+const GRACE: Duration = Duration::from_millis(GRACE_MS as u64);
+/// Generous bound for anything that should be prompt.
+const PROMPT: Duration = Duration::from_secs(8);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Cgroup,
+    Subreaper,
+}
+
+impl Mode {
+    fn preference(self) -> ContainmentPreference {
+        match self {
+            Mode::Cgroup => ContainmentPreference::Auto,
+            Mode::Subreaper => ContainmentPreference::Subreaper,
+        }
+    }
+
+    fn from_env(value: &str) -> Mode {
+        match value {
+            "cgroup" => Mode::Cgroup,
+            "subreaper" => Mode::Subreaper,
+            other => panic!("unknown mode {other:?}"),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Cgroup => "cgroup",
+            Mode::Subreaper => "subreaper",
+        }
+    }
+}
+
+/// Runs `$scenario(mode)` as two tests, `$scenario::cgroup` and `$scenario::subreaper`.
+macro_rules! both_modes {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn cgroup() {
+                super::$scenario(super::Mode::Cgroup).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn subreaper() {
+                super::$scenario(super::Mode::Subreaper).await
+            }
+        }
+    )*};
+}
+
+both_modes!(
+    kill_leaves_nothing_of_any_escape_route,
+    timeout_leaves_nothing_of_any_escape_route,
+    foreground_end_leaves_nothing_of_any_escape_route,
+    shutdown_leaves_nothing_of_any_escape_route,
+    a_background_child_does_not_hold_the_call,
+    the_host_is_not_a_target,
+    a_killed_supervisor_loses_nothing,
+    containment_is_reported_and_commands_run_inside_it,
+);
+
+// ---------------------------------------------------------------------------------------------
+// Where cgroups are available
+
+/// The test process's own cgroup v2 directory, read directly (the executor's logic is not used).
+fn own_cgroup_dir() -> Option<(PathBuf, String)> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let own = cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))?
+        .to_string();
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount = mountinfo.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let fields: Vec<&str> = left.split_whitespace().collect();
+        (right.starts_with("cgroup2 ") && fields[3] == "/").then(|| PathBuf::from(fields[4]))
+    })?;
+    Some((mount.join(own.trim_start_matches('/')), own))
+}
+
+/// Whether this process may create a cgroup v2 with `cgroup.kill` under its own cgroup. When it
+/// may, the executor must use cgroups in `Auto` mode; when it may not, the cgroup-mode tests do
+/// not apply.
+fn cgroups_available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let Some((dir, _)) = own_cgroup_dir() else {
+            return false;
+        };
+        let probe = dir.join(format!("dsh-containment-test-{}", std::process::id()));
+        let ok = std::fs::create_dir(&probe).is_ok() && probe.join("cgroup.kill").exists();
+        let _ = std::fs::remove_dir(&probe);
+        ok
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+
+struct Harness {
+    exec: Arc<LocalExecutor>,
+    events: UnboundedReceiver<Task>,
+    /// Spill parent.
+    spill: tempfile::TempDir,
+    /// Where commands write pid files.
+    dir: tempfile::TempDir,
+}
+
+/// An executor in `mode`, or `None` (with a notice) for cgroup mode on a machine without cgroups.
+fn harness(mode: Mode, edit: impl FnOnce(&mut Config)) -> Option<Harness> {
+    if mode == Mode::Cgroup && !cgroups_available() {
+        eprintln!("NOTICE: no cgroup v2 can be created here; skipping a cgroup-mode test");
+        return None;
+    }
+    let spill = tempfile::tempdir().unwrap();
+    let mut config = Config {
+        grace_ms: GRACE_MS,
+        default_timeout_ms: 20_000.0,
+        spill_dir: Some(spill.path().to_path_buf()),
+        containment: mode.preference(),
+        ..Config::default()
+    };
+    edit(&mut config);
+    let (tx, events) = unbounded_channel();
+    let exec = LocalExecutor::new(config, tx).expect("valid config");
+    match (mode, exec.containment()) {
+        (Mode::Cgroup, Containment::Cgroup { .. })
+        | (Mode::Subreaper, Containment::Subreaper { .. }) => {}
+        (mode, other) => panic!("{mode:?} mode expected, got {other} ({other:?})"),
+    }
+    Some(Harness {
+        exec,
+        events,
+        spill,
+        dir: tempfile::tempdir().unwrap(),
+    })
+}
+
+impl Harness {
+    fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn spec(&self, command: &str) -> Spec {
+        self.exec
+            .resolve(Request {
+                command: command.to_string(),
+                workdir: None,
+                timeout_ms: None,
+                owner: None,
+            })
+            .unwrap()
+    }
+
+    async fn run(&self, command: &str) -> RunResult {
+        self.exec
+            .run(self.spec(command), CancellationToken::new())
+            .await
+            .expect("run succeeds")
+    }
+
+    fn start(&self, command: &str) -> Task {
+        self.exec.start(self.spec(command)).expect("start succeeds")
+    }
+
+    async fn next_event(&mut self) -> Task {
+        tokio::time::timeout(Duration::from_secs(20), self.events.recv())
+            .await
+            .expect("a task-done event in time")
+            .expect("channel open")
+    }
+
+    async fn assert_no_more_events(&mut self) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(self.events.try_recv().unwrap_err(), TryRecvError::Empty);
+    }
+
+    /// The executor's cgroup root, in cgroup mode.
+    fn cgroup_root(&self) -> Option<PathBuf> {
+        match self.exec.containment() {
+            Containment::Cgroup { root } => Some(root),
+            Containment::Subreaper { .. } => None,
+        }
+    }
+
+    /// In cgroup mode: no command cgroup is left under the root.
+    fn assert_no_command_cgroups(&self) {
+        if let Some(root) = self.cgroup_root()
+            && let Ok(entries) = std::fs::read_dir(&root)
+        {
+            let left: Vec<String> = entries
+                .flatten()
+                .filter(|e| e.file_type().unwrap().is_dir())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            assert!(left.is_empty(), "command cgroups left: {left:?}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+
+/// Whether `pid` still runs: it exists and is not a zombie, or it is a zombie of ours (which
+/// would mean the host failed to reap it).
+fn survives(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let mut fields = stat[stat.rfind(')').unwrap() + 1..].split_whitespace();
+    let state = fields.next().unwrap();
+    let ppid: u32 = fields.next().unwrap().parse().unwrap();
+    !matches!(state, "Z" | "X") || ppid == std::process::id()
+}
+
+/// Children of this process, and how many of them are zombies.
+fn own_children() -> (usize, usize) {
+    let me = std::process::id().to_string();
+    let (mut children, mut zombies) = (0, 0);
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        let mut fields = stat[close + 1..].split_whitespace();
+        let (state, ppid) = (fields.next(), fields.next());
+        if ppid == Some(me.as_str()) {
+            children += 1;
+            if state == Some("Z") {
+                zombies += 1;
+            }
+        }
+    }
+    (children, zombies)
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+fn threads() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Escape routes
+
+/// A way for a command to leave processes behind that are not simply its children in its
+/// process group. Each such process writes its pid to a file named after it (atomically).
+struct Route {
+    name: &'static str,
+    /// The pid files, one per process left behind.
+    files: &'static [&'static str],
+    /// The shell text; `D` stands for the pid file directory.
+    script: &'static str,
+}
+
+const ROUTES: [Route; 4] = [
+    Route {
+        name: "setsid",
+        files: &["setsid"],
+        script: "setsid sh -c 'echo $$ > D/setsid.tmp && mv D/setsid.tmp D/setsid; exec sleep 30' &",
+    },
+    Route {
+        name: "double fork",
+        files: &["fork"],
+        script: "( sh -c 'echo $$ > D/fork.tmp && mv D/fork.tmp D/fork; exec sleep 30' & )",
+    },
+    Route {
+        name: "nohup",
+        files: &["nohup"],
+        script: "nohup sh -c 'echo $$ > D/nohup.tmp && mv D/nohup.tmp D/nohup; exec sleep 30' &",
+    },
+    Route {
+        // A subshell ignoring TERM, and its child (the command's grandchild) inheriting that.
+        name: "TERM-ignoring grandchild",
+        files: &["trap1", "trap2"],
+        script: "( trap '' TERM; echo $BASHPID > D/trap1.tmp && mv D/trap1.tmp D/trap1; \
+                 sh -c 'echo $$ > D/trap2.tmp && mv D/trap2.tmp D/trap2; exec sleep 30'; true ) &",
+    },
+];
+
+impl Route {
+    /// Starts the route, then waits until every process it leaves behind has written its pid.
+    fn command(&self, dir: &Path) -> String {
+        let d = dir.to_str().unwrap();
+        let waits: Vec<String> = self
+            .files
+            .iter()
+            .map(|f| format!("[ -e {d}/{f} ]"))
+            .collect();
+        format!(
+            "{}\nuntil {}; do sleep 0.01; done",
+            self.script.replace("D/", &format!("{d}/")),
+            waits.join(" && ")
+        )
+    }
+
+    /// The pids of what the route left behind; every file must exist.
+    fn pids(&self, dir: &Path) -> Vec<i32> {
+        self.files
+            .iter()
+            .map(|f| {
+                read_pid(&dir.join(f)).unwrap_or_else(|| panic!("{}: no pid file {f}", self.name))
+            })
+            .collect()
+    }
+
+    /// Waits until every pid file exists.
+    async fn wait_pids(&self, dir: &Path) -> Vec<i32> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if self.files.iter().all(|f| read_pid(&dir.join(f)).is_some()) {
+                return self.pids(dir);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: pid files never came",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn assert_none_survives(&self, pids: &[i32], mode: Mode, stop: &str) {
+        for &pid in pids {
+            assert!(
+                !survives(pid),
+                "{mode:?} mode, {}: pid {pid} outlived {stop}",
+                self.name
+            );
+        }
+    }
+}
+
+/// Each route in its own pid file directory (routes run side by side).
+fn route_dirs(h: &Harness) -> Vec<PathBuf> {
+    ROUTES
+        .iter()
+        .enumerate()
+        .map(|(i, _)| {
+            let dir = h.dir().join(i.to_string());
+            std::fs::create_dir(&dir).unwrap();
+            dir
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The matrix: escape routes × how a command is stopped
+
+async fn kill_leaves_nothing_of_any_escape_route(mode: Mode) {
+    let Some(mut h) = harness(mode, |_| {}) else {
+        return;
+    };
+    let dirs = route_dirs(&h);
+    let mut started = HashMap::new();
+    for (route, dir) in ROUTES.iter().zip(&dirs) {
+        let task = h.start(&format!("{}; sleep 30", route.command(dir)));
+        started.insert(task.id.clone(), (route, route.wait_pids(dir).await));
+    }
+    for id in started.keys() {
+        assert_eq!(h.exec.kill(id), Ok(true));
+        assert_eq!(h.exec.get(id).unwrap().state, TaskState::Killed);
+    }
+    for _ in 0..started.len() {
+        let done = h.next_event().await;
+        // Reported only once nothing of the task is left.
+        let (route, pids) = &started[&done.id];
+        route.assert_none_survives(pids, mode, "bash_kill");
+        assert_eq!(done.state, TaskState::Killed, "{}", route.name);
+        assert_eq!(h.exec.get(&done.id).unwrap(), done);
+    }
+    h.assert_no_more_events().await;
+    h.assert_no_command_cgroups();
+}
+
+async fn timeout_leaves_nothing_of_any_escape_route(mode: Mode) {
+    const TIMEOUT_MS: f64 = 1_500.0;
+    let Some(h) = harness(mode, |_| {}) else {
+        return;
+    };
+    let dirs = route_dirs(&h);
+    let runs: Vec<_> = ROUTES
+        .iter()
+        .zip(&dirs)
+        .map(|(route, dir)| {
+            let spec = Spec {
+                timeout_ms: TIMEOUT_MS,
+                ..h.spec(&format!("{}; sleep 30", route.command(dir)))
+            };
+            let exec = h.exec.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let result = exec.run(spec, CancellationToken::new()).await.unwrap();
+                (result, started.elapsed())
+            })
+        })
+        .collect();
+    for ((route, dir), run) in ROUTES.iter().zip(&dirs).zip(runs) {
+        let (r, elapsed) = run.await.unwrap();
+        // The run returned: nothing of it may be left.
+        route.assert_none_survives(&route.pids(dir), mode, "its timeout");
+        assert!(r.timed_out && !r.aborted, "{}: {r:?}", route.name);
+        assert!(elapsed >= Duration::from_millis(TIMEOUT_MS as u64));
+        assert!(elapsed < Duration::from_millis(TIMEOUT_MS as u64) + PROMPT);
+    }
+    h.assert_no_command_cgroups();
+}
+
+async fn foreground_end_leaves_nothing_of_any_escape_route(mode: Mode) {
+    let Some(h) = harness(mode, |_| {}) else {
+        return;
+    };
+    let dirs = route_dirs(&h);
+    let runs: Vec<_> = ROUTES
+        .iter()
+        .zip(&dirs)
+        .map(|(route, dir)| {
+            let spec = h.spec(&format!("{}; echo started", route.command(dir)));
+            let exec = h.exec.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let result = exec.run(spec, CancellationToken::new()).await.unwrap();
+                (result, started.elapsed())
+            })
+        })
+        .collect();
+    for ((route, dir), run) in ROUTES.iter().zip(&dirs).zip(runs) {
+        let (r, elapsed) = run.await.unwrap();
+        route.assert_none_survives(&route.pids(dir), mode, "its foreground call");
+        assert_eq!(r.exit_code, Some(0), "{}: {r:?}", route.name);
+        assert!(!r.timed_out && !r.aborted);
+        assert_eq!(r.stdout.text, "started\n", "{}", route.name);
+        assert_eq!(
+            r.leftover_processes as usize,
+            route.files.len(),
+            "{}: leftovers",
+            route.name
+        );
+        assert!(elapsed < PROMPT, "{}: {elapsed:?}", route.name);
+    }
+    h.assert_no_command_cgroups();
+}
+
+async fn shutdown_leaves_nothing_of_any_escape_route(mode: Mode) {
+    let Some(mut h) = harness(mode, |_| {}) else {
+        return;
+    };
+    let dirs = route_dirs(&h);
+    let mut started = Vec::new();
+    for (route, dir) in ROUTES.iter().zip(&dirs) {
+        let task = h.start(&format!("{}; sleep 30", route.command(dir)));
+        started.push((route, task, route.wait_pids(dir).await));
+    }
+    let began = Instant::now();
+    h.exec.shutdown().await;
+    let took = began.elapsed();
+    for (route, task, pids) in &started {
+        route.assert_none_survives(pids, mode, "shutdown");
+        assert_eq!(h.exec.get(&task.id).unwrap().state, TaskState::Killed);
+    }
+    // The TERM-ignoring route needed the escalation; still prompt.
+    assert!(took >= GRACE && took < PROMPT, "{took:?}");
+    h.assert_no_more_events().await;
+    assert!(h.exec.start(h.spec("true")).is_err());
+    if let Some(root) = h.cgroup_root() {
+        // Nothing is left in the cgroup tree either; a later foreground run recreates the root.
+        assert!(!root.exists(), "{root:?} outlived shutdown");
+        let r = h.run("grep '^0::' /proc/self/cgroup").await;
+        let name = root.file_name().unwrap().to_str().unwrap();
+        assert!(r.stdout.text.contains(&format!("/{name}/cmd-")), "{r:?}");
+    }
+    h.assert_no_command_cgroups();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Single scenarios
+
+/// `sleep 30 & echo started`: the call ends at the leader's exit plus a drain bounded by the
+/// grace period, and the sleep is stopped and counted.
+async fn a_background_child_does_not_hold_the_call(mode: Mode) {
+    const GRACE_MS: u64 = 500;
+    let Some(h) = harness(mode, |c| c.grace_ms = GRACE_MS as f64) else {
+        return;
+    };
+    let pid_file = h.dir().join("pid");
+    let started = Instant::now();
+    let r = h
+        .run(&format!(
+            "sleep 30 & echo $! > {}; echo started",
+            pid_file.display()
+        ))
+        .await;
+    let elapsed = started.elapsed();
+    assert_eq!(r.stdout.text, "started\n");
+    assert_eq!(r.exit_code, Some(0));
+    assert_eq!(r.leftover_processes, 1);
+    assert!(!survives(read_pid(&pid_file).unwrap()));
+    // The sleep held stdout, so the drain ran to its bound; then TERM ended the sleep at once.
+    assert!(elapsed >= Duration::from_millis(GRACE_MS), "{elapsed:?}");
+    assert!(
+        elapsed < Duration::from_millis(2 * GRACE_MS) + Duration::from_secs(2),
+        "{elapsed:?}"
+    );
+}
+
+/// `kill 0`, `kill -TERM $PPID`, `kill -HUP $PPID`, `kill -INT $PPID` from a command, foreground
+/// or background: the command's own tree is hit, never this process; the next command runs.
+async fn the_host_is_not_a_target(mode: Mode) {
+    let Some(mut h) = harness(mode, |_| {}) else {
+        return;
+    };
+    // Repeated: the command's first act races the supervisor's start.
+    for _ in 0..25 {
+        for sig in ["TERM", "HUP", "INT"] {
+            let r = h.run(&format!("kill -{sig} $PPID; echo alive")).await;
+            assert_eq!(
+                (r.stdout.text.as_str(), r.exit_code, r.signal.as_deref()),
+                ("alive\n", Some(0), None)
+            );
+        }
+    }
+    for (sig, name) in [("TERM", "SIGTERM"), ("HUP", "SIGHUP")] {
+        let r = h.run(&format!("kill -{sig} 0; echo never")).await;
+        assert_eq!(r.signal.as_deref(), Some(name));
+        assert_eq!(r.stdout.text, "");
+    }
+    h.start("kill -TERM $PPID; kill -HUP $PPID; kill 0");
+    assert_eq!(h.next_event().await.signal.as_deref(), Some("SIGTERM"));
+    // Still here (this test process is the host), and still working.
+    let r = h.run("echo ok").await;
+    assert_eq!((r.stdout.text.as_str(), r.exit_code), ("ok\n", Some(0)));
+}
+
+/// A command SIGKILLs its own supervisor (`kill -9 $PPID`): bash dies with it, and what it left
+/// behind is still found, stopped and counted. In cgroup mode that holds even for a `setsid`
+/// child; in subreaper mode for what stayed in the command's session.
+async fn a_killed_supervisor_loses_nothing(mode: Mode) {
+    let Some(h) = harness(mode, |_| {}) else {
+        return;
+    };
+    let d = h.dir().to_str().unwrap().to_string();
+    let mut command =
+        format!("( sleep 30 & echo $! > {d}/orphan ); sleep 30 & echo $! > {d}/child; ");
+    let mut files = vec!["orphan", "child"];
+    if mode == Mode::Cgroup {
+        command.push_str(&format!("setsid sleep 30 & echo $! > {d}/setsid; "));
+        files.push("setsid");
+    }
+    command.push_str("kill -KILL $PPID; sleep 30");
+    let started = Instant::now();
+    let r = h.run(&command).await;
+    assert!(started.elapsed() < PROMPT);
+    for f in &files {
+        let pid = read_pid(&h.dir().join(f)).unwrap();
+        assert!(!survives(pid), "{mode:?} mode: {f} (pid {pid}) survived");
+    }
+    // The supervisor's end stands for bash's.
+    assert_eq!(r.signal.as_deref(), Some("SIGKILL"));
+    assert_eq!(r.leftover_processes as usize, files.len());
+    h.assert_no_command_cgroups();
+    assert_eq!(h.run("echo ok").await.stdout.text, "ok\n");
+}
+
+/// The mode is reported as the CLI shows it; in cgroup mode each command runs in its own cgroup
+/// (the supervisor does not), which is removed when the command ends, and the root when the
+/// executor goes.
+async fn containment_is_reported_and_commands_run_inside_it(mode: Mode) {
+    let Some(h) = harness(mode, |_| {}) else {
+        return;
+    };
+    let (_, own) = own_cgroup_dir().unwrap_or_default();
+    let r = h
+        .run("grep '^0::' /proc/self/cgroup; grep '^0::' /proc/$PPID/cgroup")
+        .await;
+    let lines: Vec<&str> = r.stdout.text.lines().collect();
+    assert_eq!(lines.len(), 2, "{:?}", r.stdout.text);
+    // The supervisor stays in the host's cgroup in both modes.
+    assert_eq!(lines[1], format!("0::{own}"));
+    match h.exec.containment() {
+        Containment::Cgroup { root } => {
+            let shown = h.exec.containment().to_string();
+            assert_eq!(shown, format!("cgroup v2 ({})", root.display()));
+            let name = root.file_name().unwrap().to_str().unwrap();
+            assert!(name.starts_with(&format!("dsh-{}-", std::process::id())));
+            let cmd = lines[0]
+                .strip_prefix(&format!("0::{}/{name}/", own.trim_end_matches('/')))
+                .unwrap_or_else(|| panic!("not in its cgroup: {}", lines[0]));
+            assert!(cmd.starts_with("cmd-"), "{cmd}");
+            assert!(!root.join(cmd).exists(), "the command's cgroup was removed");
+            h.assert_no_command_cgroups();
+            drop(h);
+            assert!(!root.exists(), "the root goes with the executor");
+        }
+        Containment::Subreaper { reason } => {
+            assert_eq!(
+                h.exec.containment().to_string(),
+                "subreaper (process tracking)"
+            );
+            assert!(!reason.is_empty());
+            assert_eq!(lines[0], format!("0::{own}"));
+        }
+    }
+}
+
+/// An embedder drops the runtime (and the executor) while a task and a foreground run are
+/// still going: nothing drives them any more, so what is left is killed at once rather than
+/// when the host process exits; in cgroup mode the cgroups are removed too.
+fn a_dropped_runtime_takes_its_commands_along(mode: Mode) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(h) = runtime.block_on(async { harness(mode, |_| {}) }) else {
+        return;
+    };
+    let d = h.dir().to_str().unwrap().to_string();
+    let pids = runtime.block_on(async {
+        h.start(&format!(
+            "sleep 30 & echo $! > {d}/a; setsid sleep 30 & echo $! > {d}/b; sleep 30"
+        ));
+        let exec = h.exec.clone();
+        let spec = h.spec(&format!("(sleep 30 & echo $! > {d}/c); sleep 30"));
+        tokio::spawn(async move { exec.run(spec, CancellationToken::new()).await });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let pids: Vec<Option<i32>> = ["a", "b", "c"]
+                .iter()
+                .map(|f| read_pid(&h.dir().join(f)))
+                .collect();
+            if pids.iter().all(Option::is_some) {
+                break pids.into_iter().flatten().collect::<Vec<_>>();
+            }
+            assert!(Instant::now() < deadline, "pid files never came");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    let root = h.cgroup_root();
+    drop(runtime);
+    drop(h.exec);
+    let dropped = Instant::now();
+    for pid in pids {
+        while survives(pid) {
+            assert!(
+                dropped.elapsed() < PROMPT,
+                "{mode:?} mode: pid {pid} survived"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    if let Some(root) = root {
+        while root.exists() {
+            assert!(dropped.elapsed() < PROMPT, "{root:?} was left behind");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+#[test]
+fn a_dropped_runtime_takes_its_commands_along_cgroup() {
+    a_dropped_runtime_takes_its_commands_along(Mode::Cgroup);
+}
+
+#[test]
+fn a_dropped_runtime_takes_its_commands_along_subreaper() {
+    a_dropped_runtime_takes_its_commands_along(Mode::Subreaper);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Spill files at shutdown
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_removes_spill_files_unless_kept() {
+    for keep in [false, true] {
+        let mut h = harness(Mode::Subreaper, |c| {
+            c.max_output_bytes = 100;
+            c.keep_spill = keep;
+        })
+        .unwrap();
+        let r = h.run("seq 1 1000").await;
+        let foreground = PathBuf::from(r.stdout.spill_path.expect("complete spill"));
+        let finished = h.start("seq 1 1000 >&2");
+        h.next_event().await;
+        let background = PathBuf::from(
+            h.exec
+                .read_output(&finished.id)
+                .unwrap()
+                .stderr
+                .spill_path
+                .unwrap(),
+        );
+        // Still spilling when the executor shuts down.
+        let running = h.start("seq 1 1000; sleep 30");
+        while h
+            .exec
+            .read_output(&running.id)
+            .unwrap()
+            .stdout
+            .spill_path
+            .is_none()
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let dir = h.exec.spill_dir().expect("spill dir in use");
+        assert_eq!(foreground.parent(), Some(dir.as_path()));
+        assert_eq!(background.parent(), Some(dir.as_path()));
+        assert_eq!(dir.parent(), Some(h.spill.path()));
+        h.exec.shutdown().await;
+        let read = h.exec.read_output(&running.id).unwrap();
+        if keep {
+            assert_eq!(h.exec.spill_dir(), Some(dir.clone()));
+            let expected: String = (1..=1000).map(|i| format!("{i}\n")).collect();
+            assert_eq!(std::fs::read_to_string(&foreground).unwrap(), expected);
+            assert_eq!(std::fs::read_to_string(&background).unwrap(), expected);
+            assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 3);
+            assert!(read.stdout.spill_path.is_some());
+        } else {
+            assert!(!dir.exists(), "{dir:?} was kept");
+            assert_eq!(std::fs::read_dir(h.spill.path()).unwrap().count(), 0);
+            assert_eq!(h.exec.spill_dir(), None);
+            // A removed file is not presented any more.
+            assert_eq!(read.stdout.spill_path, None);
+            assert_eq!(
+                h.exec.read_output(&finished.id).unwrap().stderr.spill_path,
+                None
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helper processes: many runs in isolation, and a host that gets SIGKILLed
+
+const HELPER_ENV: &str = "DSH_CONTAINMENT_TEST_HELPER";
+
+/// The mode a helper runs in, when this test process is that helper.
+fn helper_mode() -> Option<Mode> {
+    std::env::var(HELPER_ENV).ok().map(|m| Mode::from_env(&m))
+}
+
+/// Runs one `#[ignore]`d helper test of this binary in a child process in `mode`.
+fn spawn_helper(test: &str, mode: Mode) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            test,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER_ENV, mode.name())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// The first line of the helper's stdout starting with `tag`, without it.
+fn helper_line(child: &mut std::process::Child, tag: &str) -> String {
+    use std::io::BufRead;
+    let stdout = std::io::BufReader::new(child.stdout.as_mut().unwrap());
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        if let Some(at) = line.find(tag) {
+            return line[at + tag.len()..].to_string();
+        }
+    }
+    panic!("the helper printed no {tag:?} line");
+}
+
+const RUNS: usize = 1000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "helper process, run by no_zombies_or_descriptors_accumulate"]
+async fn helper_many_short_runs() {
+    let Some(mode) = helper_mode() else {
+        return;
+    };
+    let h = harness(mode, |_| {}).unwrap();
+    // Warm up once: the runtime's signal and process machinery is set up on first use.
+    assert_eq!(h.run("true").await.exit_code, Some(0));
+    let (fds, threads_before) = (open_fds(), threads());
+    let started = Instant::now();
+    let exec = h.exec.clone();
+    for _ in 0..RUNS / 4 {
+        let batch: Vec<_> = (0..4)
+            .map(|_| {
+                let exec = exec.clone();
+                let spec = h.spec("true");
+                tokio::spawn(async move { exec.run(spec, CancellationToken::new()).await })
+            })
+            .collect();
+        for run in batch {
+            assert_eq!(run.await.unwrap().unwrap().exit_code, Some(0));
+        }
+    }
+    let elapsed = started.elapsed();
+    let (children, zombies) = own_children();
+    println!(
+        "STATS {children} {zombies} {fds} {} {threads_before} {} {}",
+        open_fds(),
+        threads(),
+        elapsed.as_millis()
+    );
+}
+
+fn no_zombies_or_descriptors_accumulate(mode: Mode) {
+    if mode == Mode::Cgroup && !cgroups_available() {
+        eprintln!("NOTICE: no cgroup v2 can be created here; skipping a cgroup-mode test");
+        return;
+    }
+    let mut helper = spawn_helper("helper_many_short_runs", mode);
+    let stats: Vec<u64> = helper_line(&mut helper, "STATS ")
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert!(helper.wait().unwrap().success());
+    let [
+        children,
+        zombies,
+        fds_before,
+        fds_after,
+        threads_before,
+        threads_after,
+        ms,
+    ] = stats[..]
+    else {
+        panic!("{stats:?}")
+    };
+    eprintln!(
+        "{mode:?}: {RUNS} runs in {ms} ms ({:.2} ms each, 4 at a time)",
+        ms as f64 / RUNS as f64
+    );
+    assert_eq!((children, zombies), (0, 0), "children, zombies");
+    assert!(
+        fds_after <= fds_before + 4,
+        "descriptors grew: {fds_before} → {fds_after}"
+    );
+    assert!(
+        threads_after <= threads_before + 4,
+        "threads grew: {threads_before} → {threads_after}"
+    );
+}
+
+#[test]
+fn no_zombies_or_descriptors_accumulate_cgroup() {
+    no_zombies_or_descriptors_accumulate(Mode::Cgroup);
+}
+
+#[test]
+fn no_zombies_or_descriptors_accumulate_subreaper() {
+    no_zombies_or_descriptors_accumulate(Mode::Subreaper);
+}
+
+/// A host that starts task trees (and a foreground run) and is then SIGKILLed by
+/// `an_abruptly_dead_host_takes_its_tree_along`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "helper process, run by an_abruptly_dead_host_takes_its_tree_along"]
+async fn helper_host_that_gets_killed() {
+    let Some(mode) = helper_mode() else {
+        return;
+    };
+    let h = harness(mode, |_| {}).unwrap();
+    let d = h.dir().to_str().unwrap().to_string();
+    // Two tasks: plain and escaping children; each reports bash ($$) and the supervisor ($PPID),
+    // the host's direct child.
+    let mut files = Vec::new();
+    for (i, body) in [
+        "sleep 30 & echo $! > D/a; setsid sleep 30 & echo $! > D/b",
+        "(sleep 30 & echo $! > D/a); nohup sleep 30 > /dev/null & echo $! > D/b; \
+         (trap '' TERM; sleep 30) & echo $! > D/c",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let dir = format!("{d}/task{i}");
+        std::fs::create_dir(&dir).unwrap();
+        h.start(&format!(
+            "{}; echo $$ > {dir}/bash; echo $PPID > {dir}/supervisor; wait",
+            body.replace("D/", &format!("{dir}/"))
+        ));
+        for f in ["a", "b", "bash", "supervisor"] {
+            files.push(format!("{dir}/{f}"));
+        }
+        if i == 1 {
+            files.push(format!("{dir}/c"));
+        }
+    }
+    // And a foreground run in flight.
+    let fg = format!("{d}/fg");
+    std::fs::create_dir(&fg).unwrap();
+    let exec = h.exec.clone();
+    let spec = h.spec(&format!(
+        "sleep 30 & echo $! > {fg}/a; echo $PPID > {fg}/supervisor; wait"
+    ));
+    tokio::spawn(async move { exec.run(spec, CancellationToken::new()).await });
+    files.push(format!("{fg}/a"));
+    files.push(format!("{fg}/supervisor"));
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pids = loop {
+        let pids: Vec<Option<i32>> = files.iter().map(|f| read_pid(Path::new(f))).collect();
+        if pids.iter().all(Option::is_some) {
+            break pids.into_iter().flatten().collect::<Vec<_>>();
+        }
+        assert!(Instant::now() < deadline, "pid files never came");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let root = h
+        .cgroup_root()
+        .map_or("-".to_string(), |r| r.display().to_string());
+    println!(
+        "PIDS {} ROOT {root}",
+        pids.iter()
+            .map(i32::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    std::io::Write::flush(&mut std::io::stdout()).unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+}
+
+fn an_abruptly_dead_host_takes_its_tree_along(mode: Mode) {
+    if mode == Mode::Cgroup && !cgroups_available() {
+        eprintln!("NOTICE: no cgroup v2 can be created here; skipping a cgroup-mode test");
+        return;
+    }
+    let mut helper = spawn_helper("helper_host_that_gets_killed", mode);
+    let line = helper_line(&mut helper, "PIDS ");
+    let (pids, root) = line.split_once(" ROOT ").unwrap();
+    let pids: Vec<i32> = pids
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 11, "the helper reported every pid");
+    for &pid in &pids {
+        assert!(survives(pid), "pid {pid} died early");
+    }
+    helper.kill().unwrap();
+    let killed = Instant::now();
+    helper.wait().unwrap();
+    // Direct children (the supervisors), bash and every grandchild, escaped or not.
+    let bound = Duration::from_secs(1);
+    for &pid in &pids {
+        while survives(pid) {
+            assert!(
+                killed.elapsed() < bound,
+                "{mode:?} mode: pid {pid} outlived its host by {bound:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    eprintln!(
+        "{mode:?}: the tree was gone {:?} after SIGKILL of the host",
+        killed.elapsed()
+    );
+    if mode == Mode::Cgroup {
+        // The supervisors removed the command cgroups and the root.
+        let root = PathBuf::from(root);
+        while root.exists() {
+            assert!(killed.elapsed() < PROMPT, "{root:?} was left behind");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+#[test]
+fn an_abruptly_dead_host_takes_its_tree_along_cgroup() {
+    an_abruptly_dead_host_takes_its_tree_along(Mode::Cgroup);
+}
+
+#[test]
+fn an_abruptly_dead_host_takes_its_tree_along_subreaper() {
+    an_abruptly_dead_host_takes_its_tree_along(Mode::Subreaper);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measurements (not a test): cargo test -p dsh-executor --test containment -- --ignored
+// --nocapture measure_containment
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement, prints figures"]
+async fn measure_containment() {
+    if helper_mode().is_some() {
+        return;
+    }
+    if let Some((dir, _)) = own_cgroup_dir().filter(|_| cgroups_available()) {
+        let n = 1000;
+        let started = Instant::now();
+        for i in 0..n {
+            let cg = dir.join(format!("dsh-measure-{}-{i}", std::process::id()));
+            std::fs::create_dir(&cg).unwrap();
+            std::fs::remove_dir(&cg).unwrap();
+        }
+        println!(
+            "cgroup mkdir+rmdir: {:.1} µs each",
+            started.elapsed().as_micros() as f64 / n as f64
+        );
+    }
+    for mode in [Mode::Cgroup, Mode::Subreaper] {
+        let started = Instant::now();
+        for _ in 0..20 {
+            drop(harness(mode, |_| {}));
+        }
+        println!(
+            "{mode:?}: executor setup (with the cgroup probe in cgroup mode): {:.2} ms",
+            started.elapsed().as_secs_f64() * 1000.0 / 20.0
+        );
+        let Some(mut h) = harness(mode, |_| {}) else {
+            continue;
+        };
+        let n = 300;
+        h.run("true").await;
+        let started = Instant::now();
+        for _ in 0..n {
+            h.run("true").await;
+        }
+        println!(
+            "{mode:?}: run of `true`, one at a time: {:.2} ms each",
+            started.elapsed().as_secs_f64() * 1000.0 / n as f64
+        );
+        for (what, command) in [
+            (
+                "50 sleeps",
+                "for i in $(seq 50); do sleep 30 & done; echo ready; wait",
+            ),
+            (
+                "50 TERM-ignoring setsid sleeps",
+                "trap '' TERM; for i in $(seq 50); do setsid sleep 30 & done; echo ready; wait",
+            ),
+        ] {
+            let mut samples = Vec::new();
+            for _ in 0..5 {
+                let task = h.start(command);
+                while !h
+                    .exec
+                    .read_output(&task.id)
+                    .unwrap()
+                    .stdout
+                    .text
+                    .contains("ready")
+                {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                let started = Instant::now();
+                h.exec.kill(&task.id).unwrap();
+                h.next_event().await;
+                samples.push(started.elapsed().as_secs_f64() * 1000.0);
+            }
+            samples.sort_by(f64::total_cmp);
+            println!(
+                "{mode:?}: kill → task-done, {what}: median {:.1} ms (grace {GRACE_MS} ms)",
+                samples[2]
+            );
+        }
+        h.exec.shutdown().await;
+    }
+}

@@ -1,0 +1,516 @@
+//! One .wasm, many hosts: the golden cases in `tests/polyglot/golden/*.json` run in the Rust host
+//! (this library), in the Python host (`tests/polyglot/python`, wasmtime-py) and in the Node host
+//! (`tests/polyglot/node`, jco), each with its own executor, and must give identical results. The
+//! README's "Use from Python" and "Use from Node" examples are run here too.
+//!
+//! The foreign hosts need their pinned packages (`.ci/run` installs them):
+//! `python3 -m pip install --require-hashes -r tests/polyglot/python/requirements.txt` and
+//! `npm ci --prefix tests/polyglot/node`. Without them these tests fail, saying so.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dsh_host::executor::{Config, Executor, LocalExecutor, TaskState};
+use dsh_host::{Caller, ComponentSource, HostOptions, Session, ToolHost};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(10);
+const SETTLE: Duration = Duration::from_millis(500);
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ sits in the workspace")
+        .to_path_buf()
+}
+
+fn polyglot_dir() -> PathBuf {
+    root().join("tests").join("polyglot")
+}
+
+fn golden_dir() -> PathBuf {
+    polyglot_dir().join("golden")
+}
+
+fn settings_path() -> PathBuf {
+    polyglot_dir().join("settings.json")
+}
+
+fn settings() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(settings_path()).unwrap()).unwrap()
+}
+
+/// The very bytes the Rust host embeds, as a file the foreign hosts load.
+fn component_file() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("polyglot");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("guest_tools.wasm");
+    let current = std::fs::read(&path).ok();
+    if current.as_deref() != Some(dsh_host::engine::EMBEDDED_COMPONENT) {
+        let tmp = dir.join(format!("guest_tools.wasm.{}", std::process::id()));
+        std::fs::write(&tmp, dsh_host::engine::EMBEDDED_COMPONENT).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+    path
+}
+
+struct Case {
+    name: String,
+    value: Value,
+}
+
+fn cases() -> Vec<Case> {
+    let mut cases: Vec<Case> = std::fs::read_dir(golden_dir())
+        .expect("tests/polyglot/golden exists")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| Case {
+            name: p.file_stem().unwrap().to_string_lossy().into_owned(),
+            value: serde_json::from_str(&std::fs::read_to_string(&p).unwrap())
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+        })
+        .collect();
+    cases.sort_by(|a, b| a.name.cmp(&b.name));
+    assert!(cases.len() >= 20, "the golden cases are missing");
+    cases
+}
+
+/// A case's steps; a case without `steps` is one tool-call step.
+fn steps(case: &Value) -> Vec<Value> {
+    match case.get("steps") {
+        Some(steps) => steps.as_array().unwrap().clone(),
+        None => {
+            let mut step = case.as_object().unwrap().clone();
+            step.remove("about");
+            step.remove("caller");
+            vec![Value::Object(step)]
+        }
+    }
+}
+
+fn substitute(value: &Value, case_dir: &str) -> Value {
+    match value {
+        Value::String(s) => Value::String(s.replace("$CASE_DIR", case_dir)),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|v| substitute(v, case_dir)).collect())
+        }
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), substitute(v, case_dir)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// What a step is expected to give, in the shape every host reports.
+fn expected(step: &Value) -> Option<Value> {
+    if step.get("tool").is_some() {
+        Some(json!({"text": step["text"], "isError": step["isError"]}))
+    } else {
+        step.get("texts").map(|texts| json!({ "notices": texts }))
+    }
+}
+
+/// Compares a host's outcomes with the expectations; returns one line per mismatch.
+fn mismatches(host: &str, case: &Case, outcomes: &[Value]) -> Vec<String> {
+    let steps = steps(&case.value);
+    let mut out = Vec::new();
+    if outcomes.len() != steps.len() {
+        out.push(format!(
+            "{host} {}: {} outcomes for {} steps",
+            case.name,
+            outcomes.len(),
+            steps.len()
+        ));
+        return out;
+    }
+    for (i, (step, got)) in steps.iter().zip(outcomes).enumerate() {
+        let Some(want) = expected(step) else { continue };
+        let mut got_cmp = got.clone();
+        if let Some(obj) = got_cmp.as_object_mut() {
+            obj.remove("errorCode");
+        }
+        if got_cmp != want {
+            out.push(format!(
+                "{host} {} step {}: expected {want}, got {got}",
+                case.name,
+                i + 1
+            ));
+        }
+        if let Some(code) = step.get("errorCode")
+            && got.get("errorCode") != Some(code)
+        {
+            out.push(format!(
+                "{host} {} step {}: expected error code {code}, got {}",
+                case.name,
+                i + 1,
+                got.get("errorCode").unwrap_or(&Value::Null)
+            ));
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Rust host
+// ---------------------------------------------------------------------------------------------
+
+fn executor_config() -> Config {
+    let s = settings();
+    Config {
+        default_timeout_ms: s["defaultTimeoutMs"].as_f64().unwrap(),
+        max_timeout_ms: s["maxTimeoutMs"].as_f64().unwrap(),
+        max_output_bytes: s["maxOutputBytes"].as_u64().unwrap(),
+        grace_ms: s["graceMs"].as_f64().unwrap(),
+        ..Config::default()
+    }
+}
+
+async fn rust_host() -> ToolHost {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let executor: Arc<dyn Executor> = LocalExecutor::new(executor_config(), tx).unwrap();
+    let options = HostOptions {
+        component: ComponentSource::Embedded,
+        cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")),
+    };
+    ToolHost::new(options, executor, rx).await.unwrap()
+}
+
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < WAIT, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn run_case_in_rust(host: &ToolHost, case: &Case) -> Vec<Value> {
+    let case_dir = tempfile::tempdir().unwrap();
+    let dir = case_dir.path().to_str().unwrap().to_string();
+    let default_caller = case.value.get("caller").cloned().unwrap_or(json!({}));
+    let mut sessions: HashMap<String, Session> = HashMap::new();
+    let mut outcomes = Vec::new();
+    for step in steps(&case.value) {
+        let step = substitute(&step, &dir);
+        if let Some(tool) = step.get("tool").and_then(Value::as_str) {
+            let mut caller = json!({"owner": "a", "cwd": null});
+            for layer in [substitute(&default_caller, &dir), step["caller"].clone()] {
+                for (k, v) in layer.as_object().into_iter().flatten() {
+                    caller[k] = v.clone();
+                }
+            }
+            let owner = caller["owner"].as_str().map(|name| {
+                sessions
+                    .entry(name.to_string())
+                    .or_insert_with(|| host.open_session(None))
+                    .owner()
+                    .to_string()
+            });
+            let caller = Caller {
+                owner,
+                cwd: caller["cwd"].as_str().map(str::to_string),
+            };
+            let r = host
+                .call(
+                    tool,
+                    &step["arguments"].to_string(),
+                    &caller,
+                    CancellationToken::new(),
+                )
+                .await;
+            outcomes
+                .push(json!({"text": r.text, "isError": r.is_error, "errorCode": r.error_code}));
+        } else if let Some(file) = step.get("waitForFile").and_then(Value::as_str) {
+            let path = case_dir.path().join(file);
+            wait_until(file, || path.exists()).await;
+            tokio::time::sleep(SETTLE).await;
+            outcomes.push(Value::Null);
+        } else if let Some(file) = step.get("createFile").and_then(Value::as_str) {
+            std::fs::write(case_dir.path().join(file), "").unwrap();
+            outcomes.push(Value::Null);
+        } else if let Some(id) = step.get("waitForTask").and_then(Value::as_str) {
+            let executor = host.executor().clone();
+            wait_until(id, || {
+                executor.get(id).map(|t| t.state) != Ok(TaskState::Running)
+            })
+            .await;
+            outcomes.push(Value::Null);
+        } else if let Some(name) = step.get("notices").and_then(Value::as_str) {
+            let want = step["texts"].as_array().unwrap().len();
+            let session = sessions
+                .entry(name.to_string())
+                .or_insert_with(|| host.open_session(None));
+            let mut texts = Vec::new();
+            let start = Instant::now();
+            loop {
+                for n in session.drain_injections() {
+                    let good = n.source.kind == "plugin"
+                        && n.source.plugin.as_deref() == Some("tool-bash");
+                    texts.push(if good {
+                        n.text
+                    } else {
+                        format!("BAD SOURCE {:?}: {}", n.source, n.text)
+                    });
+                }
+                if texts.len() >= want {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < WAIT,
+                    "timed out waiting for notices for {name}"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            outcomes.push(json!({ "notices": texts }));
+        } else {
+            panic!("{}: unknown step {step}", case.name);
+        }
+    }
+    outcomes
+}
+
+fn rust_tools(host: &ToolHost) -> Value {
+    Value::Array(
+        host.tools()
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": t.input_schema}))
+            .collect(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn golden_cases_pass_in_the_rust_host() {
+    let mut failures = Vec::new();
+    for case in cases() {
+        let host = rust_host().await;
+        let outcomes = run_case_in_rust(&host, &case).await;
+        host.shutdown().await;
+        failures.extend(mismatches("rust", &case, &outcomes));
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The foreign hosts
+// ---------------------------------------------------------------------------------------------
+
+fn python() -> String {
+    std::env::var("DSH_PYTHON").unwrap_or_else(|_| "python3".to_string())
+}
+
+const PYTHON_HINT: &str = "the Python host needs python3 with the pinned wasmtime package: run \
+     `python3 -m pip install --require-hashes -r tests/polyglot/python/requirements.txt` \
+     (.ci/run does this)";
+
+const NODE_HINT: &str = "the Node host needs node and its pinned packages: run \
+     `npm ci --prefix tests/polyglot/node` (.ci/run does this)";
+
+/// Fails with a clear message when the Python host's pinned packages are missing.
+fn require_python() {
+    let pinned = std::fs::read_to_string(polyglot_dir().join("python/requirements.txt")).unwrap();
+    let want = pinned
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("wasmtime=="))
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("requirements.txt pins wasmtime")
+        .trim_end_matches('\\')
+        .trim()
+        .to_string();
+    let out = Command::new(python())
+        .args([
+            "-c",
+            "import importlib.metadata as m; print(m.version('wasmtime'))",
+        ])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {
+            let have = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            assert_eq!(
+                have, want,
+                "wasmtime {have} is installed, the pin is {want}: {PYTHON_HINT}"
+            );
+        }
+        Ok(o) => panic!("{PYTHON_HINT}\n{}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => panic!("cannot run {}: {e}; {PYTHON_HINT}", python()),
+    }
+}
+
+fn require_node() {
+    let jco = polyglot_dir().join("node/node_modules/@bytecodealliance/jco/package.json");
+    assert!(jco.is_file(), "{} is missing: {NODE_HINT}", jco.display());
+    let out = Command::new("node").arg("--version").output();
+    assert!(
+        out.as_ref().is_ok_and(|o| o.status.success()),
+        "cannot run node: {NODE_HINT}"
+    );
+}
+
+/// Runs a foreign host to its end, killing it if it hangs.
+fn output_within(cmd: &mut Command, limit: Duration) -> std::process::Output {
+    use std::process::Stdio;
+    let program = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    let read = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            pipe.read_to_end(&mut buf).unwrap();
+            buf
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().unwrap()));
+    let stderr = read(Box::new(child.stderr.take().unwrap()));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{program} did not finish within {limit:?}:\n{}",
+                String::from_utf8_lossy(&stderr.join().unwrap())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
+const FOREIGN_LIMIT: Duration = Duration::from_secs(180);
+
+fn run_foreign(program: &str, args: &[&Path], cwd: &Path) -> Value {
+    let started = Instant::now();
+    let out = output_within(
+        Command::new(program).args(args).current_dir(cwd),
+        FOREIGN_LIMIT,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed ({}):\n{stderr}",
+        out.status
+    );
+    eprintln!("{program} ran the golden cases in {:?}", started.elapsed());
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{program} printed no JSON ({e}):\n{}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Checks a foreign host's report: every case as expected and the same tool definitions (the
+/// descriptions name the executor's limits) as the Rust host.
+async fn check_foreign(host: &str, report: Value) {
+    let rust = rust_host().await;
+    let mut failures = Vec::new();
+    if report["tools"] != rust_tools(&rust) {
+        failures.push(format!(
+            "{host}: tool definitions differ from the Rust host's:\n{}\nvs\n{}",
+            report["tools"],
+            rust_tools(&rust)
+        ));
+    }
+    for case in cases() {
+        match report["cases"][&case.name].as_array() {
+            Some(outcomes) => failures.extend(mismatches(host, &case, outcomes)),
+            None => failures.push(format!("{host} {}: not run", case.name)),
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn golden_cases_pass_in_the_python_host() {
+    require_python();
+    let dir = polyglot_dir().join("python");
+    let report = run_foreign(
+        &python(),
+        &[
+            &dir.join("golden.py"),
+            &component_file(),
+            &golden_dir(),
+            &settings_path(),
+        ],
+        &dir,
+    );
+    check_foreign("python", report).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn golden_cases_pass_in_the_node_host() {
+    require_node();
+    let dir = polyglot_dir().join("node");
+    let report = run_foreign(
+        "node",
+        &[
+            &dir.join("golden.mjs"),
+            &component_file(),
+            &golden_dir(),
+            &settings_path(),
+        ],
+        &dir,
+    );
+    check_foreign("node", report).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The README examples
+// ---------------------------------------------------------------------------------------------
+
+fn run_example(program: &str, script: &Path) -> String {
+    let out = output_within(
+        Command::new(program)
+            .arg(script)
+            .arg(component_file())
+            .current_dir(script.parent().unwrap()),
+        FOREIGN_LIMIT,
+    );
+    assert!(
+        out.status.success(),
+        "{} failed ({}):\n{}",
+        script.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// What both README examples print.
+const EXAMPLE_OUTPUT: &str = "\
+hello from bash
+started background task bash-1
+background bash task bash-1 finished [status: completed, exit code: 0]. Read its output with bash_output.
+done
+
+[status: completed, exit code: 0]
+";
+
+#[test]
+fn readme_python_example_runs() {
+    require_python();
+    let out = run_example(&python(), &polyglot_dir().join("python/example.py"));
+    assert_eq!(out, EXAMPLE_OUTPUT);
+}
+
+#[test]
+fn readme_node_example_runs() {
+    require_node();
+    let out = run_example("node", &polyglot_dir().join("node/example.mjs"));
+    assert_eq!(out, EXAMPLE_OUTPUT);
+}

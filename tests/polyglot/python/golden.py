@@ -1,0 +1,128 @@
+"""Run the golden cases (tests/polyglot/golden/*.json) in the Python host and print the outcomes.
+
+Usage: python3 golden.py COMPONENT GOLDEN_DIR SETTINGS_JSON
+
+Prints one JSON object: {"tools": [...], "cases": {name: [outcome, ...]}}; the Rust test
+tests/polyglot.rs compares it with the expectations and with the other hosts. An outcome is
+{"text", "isError", "errorCode"} for a tool call, {"notices": [...]} for a notices step, and null
+for the other steps.
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from dsh_host import LocalExecutor, ToolHost
+
+WAIT_S = 10.0
+SETTLE_S = 0.5
+
+
+def substitute(value, case_dir):
+    if isinstance(value, str):
+        return value.replace("$CASE_DIR", case_dir)
+    if isinstance(value, list):
+        return [substitute(v, case_dir) for v in value]
+    if isinstance(value, dict):
+        return {k: substitute(v, case_dir) for k, v in value.items()}
+    return value
+
+
+def steps_of(case):
+    if "steps" in case:
+        return case["steps"]
+    return [{k: v for k, v in case.items() if k not in ("about", "caller")}]
+
+
+def wait_until(predicate, what):
+    deadline = time.monotonic() + WAIT_S
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def run_case(component, settings, case):
+    executor = LocalExecutor(
+        default_timeout_ms=settings["defaultTimeoutMs"],
+        max_timeout_ms=settings["maxTimeoutMs"],
+        max_output_bytes=settings["maxOutputBytes"],
+        grace_ms=settings["graceMs"],
+    )
+    host = ToolHost(component, executor)
+    case_dir = tempfile.mkdtemp(prefix="dsh-golden-")
+    sessions = {}
+    default_caller = case.get("caller", {})
+    outcomes = []
+
+    def session(name):
+        if name not in sessions:
+            sessions[name] = host.open_session()
+        return sessions[name]
+
+    try:
+        for step in steps_of(case):
+            step = substitute(step, case_dir)
+            if "tool" in step:
+                caller = {"owner": "a", "cwd": None, **substitute(default_caller, case_dir), **step.get("caller", {})}
+                owner = session(caller["owner"]).owner if caller["owner"] is not None else None
+                r = host.call(step["tool"], step["arguments"], owner=owner, cwd=caller["cwd"])
+                outcomes.append({"text": r.text, "isError": r.is_error, "errorCode": r.error_code})
+            elif "waitForFile" in step:
+                path = os.path.join(case_dir, step["waitForFile"])
+                wait_until(lambda: os.path.exists(path), path)
+                time.sleep(SETTLE_S)
+                outcomes.append(None)
+            elif "createFile" in step:
+                open(os.path.join(case_dir, step["createFile"]), "w").close()
+                outcomes.append(None)
+            elif "waitForTask" in step:
+                wait_until(lambda: executor.get(step["waitForTask"])["state"] != "running", step["waitForTask"])
+                outcomes.append(None)
+            elif "notices" in step:
+                s = session(step["notices"])
+                got = []
+
+                def enough():
+                    got.extend(s.take_notices())
+                    return len(got) >= len(step["texts"])
+
+                wait_until(enough, f"notices for {step['notices']}")
+                texts = []
+                for n in got:
+                    ok = n.source == {"kind": "plugin", "plugin": "tool-bash"}
+                    texts.append(n.text if ok else f"BAD SOURCE {n.source}: {n.text}")
+                outcomes.append({"notices": texts})
+            else:
+                raise ValueError(f"unknown step {step}")
+    finally:
+        host.shutdown()
+        shutil.rmtree(case_dir, ignore_errors=True)
+    return host, outcomes
+
+
+def main():
+    component, golden_dir, settings_path = sys.argv[1:4]
+    with open(settings_path) as f:
+        settings = json.load(f)
+    result = {"tools": None, "cases": {}}
+    for name in sorted(os.listdir(golden_dir)):
+        if not name.endswith(".json"):
+            continue
+        with open(os.path.join(golden_dir, name)) as f:
+            case = json.load(f)
+        host, outcomes = run_case(component, settings, case)
+        result["cases"][name[: -len(".json")]] = outcomes
+        if result["tools"] is None:
+            result["tools"] = [
+                {"name": t["name"], "description": t["description"], "inputSchema": t["input_schema"]} for t in host.tools
+            ]
+    json.dump(result, sys.stdout)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
