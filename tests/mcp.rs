@@ -616,3 +616,61 @@ async fn serve_runs_a_session_over_any_byte_stream() {
     let task = host.executor().get("bash-1").unwrap();
     assert_eq!(task.state, dsh_host::executor::TaskState::Killed);
 }
+
+#[test]
+fn the_server_is_not_a_target_of_its_commands() {
+    let mut mcp = Mcp::start(&[]);
+    for command in [
+        "kill -TERM $PPID; sleep 0.2; echo after-term",
+        "kill -HUP $PPID; kill -INT $PPID; sleep 0.2; echo after-hup",
+        "kill -TERM 0",
+    ] {
+        let r = mcp.bash(command);
+        assert!(!is_error(&r), "{command}: {r}");
+    }
+    // The server still serves, in the same session.
+    let r = mcp.bash("echo still here");
+    assert_eq!(texts(&r), ["still here\n"]);
+    assert!(mcp.child.try_wait().unwrap().is_none(), "the server exited");
+}
+
+#[test]
+fn a_background_server_in_the_foreground_returns_with_the_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let mut mcp = Mcp::start(&[]);
+    let started = Instant::now();
+    let r = mcp.bash(&format!("{} & echo started", sleeper(&pid_file)));
+    // Leader exit, a drain of at most the grace (200 ms), then TERM and grace: far below 30 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        texts(&r),
+        [
+            "started\n[stopped 1 leftover background process(es); use run_in_background for long-lived processes]"
+        ]
+    );
+    let pid = read_pid(&pid_file);
+    assert!(!alive(pid), "leftover {pid} survived");
+}
+
+#[test]
+fn sigkill_of_the_server_takes_its_commands_along() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let mut mcp = Mcp::start(&[]);
+    let r = mcp.call(
+        "bash",
+        json!({ "command": sleeper(&pid_file), "description": "Sleep in the background", "run_in_background": true }),
+    );
+    assert_eq!(texts(&r), ["started background task bash-1"]);
+    let pid = read_pid(&pid_file);
+    let server = i32::try_from(mcp.child.id()).unwrap();
+    assert_eq!(unsafe { libc::kill(server, libc::SIGKILL) }, 0);
+    let _ = mcp.wait_exit(READ_TIMEOUT);
+    // Measured in tens of milliseconds; the bound is one second.
+    wait_gone(pid, Duration::from_secs(1));
+}

@@ -286,6 +286,8 @@ struct McpServer {
     child: Child,
     stdin: ChildStdin,
     lines: mpsc::Receiver<Value>,
+    /// Messages that arrived while waiting for a response (notifications, mostly).
+    pending: std::collections::VecDeque<Value>,
     next_id: u64,
 }
 
@@ -317,6 +319,7 @@ impl McpServer {
             child,
             stdin,
             lines,
+            pending: Default::default(),
             next_id: 0,
         };
         server.request(
@@ -351,7 +354,9 @@ impl McpServer {
     }
 
     fn next_message(&mut self, wait: Duration) -> Option<Value> {
-        self.lines.recv_timeout(wait).ok()
+        self.pending
+            .pop_front()
+            .or_else(|| self.lines.recv_timeout(wait).ok())
     }
 
     /// The server's peak resident set so far, from /proc (VmHWM).
