@@ -7,6 +7,9 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "../tests/support/nested_cargo.rs"]
+mod nested_cargo;
+
 const TARGET: &str = "wasm32-wasip2";
 
 fn main() {
@@ -54,17 +57,7 @@ fn build_guest(root: &Path) -> PathBuf {
         ])
         .arg("--target-dir")
         .arg(&target_dir);
-    // The outer build's settings (flags, wrappers, profile overrides) are not the guest's.
-    for (key, _) in env::vars_os() {
-        let key = key.to_string_lossy();
-        if (key.starts_with("CARGO_") && key != "CARGO_HOME" && key != "CARGO_NET_OFFLINE")
-            || key.starts_with("RUSTC")
-            || key == "RUSTFLAGS"
-            || key == "RUSTDOCFLAGS"
-        {
-            cmd.env_remove(key.as_ref());
-        }
-    }
+    nested_cargo::scrub_outer_cargo_env(&mut cmd);
     let status = cmd
         .status()
         .unwrap_or_else(|e| panic!("cannot run cargo to build guest-tools: {e}"));

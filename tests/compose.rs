@@ -7,6 +7,9 @@
 //! Needs `wac` (`cargo install wac-cli --version 0.12.0 --no-default-features --locked`; `.ci/run`
 //! installs it). Without it this test fails, saying so.
 
+#[path = "support/nested_cargo.rs"]
+mod nested_cargo;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Arc, OnceLock};
@@ -71,16 +74,7 @@ fn composed() -> &'static Composed {
         let path = tmp().join("composed.wasm");
         let mut cmd = Command::new(root().join("examples/policy-executor/compose.sh"));
         cmd.arg(&tools).arg(&path);
-        // The outer build's settings are not the nested build's (as in the host's build script).
-        for (key, _) in std::env::vars_os() {
-            let key = key.to_string_lossy().into_owned();
-            if key.starts_with("CARGO_") && key != "CARGO_HOME"
-                || key.starts_with("RUSTC")
-                || key == "RUSTFLAGS"
-            {
-                cmd.env_remove(key);
-            }
-        }
+        nested_cargo::scrub_outer_cargo_env(&mut cmd);
         let status = cmd.status().expect("compose.sh runs");
         assert!(status.success(), "compose.sh failed ({status})");
         Composed {

@@ -2,6 +2,9 @@
 //!
 //! Uses `tests/fault-guest`, a component that misbehaves on request, built here for wasm32-wasip2.
 
+#[path = "support/nested_cargo.rs"]
+mod nested_cargo;
+
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
@@ -35,15 +38,7 @@ fn fault_guest() -> PathBuf {
                     "--target-dir",
                 ])
                 .arg(&target_dir);
-            for (key, _) in std::env::vars_os() {
-                let key = key.to_string_lossy().into_owned();
-                if key.starts_with("CARGO_") && key != "CARGO_HOME"
-                    || key.starts_with("RUSTC")
-                    || key == "RUSTFLAGS"
-                {
-                    cmd.env_remove(key);
-                }
-            }
+            nested_cargo::scrub_outer_cargo_env(&mut cmd);
             let status = cmd.status().expect("cargo runs");
             assert!(status.success(), "building fault-guest failed");
             target_dir.join("wasm32-wasip2/release/fault_guest.wasm")

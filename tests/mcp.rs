@@ -298,6 +298,16 @@ fn wait_gone(pid: i32, timeout: Duration) {
     }
 }
 
+/// Start `sleeper` as background task `bash-1`; returns its pid once it runs.
+fn start_sleeper_task(mcp: &mut Mcp, pid_file: &Path) -> i32 {
+    let r = mcp.call(
+        "bash",
+        json!({ "command": sleeper(pid_file), "description": "Sleep in the background", "run_in_background": true }),
+    );
+    assert_eq!(texts(&r), ["started background task bash-1"]);
+    read_pid(pid_file)
+}
+
 /// A command that records its pid in `pid_file` and then sleeps as that same process.
 fn sleeper(pid_file: &Path) -> String {
     format!("echo $$ > '{}'; exec sleep 30", pid_file.display())
@@ -498,12 +508,7 @@ fn stdin_eof_ends_the_server_and_kills_running_tasks() {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
     let mut mcp = Mcp::start(&[]);
-    let r = mcp.call(
-        "bash",
-        json!({ "command": sleeper(&pid_file), "description": "Sleep in the background", "run_in_background": true }),
-    );
-    assert_eq!(texts(&r), ["started background task bash-1"]);
-    let pid = read_pid(&pid_file);
+    let pid = start_sleeper_task(&mut mcp, &pid_file);
     assert!(alive(pid));
 
     mcp.close_stdin();
@@ -522,12 +527,7 @@ fn sigterm_ends_the_server_and_kills_running_tasks() {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
     let mut mcp = Mcp::start(&[]);
-    let r = mcp.call(
-        "bash",
-        json!({ "command": sleeper(&pid_file), "description": "Sleep in the background", "run_in_background": true }),
-    );
-    assert_eq!(texts(&r), ["started background task bash-1"]);
-    let pid = read_pid(&pid_file);
+    let pid = start_sleeper_task(&mut mcp, &pid_file);
 
     // stdin stays open: the signal alone ends the server.
     let server = i32::try_from(mcp.child.id()).unwrap();
@@ -662,12 +662,7 @@ fn sigkill_of_the_server_takes_its_commands_along() {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
     let mut mcp = Mcp::start(&[]);
-    let r = mcp.call(
-        "bash",
-        json!({ "command": sleeper(&pid_file), "description": "Sleep in the background", "run_in_background": true }),
-    );
-    assert_eq!(texts(&r), ["started background task bash-1"]);
-    let pid = read_pid(&pid_file);
+    let pid = start_sleeper_task(&mut mcp, &pid_file);
     let server = i32::try_from(mcp.child.id()).unwrap();
     assert_eq!(unsafe { libc::kill(server, libc::SIGKILL) }, 0);
     let _ = mcp.wait_exit(READ_TIMEOUT);
