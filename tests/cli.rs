@@ -281,3 +281,45 @@ fn component_without_the_tools_export_fails_naming_it() {
         stderr(&o)
     );
 }
+
+fn call_true_with_cache(cache: &std::path::Path) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dsh-host"));
+    cmd.env("DSH_CACHE_DIR", cache).env_remove("DSH_LOG");
+    cmd.args([
+        "call",
+        "bash",
+        r#"{"command":"echo cached","description":"Use the component cache"}"#,
+    ])
+    .output()
+    .expect("dsh-host runs")
+}
+
+#[test]
+fn the_compiled_component_cache_is_used_and_survives_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let o = call_true_with_cache(&cache);
+    assert_eq!(stdout(&o), "cached\n", "stderr: {}", stderr(&o));
+    let entries: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "one compiled component: {entries:?}");
+    assert!(entries[0].extension().is_some_and(|e| e == "cwasm"));
+
+    // A damaged (stale, truncated, foreign) cache file falls back to compiling.
+    std::fs::write(&entries[0], b"not a compiled component").unwrap();
+    let o = call_true_with_cache(&cache);
+    assert_eq!(stdout(&o), "cached\n", "stderr: {}", stderr(&o));
+}
+
+#[test]
+fn an_unwritable_cache_falls_back_to_compiling() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file where the cache directory should be: nothing can be created under it.
+    let blocker = dir.path().join("file");
+    std::fs::write(&blocker, b"").unwrap();
+    let o = call_true_with_cache(&blocker.join("cache"));
+    assert_eq!(stdout(&o), "cached\n", "stderr: {}", stderr(&o));
+    assert_eq!(o.status.code(), Some(0));
+}
