@@ -27,7 +27,7 @@ const PROBE_WAIT: Duration = Duration::from_secs(2);
 
 /// Added to the errno of a failed join in the forked child, so that the host can tell it from a
 /// failed `exec` (std hands the child's error code to the parent unchanged).
-const JOIN_ERROR_BASE: i32 = 0x4000_0000;
+pub(crate) const JOIN_ERROR_BASE: i32 = 0x4000_0000;
 
 /// The error of a spawn whose child could not join its cgroup, as the plain OS error.
 pub(crate) fn join_error(err: &io::Error) -> Option<io::Error> {

@@ -13,6 +13,8 @@
 //! session (a session id is not reused while the session has members).
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::Read as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -79,6 +81,8 @@ pub(crate) struct ProcTree {
     /// Subreaper mode: no process of the supervisor's session was left at some scan after the
     /// supervisor died, so the session id (reusable from then on) is not looked at again.
     session_over: AtomicBool,
+    /// The spawner that reaps the supervisor, if not this process.
+    _spawner: Option<Arc<crate::zygote::Zygote>>,
 }
 
 impl ProcTree {
@@ -89,6 +93,23 @@ impl ProcTree {
         cgroup: Option<TaskCgroup>,
     ) -> Option<Arc<Self>> {
         let pid = i32::try_from(child.id()?).ok()?;
+        let exit = async move {
+            match child.wait().await {
+                Ok(status) => Exit::from_status(status),
+                Err(_) => Exit::default(),
+            }
+        };
+        Some(Self::watch_pid(pid, exit, cgroup, None))
+    }
+
+    /// Watches the supervisor `pid`, whose end `exit` reports once it was reaped; `spawner` (the
+    /// process that reaps it) is kept as long as the tree.
+    pub(crate) fn watch_pid(
+        pid: i32,
+        exit: impl std::future::Future<Output = Exit> + Send + 'static,
+        cgroup: Option<TaskCgroup>,
+        spawner: Option<Arc<crate::zygote::Zygote>>,
+    ) -> Arc<Self> {
         let tree = Arc::new(Self {
             pid,
             cgroup,
@@ -97,13 +118,11 @@ impl ProcTree {
             gone: CancellationToken::new(),
             terminating: AtomicBool::new(false),
             session_over: AtomicBool::new(false),
+            _spawner: spawner,
         });
         let watcher = tree.clone();
         tokio::spawn(async move {
-            let exit = match child.wait().await {
-                Ok(status) => Exit::from_status(status),
-                Err(_) => Exit::default(),
-            };
+            let exit = exit.await;
             let _ = watcher.exit.set(exit);
             watcher.reaped.cancel();
             // Usually nothing is left at this point; what is left escaped the supervisor and is
@@ -118,7 +137,7 @@ impl ProcTree {
             }
             watcher.gone.cancel();
         });
-        Some(tree)
+        tree
     }
 
     /// Whether nothing of the command is left.
@@ -207,7 +226,9 @@ impl ProcTree {
             .unwrap_or_default();
         // Decided before the snapshot, so that a session scan never sees the supervisor itself.
         let reaped = self.is_reaped();
-        let procs = if !reaped || self.session_scan_needed() {
+        let procs = if !reaped {
+            subtree(self.pid)
+        } else if self.session_scan_needed() {
             snapshot()
         } else {
             Vec::new()
@@ -215,7 +236,7 @@ impl ProcTree {
         if reaped {
             found.extend(self.session_members(&procs));
         } else {
-            found.extend(descendants(self.pid, &procs));
+            found.extend(procs.iter().filter(|p| p.alive).map(|p| p.pid));
         }
         found.sort_unstable();
         found.dedup();
@@ -343,6 +364,59 @@ pub(crate) fn snapshot() -> Vec<ProcInfo> {
             .and_then(|stat| parse_stat(pid, &stat))
         {
             procs.push(info);
+        }
+    }
+    procs
+}
+
+/// The descendants of `root` (zombies included, marked dead), found by walking the `children`
+/// lists of their threads rather than all of `/proc`; from a full [`snapshot`] where the kernel
+/// has no such lists.
+pub(crate) fn subtree(root: i32) -> Vec<ProcInfo> {
+    static CHILDREN_LISTS: OnceLock<bool> = OnceLock::new();
+    if !*CHILDREN_LISTS.get_or_init(|| std::path::Path::new("/proc/thread-self/children").exists())
+    {
+        let all = snapshot();
+        let found = descendants(root, &all);
+        return all.into_iter().filter(|p| found.contains(&p.pid)).collect();
+    }
+    let mut procs = Vec::new();
+    let mut queue = vec![root];
+    let mut path = String::new();
+    let mut text = String::new();
+    while let Some(parent) = queue.pop() {
+        path.clear();
+        let _ = write!(path, "/proc/{parent}/task");
+        let Ok(tasks) = std::fs::read_dir(&path) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let mut children = task.path();
+            children.push("children");
+            text.clear();
+            if std::fs::File::open(&children)
+                .and_then(|mut f| f.read_to_string(&mut text))
+                .is_err()
+            {
+                continue;
+            }
+            for pid in text
+                .split_ascii_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+            {
+                if pid == root || procs.iter().any(|p: &ProcInfo| p.pid == pid) {
+                    continue;
+                }
+                path.clear();
+                let _ = write!(path, "/proc/{pid}/stat");
+                if let Some(info) = std::fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|stat| parse_stat(pid, &stat))
+                {
+                    procs.push(info);
+                    queue.push(pid);
+                }
+            }
         }
     }
     procs

@@ -115,7 +115,12 @@ pub(crate) fn spawn(
                     }
                     Ok(())
                 }
-                bash => crate::supervisor::supervise(bash, status_fd, host, cgroup_paths.as_ref()),
+                bash => crate::supervisor::supervise(
+                    bash,
+                    status_fd,
+                    host,
+                    cgroup_paths.as_ref().map(Into::into),
+                ),
             }
         });
     }
@@ -160,4 +165,37 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     }
     // SAFETY: `dup` is fresh.
     Ok(unsafe { OwnedFd::from_raw_fd(dup) })
+}
+
+/// [`spawn`] through the spawner process ([`crate::zygote`]) instead of a fork of the host.
+pub(crate) fn spawn_via(
+    zygote: &Arc<crate::zygote::Zygote>,
+    program: &OsStr,
+    command: &str,
+    workdir: &Path,
+    env: Vec<(OsString, OsString)>,
+    cgroup: Option<TaskCgroup>,
+) -> io::Result<Spawned> {
+    let started = zygote.spawn(program, command, workdir, &env, cgroup.as_ref())?;
+    let stdout = ChildStdout::from_std(std::process::ChildStdout::from(started.stdout))?;
+    let stderr = ChildStderr::from_std(std::process::ChildStderr::from(started.stderr))?;
+    let status = ChildStdout::from_std(std::process::ChildStdout::from(started.status))?;
+    let exit = started.exit;
+    let tree = ProcTree::watch_pid(
+        started.pid,
+        async move {
+            match exit.await {
+                Ok(status) => Exit::from_wait_status(status),
+                Err(_) => Exit::default(),
+            }
+        },
+        cgroup,
+        Some(zygote.clone()),
+    );
+    Ok(Spawned {
+        tree,
+        stdout,
+        stderr,
+        leader: Leader { status },
+    })
 }

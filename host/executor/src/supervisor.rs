@@ -14,7 +14,29 @@
 
 use libc::{c_int, pid_t};
 
+use std::ffi::CStr;
+
 use crate::cgroup::{self, CgroupPaths};
+
+/// The cgroup files the supervisor needs when its host dies.
+#[derive(Clone, Copy)]
+pub(crate) struct RawCgroup<'a> {
+    pub(crate) kill: &'a CStr,
+    pub(crate) events: &'a CStr,
+    pub(crate) dir: &'a CStr,
+    pub(crate) root: &'a CStr,
+}
+
+impl<'a> From<&'a CgroupPaths> for RawCgroup<'a> {
+    fn from(p: &'a CgroupPaths) -> Self {
+        Self {
+            kill: &p.kill,
+            events: &p.events,
+            dir: &p.dir,
+            root: &p.root,
+        }
+    }
+}
 
 /// Where the supervisor keeps its end of the status pipe.
 const STATUS_FD: c_int = 3;
@@ -32,7 +54,7 @@ pub(crate) unsafe fn supervise(
     bash: pid_t,
     status_fd: c_int,
     host: pid_t,
-    cgroup: Option<&CgroupPaths>,
+    cgroup: Option<RawCgroup<'_>>,
 ) -> ! {
     unsafe {
         // Keep only the status pipe: copies of the command's output pipes would delay their EOF,
@@ -94,7 +116,7 @@ pub(crate) unsafe fn supervise(
     }
 }
 
-unsafe fn set_handler(sig: c_int, handler: libc::sighandler_t) {
+pub(crate) unsafe fn set_handler(sig: c_int, handler: libc::sighandler_t) {
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = handler;
@@ -105,11 +127,11 @@ unsafe fn set_handler(sig: c_int, handler: libc::sighandler_t) {
     }
 }
 
-fn errno() -> c_int {
+pub(crate) fn errno() -> c_int {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-unsafe fn close_from(first: c_int) {
+pub(crate) unsafe fn close_from(first: c_int) {
     unsafe {
         if libc::syscall(
             libc::SYS_close_range,
@@ -133,7 +155,7 @@ unsafe fn close_from(first: c_int) {
     }
 }
 
-unsafe fn write_all(fd: c_int, mut bytes: &[u8]) {
+pub(crate) unsafe fn write_all(fd: c_int, mut bytes: &[u8]) {
     while !bytes.is_empty() {
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
         if n > 0 {
@@ -148,10 +170,10 @@ unsafe fn write_all(fd: c_int, mut bytes: &[u8]) {
 
 /// The host died: SIGKILL every descendant (and the command's cgroup), reap, and exit once none
 /// is left, removing the cgroup on the way out.
-unsafe fn kill_tree_and_exit(cgroup: Option<&CgroupPaths>) -> ! {
+unsafe fn kill_tree_and_exit(cgroup: Option<RawCgroup<'_>>) -> ! {
     unsafe {
         if let Some(paths) = cgroup {
-            let _ = cgroup::write_file(&paths.kill, b"1");
+            let _ = cgroup::write_file(paths.kill, b"1");
         }
         'reap: loop {
             loop {
@@ -176,11 +198,11 @@ unsafe fn kill_tree_and_exit(cgroup: Option<&CgroupPaths>) -> ! {
             // What escaped the supervisor is still in the cgroup: wait (bounded) until it is
             // empty, then remove it, and the executor's root if this was its last command.
             for round in 0..300 {
-                if !cgroup::populated_raw(&paths.events) {
+                if !cgroup::populated_raw(paths.events) {
                     break;
                 }
                 if round % 10 == 9 {
-                    let _ = cgroup::write_file(&paths.kill, b"1");
+                    let _ = cgroup::write_file(paths.kill, b"1");
                 }
                 pause_ms(10);
             }
@@ -236,5 +258,258 @@ unsafe fn kill_children() -> bool {
         }
         libc::close(fd);
         true
+    }
+}
+
+/// `CLONE_INTO_CGROUP` (Linux 5.7): the child starts in the cgroup given by a directory
+/// descriptor, without the costly migration a write to `cgroup.procs` is.
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+/// [`start`]'s marker for a bash that could not be started in its cgroup.
+const FORK_INTO_FAILED: pid_t = -2;
+
+/// `struct clone_args` of clone3(2), version 2 (with `cgroup`).
+#[repr(C)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// A supervisor forked by the spawner ([`crate::zygote`]): sets itself up, starts bash as the
+/// request in the memfd `request` says, writes the start record to `status` and supervises.
+///
+/// # Safety
+/// Must be called in a freshly forked child of the spawner, which never returns; fd 0 is
+/// `/dev/null`. Async-signal-safe calls only.
+pub(crate) unsafe fn start(
+    spawner: pid_t,
+    stdout: c_int,
+    stderr: c_int,
+    status: c_int,
+    request: c_int,
+) -> ! {
+    unsafe {
+        let fail = |err: c_int| -> ! {
+            let mut record = [0u8; 8];
+            record[..4].copy_from_slice(&libc::getpid().to_ne_bytes());
+            record[4..].copy_from_slice(&err.to_ne_bytes());
+            write_all(status, &record);
+            libc::_exit(127);
+        };
+        // A new session: own process group, no controlling terminal.
+        if libc::setsid() < 0 || libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 {
+            fail(errno());
+        }
+        // As in the spawn hook: every signal stays blocked until the handlers are in place.
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(request, &mut st) < 0 || st.st_size < 12 {
+            fail(libc::EINVAL);
+        }
+        let len = st.st_size as usize;
+        let map = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            request,
+            0,
+        );
+        if map == libc::MAP_FAILED {
+            fail(errno());
+        }
+        let bytes = std::slice::from_raw_parts(map.cast::<u8>(), len);
+        let word = |i: usize| -> usize {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(&bytes[i * 4..i * 4 + 4]);
+            u32::from_ne_bytes(w) as usize
+        };
+        let (nargs, nenv, has_cgroup) = (word(0), word(1), word(2) != 0);
+        // Pointer arrays for execve, NULL-terminated.
+        let slots = nargs + 1 + nenv + 1;
+        let ptrs = libc::mmap(
+            std::ptr::null_mut(),
+            slots * std::mem::size_of::<*const libc::c_char>(),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if ptrs == libc::MAP_FAILED {
+            fail(errno());
+        }
+        let ptrs = std::slice::from_raw_parts_mut(ptrs.cast::<*const libc::c_char>(), slots);
+        let mut pos = 12;
+        let mut next = || -> Option<&CStr> {
+            let rest = bytes.get(pos..)?;
+            let end = rest.iter().position(|&b| b == 0)?;
+            pos += end + 1;
+            Some(CStr::from_bytes_with_nul_unchecked(&rest[..=end]))
+        };
+        let (Some(program), Some(workdir)) = (next(), next()) else {
+            fail(libc::EINVAL)
+        };
+        let mut cgroup_procs: Option<&CStr> = None;
+        let mut cgroup: Option<RawCgroup<'_>> = None;
+        if has_cgroup {
+            let (Some(procs), Some(kill), Some(events), Some(dir), Some(root)) =
+                (next(), next(), next(), next(), next())
+            else {
+                fail(libc::EINVAL)
+            };
+            cgroup_procs = Some(procs);
+            cgroup = Some(RawCgroup {
+                kill,
+                events,
+                dir,
+                root,
+            });
+        }
+        for slot in &mut ptrs[..nargs] {
+            let Some(arg) = next() else {
+                fail(libc::EINVAL)
+            };
+            *slot = arg.as_ptr();
+        }
+        ptrs[nargs] = std::ptr::null();
+        for slot in &mut ptrs[nargs + 1..nargs + 1 + nenv] {
+            let Some(var) = next() else {
+                fail(libc::EINVAL)
+            };
+            *slot = var.as_ptr();
+        }
+        ptrs[nargs + 1 + nenv] = std::ptr::null();
+        let argv = ptrs.as_ptr();
+        let envp = ptrs[nargs + 1..].as_ptr();
+
+        // Where clone3 cannot start bash inside its cgroup, bash joins it after a plain fork.
+        let mut joined_late: Option<&CStr> = None;
+        let mut join_errno: c_int = 0;
+        let mut fork_into = |dir: &CStr| -> pid_t {
+            let fd = libc::open(
+                dir.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                join_errno = errno();
+                return FORK_INTO_FAILED;
+            }
+            let mut args: CloneArgs = std::mem::zeroed();
+            args.flags = CLONE_INTO_CGROUP;
+            args.exit_signal = libc::SIGCHLD as u64;
+            args.cgroup = fd as u64;
+            let pid = libc::syscall(
+                libc::SYS_clone3,
+                &mut args as *mut CloneArgs,
+                std::mem::size_of::<CloneArgs>(),
+            );
+            if pid >= 0 {
+                if pid > 0 {
+                    libc::close(fd);
+                }
+                return pid as pid_t;
+            }
+            let err = errno();
+            libc::close(fd);
+            if matches!(err, libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM) {
+                joined_late = cgroup_procs;
+                return libc::fork();
+            }
+            join_errno = err;
+            FORK_INTO_FAILED
+        };
+        let mut errpipe = [0 as c_int; 2];
+        if libc::pipe2(errpipe.as_mut_ptr(), libc::O_CLOEXEC) < 0 {
+            fail(errno());
+        }
+        let supervisor = libc::getpid();
+        let bash = match cgroup {
+            Some(paths) => fork_into(paths.dir),
+            None => libc::fork(),
+        };
+        if bash == 0 {
+            let report = |err: c_int| -> ! {
+                write_all(errpipe[1], &err.to_ne_bytes());
+                libc::_exit(127);
+            };
+            // The spawner ignores SIGPIPE; bash must not inherit that.
+            set_handler(libc::SIGPIPE, libc::SIG_DFL);
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            // bash: dies with its supervisor.
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
+            if libc::getppid() != supervisor {
+                libc::_exit(127);
+            }
+            if libc::dup2(stdout, 1) < 0 || libc::dup2(stderr, 2) < 0 {
+                report(errno());
+            }
+            if libc::chdir(workdir.as_ptr()) < 0 {
+                report(errno());
+            }
+            // Into the command's cgroup before the first instruction of the command.
+            if let Some(procs) = joined_late
+                && let Err(err) = cgroup::join(procs)
+            {
+                report(cgroup::JOIN_ERROR_BASE + err);
+            }
+            if program.to_bytes().contains(&b'/') {
+                libc::execve(program.as_ptr(), argv, envp);
+            } else {
+                libc::execvpe(program.as_ptr(), argv, envp);
+            }
+            report(errno());
+        }
+        if bash == FORK_INTO_FAILED {
+            fail(cgroup::JOIN_ERROR_BASE + join_errno);
+        }
+        if bash < 0 {
+            fail(errno());
+        }
+        libc::close(errpipe[1]);
+        let mut code = [0u8; 4];
+        let mut got = 0;
+        while got < 4 {
+            let n = libc::read(errpipe[0], code[got..].as_mut_ptr().cast(), 4 - got);
+            if n < 0 && errno() == libc::EINTR {
+                continue;
+            }
+            if n <= 0 {
+                break;
+            }
+            got += n as usize;
+        }
+        libc::close(errpipe[0]);
+        let err = if got == 4 {
+            c_int::from_ne_bytes(code)
+        } else {
+            0
+        };
+        let mut record = [0u8; 8];
+        record[..4].copy_from_slice(&supervisor.to_ne_bytes());
+        record[4..].copy_from_slice(&err.to_ne_bytes());
+        write_all(status, &record);
+        libc::close(stdout);
+        libc::close(stderr);
+        libc::close(request);
+        supervise(bash, status, spawner, cgroup)
     }
 }
