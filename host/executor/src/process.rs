@@ -99,14 +99,23 @@ impl ProcTree {
                 Err(_) => Exit::default(),
             }
         };
-        Some(Self::watch_pid(pid, exit, cgroup, None))
+        Some(Self::watch_pid(
+            pid,
+            exit,
+            None::<std::future::Ready<bool>>,
+            cgroup,
+            None,
+        ))
     }
 
     /// Watches the supervisor `pid`, whose end `exit` reports once it was reaped; `spawner` (the
-    /// process that reaps it) is kept as long as the tree.
+    /// process that reaps it) is kept as long as the tree. `tree_empty`, if given, resolves to
+    /// true when the supervisor says it has no descendant left and is exiting: then the tree
+    /// may be gone before the supervisor was reaped.
     pub(crate) fn watch_pid(
         pid: i32,
         exit: impl std::future::Future<Output = Exit> + Send + 'static,
+        tree_empty: Option<impl std::future::Future<Output = bool> + Send + 'static>,
         cgroup: Option<TaskCgroup>,
         spawner: Option<Arc<crate::zygote::Zygote>>,
     ) -> Arc<Self> {
@@ -122,9 +131,37 @@ impl ProcTree {
         });
         let watcher = tree.clone();
         tokio::spawn(async move {
-            let exit = exit.await;
-            let _ = watcher.exit.set(exit);
-            watcher.reaped.cancel();
+            let reap = async {
+                let exit = exit.await;
+                let _ = watcher.exit.set(exit);
+                watcher.reaped.cancel();
+            };
+            tokio::pin!(reap);
+            let mut reaped = false;
+            match tree_empty {
+                Some(tree_empty) => {
+                    tokio::pin!(tree_empty);
+                    tokio::select! {
+                        () = &mut reap => {
+                            reaped = true;
+                            // It also relays bash's status: let it finish (the pipe is closed).
+                            let _ = tokio::time::timeout(Duration::from_secs(1), &mut tree_empty)
+                                .await;
+                        }
+                        empty = &mut tree_empty => {
+                            // Checked too: the word comes through a pipe the command could reach.
+                            if !empty || !watcher.members().is_empty() {
+                                (&mut reap).await;
+                                reaped = true;
+                            }
+                        }
+                    }
+                }
+                None => {
+                    (&mut reap).await;
+                    reaped = true;
+                }
+            }
             // Usually nothing is left at this point; what is left escaped the supervisor and is
             // stopped by whoever drives the command, while this only watches.
             let mut pause = Duration::from_millis(1);
@@ -136,6 +173,9 @@ impl ProcTree {
                 cgroup.remove();
             }
             watcher.gone.cancel();
+            if !reaped {
+                reap.await;
+            }
         });
         tree
     }

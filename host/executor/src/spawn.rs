@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use tokio::io::AsyncReadExt;
 use tokio::process::{ChildStderr, ChildStdout};
+use tokio::sync::oneshot;
 
 use crate::cgroup::TaskCgroup;
 use crate::process::{Exit, ProcTree};
@@ -30,17 +31,33 @@ pub(crate) struct Spawned {
 
 /// Reports how bash (the tree's leader) ended.
 pub(crate) struct Leader {
-    status: ChildStdout,
+    status: LeaderStatus,
+}
+
+enum LeaderStatus {
+    /// The status pipe itself.
+    Pipe(ChildStdout),
+    /// Bash's wait status as read from the status pipe by the tree's watcher.
+    Relayed(oneshot::Receiver<i32>),
 }
 
 impl Leader {
     /// Waits for bash to end. Should the supervisor die without reporting (the command can
     /// SIGKILL it), its own end stands for the leader's.
-    pub(crate) async fn wait(mut self, tree: Arc<ProcTree>) -> Exit {
-        let mut raw = [0u8; 4];
-        match self.status.read_exact(&mut raw).await {
-            Ok(_) => Exit::from_wait_status(i32::from_ne_bytes(raw)),
-            Err(_) => {
+    pub(crate) async fn wait(self, tree: Arc<ProcTree>) -> Exit {
+        let status = match self.status {
+            LeaderStatus::Pipe(mut pipe) => {
+                let mut raw = [0u8; 4];
+                pipe.read_exact(&mut raw)
+                    .await
+                    .ok()
+                    .map(|_| i32::from_ne_bytes(raw))
+            }
+            LeaderStatus::Relayed(status) => status.await.ok(),
+        };
+        match status {
+            Some(status) => Exit::from_wait_status(status),
+            None => {
                 tree.wait_reaped().await;
                 tree.supervisor_exit()
             }
@@ -135,7 +152,9 @@ pub(crate) fn spawn(
             tree,
             stdout,
             stderr,
-            leader: Leader { status },
+            leader: Leader {
+                status: LeaderStatus::Pipe(status),
+            },
         }),
         _ => Err(io::Error::other("the started process has no pid or pipes")),
     }
@@ -179,8 +198,20 @@ pub(crate) fn spawn_via(
     let started = zygote.spawn(program, command, workdir, &env, cgroup.as_ref())?;
     let stdout = ChildStdout::from_std(std::process::ChildStdout::from(started.stdout))?;
     let stderr = ChildStderr::from_std(std::process::ChildStderr::from(started.stderr))?;
-    let status = ChildStdout::from_std(std::process::ChildStdout::from(started.status))?;
+    let mut status = ChildStdout::from_std(std::process::ChildStdout::from(started.status))?;
     let exit = started.exit;
+    let (leader_tx, leader_rx) = oneshot::channel();
+    // The status pipe carries bash's wait status, then the supervisor's word that its tree is
+    // empty: the tree need not wait for the spawner to reap and report the supervisor.
+    let tree_empty = async move {
+        let mut raw = [0u8; 4];
+        if status.read_exact(&mut raw).await.is_err() {
+            return false;
+        }
+        let _ = leader_tx.send(i32::from_ne_bytes(raw));
+        status.read_exact(&mut raw).await.is_ok()
+            && i32::from_ne_bytes(raw) == crate::supervisor::TREE_EMPTY
+    };
     let tree = ProcTree::watch_pid(
         started.pid,
         async move {
@@ -189,6 +220,7 @@ pub(crate) fn spawn_via(
                 Err(_) => Exit::default(),
             }
         },
+        Some(tree_empty),
         cgroup,
         Some(zygote.clone()),
     );
@@ -196,6 +228,8 @@ pub(crate) fn spawn_via(
         tree,
         stdout,
         stderr,
-        leader: Leader { status },
+        leader: Leader {
+            status: LeaderStatus::Relayed(leader_rx),
+        },
     })
 }

@@ -38,6 +38,10 @@ impl<'a> From<&'a CgroupPaths> for RawCgroup<'a> {
     }
 }
 
+/// Written to the status pipe after bash's wait status once no descendant is left, right before
+/// the supervisor exits.
+pub(crate) const TREE_EMPTY: c_int = 0x7ee0_0e00;
+
 /// Where the supervisor keeps its end of the status pipe.
 const STATUS_FD: c_int = 3;
 
@@ -109,7 +113,9 @@ pub(crate) unsafe fn supervise(
                 reported = true;
                 write_all(STATUS_FD, &status.to_ne_bytes());
             } else if pid < 0 && errno() != libc::EINTR {
-                // ECHILD: no descendant is left.
+                // ECHILD: no descendant is left. Saying so spares the host the wait for this
+                // exit to be reaped and reported.
+                write_all(STATUS_FD, &TREE_EMPTY.to_ne_bytes());
                 libc::_exit(0);
             }
         }
