@@ -266,7 +266,10 @@ fn probe_in(dir: &Path) -> Result<(), String> {
                 events: libc::POLLIN,
                 revents: 0,
             };
-            let wait = deadline.saturating_duration_since(now).as_millis().clamp(1, 1000) as c_int;
+            let wait = deadline
+                .saturating_duration_since(now)
+                .as_millis()
+                .clamp(1, 1000) as c_int;
             // SAFETY: polling one valid descriptor.
             unsafe { libc::poll(&mut poll, 1, wait) };
         } else {

@@ -290,7 +290,7 @@ struct CloneArgs {
 }
 
 /// A supervisor forked by the spawner ([`crate::zygote`]): sets itself up, starts bash as the
-/// request in the memfd `request` says, writes the start record to `status` and supervises.
+/// request in the memfd `request` says, reports the start on `started` and supervises.
 ///
 /// # Safety
 /// Must be called in a freshly forked child of the spawner, which never returns; fd 0 is
@@ -300,14 +300,15 @@ pub(crate) unsafe fn start(
     stdout: c_int,
     stderr: c_int,
     status: c_int,
+    started: c_int,
     request: c_int,
 ) -> ! {
     unsafe {
+        // The start pipe: our pid first, then an error code if the start fails; its end of file
+        // (bash's exec closed the last copy) means bash runs.
+        write_all(started, &libc::getpid().to_ne_bytes());
         let fail = |err: c_int| -> ! {
-            let mut record = [0u8; 8];
-            record[..4].copy_from_slice(&libc::getpid().to_ne_bytes());
-            record[4..].copy_from_slice(&err.to_ne_bytes());
-            write_all(status, &record);
+            write_all(started, &err.to_ne_bytes());
             libc::_exit(127);
         };
         // A new session: own process group, no controlling terminal.
@@ -435,10 +436,6 @@ pub(crate) unsafe fn start(
             join_errno = err;
             FORK_INTO_FAILED
         };
-        let mut errpipe = [0 as c_int; 2];
-        if libc::pipe2(errpipe.as_mut_ptr(), libc::O_CLOEXEC) < 0 {
-            fail(errno());
-        }
         let supervisor = libc::getpid();
         let bash = match cgroup {
             Some(paths) => fork_into(paths.dir),
@@ -446,7 +443,7 @@ pub(crate) unsafe fn start(
         };
         if bash == 0 {
             let report = |err: c_int| -> ! {
-                write_all(errpipe[1], &err.to_ne_bytes());
+                write_all(started, &err.to_ne_bytes());
                 libc::_exit(127);
             };
             // The spawner ignores SIGPIPE; bash must not inherit that.
@@ -490,29 +487,7 @@ pub(crate) unsafe fn start(
         if bash < 0 {
             fail(errno());
         }
-        libc::close(errpipe[1]);
-        let mut code = [0u8; 4];
-        let mut got = 0;
-        while got < 4 {
-            let n = libc::read(errpipe[0], code[got..].as_mut_ptr().cast(), 4 - got);
-            if n < 0 && errno() == libc::EINTR {
-                continue;
-            }
-            if n <= 0 {
-                break;
-            }
-            got += n as usize;
-        }
-        libc::close(errpipe[0]);
-        let err = if got == 4 {
-            c_int::from_ne_bytes(code)
-        } else {
-            0
-        };
-        let mut record = [0u8; 8];
-        record[..4].copy_from_slice(&supervisor.to_ne_bytes());
-        record[4..].copy_from_slice(&err.to_ne_bytes());
-        write_all(status, &record);
+        libc::close(started);
         libc::close(stdout);
         libc::close(stderr);
         libc::close(request);

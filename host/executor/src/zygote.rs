@@ -6,13 +6,15 @@
 //! a fraction of that, so a command starts about as fast as a bare `posix_spawn` of bash.
 //!
 //! Protocol (a `SOCK_SEQPACKET` socket pair):
-//! - host → spawner: one byte, with four descriptors (`SCM_RIGHTS`): the write ends of the
-//!   command's stdout, stderr and status pipes, and a memfd holding the request (see
+//! - host → spawner: one byte, with five descriptors (`SCM_RIGHTS`): the write ends of the
+//!   command's stdout, stderr, status and start pipes, and a memfd holding the request (see
 //!   [`encode`]). The spawner forks a supervisor ([`crate::supervisor`]) and closes its copies.
-//! - the supervisor starts bash and writes a start record to the status pipe: its own pid and 0,
-//!   or the error of the start (as the old `pre_exec` path reported it: an exec error, or a cgroup
-//!   join error marked with [`crate::cgroup::join_error`]'s base); then bash's wait status as
-//!   before. A spawner that cannot fork writes pid 0 and the errno.
+//! - the supervisor writes its pid to the start pipe, starts bash and closes its copy; bash's
+//!   exec closes the last one, so end of file means bash runs, while a failed start writes its
+//!   error (as the `pre_exec` path reports it: an exec error, or a cgroup join error marked with
+//!   [`crate::cgroup::join_error`]'s base). A spawner that cannot fork writes pid 0 and the
+//!   errno. The status pipe carries bash's wait status, then the supervisor's word that its tree
+//!   is empty.
 //! - spawner → host: `(pid, wait status)` of every supervisor it reaps; a thread in the host
 //!   hands them to the waiting [`crate::process::ProcTree`].
 //!
@@ -37,7 +39,7 @@ use tokio::sync::oneshot;
 use crate::cgroup::TaskCgroup;
 
 /// Descriptors passed with each request.
-const REQUEST_FDS: usize = 4;
+const REQUEST_FDS: usize = 5;
 /// Where the spawner keeps its socket.
 const SOCK_FD: c_int = 3;
 
@@ -193,27 +195,29 @@ impl Zygote {
         let (stdout_r, stdout_w) = cloexec_pipe()?;
         let (stderr_r, stderr_w) = cloexec_pipe()?;
         let (status_r, status_w) = cloexec_pipe()?;
+        let (started_r, started_w) = cloexec_pipe()?;
         send_fds(
             self.sock.as_raw_fd(),
             &[
                 stdout_w.as_raw_fd(),
                 stderr_w.as_raw_fd(),
                 status_w.as_raw_fd(),
+                started_w.as_raw_fd(),
                 memfd.as_raw_fd(),
             ],
         )?;
-        drop((stdout_w, stderr_w, status_w, memfd));
-        let mut record = [0u8; 8];
-        read_exact(status_r.as_raw_fd(), &mut record)?;
-        let pid = pid_t::from_ne_bytes(record[..4].try_into().unwrap_or_default());
-        let err = c_int::from_ne_bytes(record[4..].try_into().unwrap_or_default());
-        if pid <= 0 {
-            return Err(io::Error::from_raw_os_error(err));
+        drop((stdout_w, stderr_w, status_w, started_w, memfd));
+        let mut word = [0u8; 4];
+        read_exact(started_r.as_raw_fd(), &mut word)?;
+        let pid = pid_t::from_ne_bytes(word);
+        let exit = (pid > 0).then(|| self.register(pid));
+        // End of file once bash's exec closed the last copy of the write end; a code otherwise.
+        if read_exact(started_r.as_raw_fd(), &mut word).is_ok() {
+            return Err(io::Error::from_raw_os_error(c_int::from_ne_bytes(word)));
         }
-        let exit = self.register(pid);
-        if err != 0 {
-            return Err(io::Error::from_raw_os_error(err));
-        }
+        let Some(exit) = exit else {
+            return Err(io::Error::other("the spawner reported no process"));
+        };
         Ok(Started {
             pid,
             exit,
@@ -452,14 +456,14 @@ unsafe fn serve(sock: c_int) -> ! {
                     }
                     continue;
                 }
-                let [stdout, stderr, status, request] = fds;
+                let [stdout, stderr, status, started, request] = fds;
                 match libc::fork() {
                     0 => {
                         libc::close(SOCK_FD);
                         libc::close(sigfd);
-                        crate::supervisor::start(me, stdout, stderr, status, request)
+                        crate::supervisor::start(me, stdout, stderr, status, started, request)
                     }
-                    -1 => write_record(status, 0, crate::supervisor::errno()),
+                    -1 => write_record(started, 0, crate::supervisor::errno()),
                     _ => {}
                 }
                 for fd in fds {
