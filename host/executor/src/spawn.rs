@@ -1,7 +1,10 @@
 //! Starting a command: `bash -c <command>` under a supervisor in a new session, stdin
 //! `/dev/null`, stdout and stderr on separate pipes, and a status pipe for bash's wait status.
 //!
-//! Process layout: host → supervisor (session and group leader, child subreaper; see
+//! Normally the supervisor is forked by the spawner ([`spawn_via`], see [`crate::zygote`]);
+//! [`spawn`] is the fallback where the host has no spawner, and forks the supervisor itself.
+//!
+//! Process layout of [`spawn`]: host → supervisor (session and group leader, child subreaper; see
 //! [`crate::supervisor`]) → bash. Both are created by the one `fork` std performs plus a second
 //! `fork` in the `pre_exec` hook; only bash execs. In cgroup mode bash joins the command's cgroup
 //! before it execs, so the cgroup holds every process of the command and never the supervisor,

@@ -1,4 +1,6 @@
-//! The per-command supervisor: a forked copy of the host that sits between the host and `bash`.
+//! The per-command supervisor: a process between the host and `bash`, forked by the spawner
+//! ([`crate::zygote`], a small copy of the host made when the executor is built) or, where
+//! there is no spawner, by the host itself ([`crate::spawn::spawn`]).
 //!
 //! Why it exists:
 //! - it is a child subreaper, so every descendant the command orphans (double fork, `setsid`,
@@ -6,11 +8,14 @@
 //! - the command's `$PPID` is the supervisor, so `kill -TERM $PPID` hits the task, not the host;
 //! - it hands bash's wait status to the host through a pipe, keeps reaping, and exits only when
 //!   no descendant is left, so "supervisor exited" means "nothing of the command is left";
-//! - when the host dies abruptly, it kills the whole tree before exiting; in cgroup mode it kills
-//!   the command's cgroup (which holds even processes that escaped it) and removes it.
+//! - when the host dies abruptly (its parent, the spawner, exits when the host's socket closes),
+//!   it kills the whole tree before exiting; in cgroup mode it kills the command's cgroup (which
+//!   holds even processes that escaped it) and removes it.
 //!
-//! It runs in a child forked from a multi-threaded host and never execs, so it may only make
-//! async-signal-safe calls: raw libc, no allocation, no locks, no panics.
+//! It runs in a fork of a multi-threaded host and never execs, so it may only make
+//! async-signal-safe calls: raw libc, no allocation, no locks, no panics. Under the spawner, bash
+//! is started with `clone3(CLONE_INTO_CGROUP)` in cgroup mode, which avoids migrating it into
+//! its cgroup (a write to `cgroup.procs` takes a global lock and waits for an RCU grace period).
 
 use libc::{c_int, pid_t};
 
