@@ -74,9 +74,11 @@ pub(crate) struct ProcTree {
     cgroup: Option<TaskCgroup>,
     /// The supervisor was reaped: its pid may be reused from now on.
     reaped: CancellationToken,
-    exit: OnceLock<Exit>,
+    exit: Arc<OnceLock<Exit>>,
     /// Nothing of the command is left (and its cgroup is removed).
     gone: CancellationToken,
+    /// Set just before `gone` is cancelled.
+    ended: AtomicBool,
     terminating: AtomicBool,
     /// Subreaper mode: no process of the supervisor's session was left at some scan after the
     /// supervisor died, so the session id (reusable from then on) is not looked at again.
@@ -123,18 +125,21 @@ impl ProcTree {
             pid,
             cgroup,
             reaped: CancellationToken::new(),
-            exit: OnceLock::new(),
+            exit: Arc::new(OnceLock::new()),
             gone: CancellationToken::new(),
+            ended: AtomicBool::new(false),
             terminating: AtomicBool::new(false),
             session_over: AtomicBool::new(false),
             _spawner: spawner,
         });
         let watcher = tree.clone();
         tokio::spawn(async move {
-            let reap = async {
+            // Holds only what it sets, so that the tree (and its cgroup) can go before it ends.
+            let (exit_slot, reaped_token) = (watcher.exit.clone(), watcher.reaped.clone());
+            let reap = async move {
                 let exit = exit.await;
-                let _ = watcher.exit.set(exit);
-                watcher.reaped.cancel();
+                let _ = exit_slot.set(exit);
+                reaped_token.cancel();
             };
             tokio::pin!(reap);
             let mut reaped = false;
@@ -172,7 +177,12 @@ impl ProcTree {
             if let Some(cgroup) = &watcher.cgroup {
                 cgroup.remove();
             }
-            watcher.gone.cancel();
+            // Let go of the tree (and so of the cgroup root, which goes with its last command
+            // when the executor is gone) before anyone hears that it is gone.
+            watcher.ended.store(true, Ordering::SeqCst);
+            let gone = watcher.gone.clone();
+            drop(watcher);
+            gone.cancel();
             if !reaped {
                 reap.await;
             }
@@ -182,7 +192,7 @@ impl ProcTree {
 
     /// Whether nothing of the command is left.
     pub(crate) fn is_gone(&self) -> bool {
-        self.gone.is_cancelled()
+        self.gone.is_cancelled() || self.ended.load(Ordering::SeqCst)
     }
 
     pub(crate) async fn wait_gone(&self) {
