@@ -294,6 +294,135 @@ struct CloneArgs {
     cgroup: u64,
 }
 
+/// What bash's child side needs, prepared by the supervisor.
+struct BashChild<'a> {
+    stdout: c_int,
+    stderr: c_int,
+    started: c_int,
+    supervisor: pid_t,
+    workdir: &'a CStr,
+    program: &'a CStr,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    /// Set where bash could not be started inside its cgroup and has to join it.
+    joined_late: Option<&'a CStr>,
+}
+
+/// Bash's side between the clone and its exec. Runs either in a forked copy of the supervisor or
+/// on its own stack in the supervisor's memory (which is suspended meanwhile): only system calls,
+/// no writes to shared data.
+extern "C" fn bash_child(arg: *mut libc::c_void) -> ! {
+    unsafe {
+        let c = &*(arg as *const BashChild<'_>);
+        let report = |err: c_int| -> ! {
+            write_all(c.started, &err.to_ne_bytes());
+            libc::_exit(127);
+        };
+        // The spawner ignores SIGPIPE; bash must not inherit that.
+        set_handler(libc::SIGPIPE, libc::SIG_DFL);
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        // bash: dies with its supervisor.
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        if libc::getppid() != c.supervisor {
+            libc::_exit(127);
+        }
+        if libc::dup2(c.stdout, 1) < 0 || libc::dup2(c.stderr, 2) < 0 {
+            report(errno());
+        }
+        if libc::chdir(c.workdir.as_ptr()) < 0 {
+            report(errno());
+        }
+        // Into the command's cgroup before the first instruction of the command.
+        if let Some(procs) = c.joined_late
+            && let Err(err) = cgroup::join(procs)
+        {
+            report(cgroup::JOIN_ERROR_BASE + err);
+        }
+        if c.program.to_bytes().contains(&b'/') {
+            libc::execve(c.program.as_ptr(), c.argv, c.envp);
+        } else {
+            libc::execvpe(c.program.as_ptr(), c.argv, c.envp);
+        }
+        report(errno())
+    }
+}
+
+/// [`vfork_bash`]'s answer where it cannot be used; then bash is forked.
+const VFORK_UNAVAILABLE: pid_t = pid_t::MIN;
+/// Stack of bash's child side while it shares the supervisor's memory.
+const CHILD_STACK: usize = 64 * 1024;
+
+/// Starts bash with `clone3(CLONE_VM | CLONE_VFORK [| CLONE_INTO_CGROUP])` on a stack of its own:
+/// the supervisor is suspended until bash execs or exits. Returns bash's pid, `-errno`, or
+/// [`VFORK_UNAVAILABLE`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn vfork_bash(child: &mut BashChild<'_>, cgroup_fd: Option<c_int>) -> pid_t {
+    unsafe {
+        let stack = libc::mmap(
+            std::ptr::null_mut(),
+            CHILD_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        );
+        if stack == libc::MAP_FAILED {
+            return VFORK_UNAVAILABLE;
+        }
+        let mut args: CloneArgs = std::mem::zeroed();
+        args.flags = (libc::CLONE_VM | libc::CLONE_VFORK) as u64;
+        args.exit_signal = libc::SIGCHLD as u64;
+        args.stack = stack as u64;
+        args.stack_size = CHILD_STACK as u64;
+        if let Some(fd) = cgroup_fd {
+            args.flags |= CLONE_INTO_CGROUP;
+            args.cgroup = fd as u64;
+        }
+        let ret: i64;
+        // The child starts on the new stack right after `syscall` with rax = 0 and the other
+        // registers as they were: it calls `bash_child(child)`, which never returns.
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "mov rdi, r12",
+            "call r13",
+            "ud2",
+            "2:",
+            inlateout("rax") libc::SYS_clone3 => ret,
+            in("rdi") &mut args as *mut CloneArgs,
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            in("r12") (child as *mut BashChild<'_>).cast::<libc::c_void>(),
+            in("r13") bash_child as extern "C" fn(*mut libc::c_void) -> ! as usize,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+        libc::munmap(stack, CHILD_STACK);
+        if ret >= 0 {
+            return ret as pid_t;
+        }
+        let err = (-ret) as c_int;
+        if matches!(err, libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM) {
+            return VFORK_UNAVAILABLE;
+        }
+        -err
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn vfork_bash(_child: &mut BashChild<'_>, _cgroup_fd: Option<c_int>) -> pid_t {
+    VFORK_UNAVAILABLE
+}
+
 /// A supervisor forked by the spawner ([`crate::zygote`]): sets itself up, starts bash as the
 /// request in the memfd `request` says, reports the start on `started` and supervises.
 ///
@@ -405,86 +534,74 @@ pub(crate) unsafe fn start(
         let argv = ptrs.as_ptr();
         let envp = ptrs[nargs + 1..].as_ptr();
 
-        // Where clone3 cannot start bash inside its cgroup, bash joins it after a plain fork.
-        let mut joined_late: Option<&CStr> = None;
-        let mut join_errno: c_int = 0;
-        let mut fork_into = |dir: &CStr| -> pid_t {
-            let fd = libc::open(
-                dir.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            );
-            if fd < 0 {
-                join_errno = errno();
-                return FORK_INTO_FAILED;
-            }
-            let mut args: CloneArgs = std::mem::zeroed();
-            args.flags = CLONE_INTO_CGROUP;
-            args.exit_signal = libc::SIGCHLD as u64;
-            args.cgroup = fd as u64;
-            let pid = libc::syscall(
-                libc::SYS_clone3,
-                &mut args as *mut CloneArgs,
-                std::mem::size_of::<CloneArgs>(),
-            );
-            if pid >= 0 {
-                if pid > 0 {
-                    libc::close(fd);
-                }
-                return pid as pid_t;
-            }
-            let err = errno();
-            libc::close(fd);
-            if matches!(err, libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM) {
-                joined_late = cgroup_procs;
-                return libc::fork();
-            }
-            join_errno = err;
-            FORK_INTO_FAILED
-        };
         let supervisor = libc::getpid();
-        let bash = match cgroup {
-            Some(paths) => fork_into(paths.dir),
-            None => libc::fork(),
+        let mut child = BashChild {
+            stdout,
+            stderr,
+            started,
+            supervisor,
+            workdir,
+            program,
+            argv,
+            envp,
+            joined_late: None,
         };
-        if bash == 0 {
-            let report = |err: c_int| -> ! {
-                write_all(started, &err.to_ne_bytes());
-                libc::_exit(127);
+        let mut join_errno: c_int = 0;
+        let cgroup_fd = match cgroup {
+            Some(paths) => {
+                let fd = libc::open(
+                    paths.dir.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                );
+                if fd < 0 {
+                    fail(cgroup::JOIN_ERROR_BASE + errno());
+                }
+                Some(fd)
+            }
+            None => None,
+        };
+        // Bash is started sharing our memory until it execs (as posix_spawn does), which spares
+        // copying it; where that is unavailable, with a plain fork.
+        let mut bash = vfork_bash(&mut child, cgroup_fd);
+        if bash == VFORK_UNAVAILABLE {
+            bash = match cgroup_fd {
+                Some(fd) => {
+                    let mut args: CloneArgs = std::mem::zeroed();
+                    args.flags = CLONE_INTO_CGROUP;
+                    args.exit_signal = libc::SIGCHLD as u64;
+                    args.cgroup = fd as u64;
+                    let pid = libc::syscall(
+                        libc::SYS_clone3,
+                        &mut args as *mut CloneArgs,
+                        std::mem::size_of::<CloneArgs>(),
+                    );
+                    if pid >= 0 {
+                        pid as pid_t
+                    } else {
+                        let err = errno();
+                        if matches!(err, libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM) {
+                            // Without clone3 into a cgroup, bash joins it after a plain fork.
+                            child.joined_late = cgroup_procs;
+                            libc::fork()
+                        } else {
+                            join_errno = err;
+                            FORK_INTO_FAILED
+                        }
+                    }
+                }
+                None => libc::fork(),
             };
-            // The spawner ignores SIGPIPE; bash must not inherit that.
-            set_handler(libc::SIGPIPE, libc::SIG_DFL);
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-            // bash: dies with its supervisor.
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            );
-            if libc::getppid() != supervisor {
-                libc::_exit(127);
+            if bash == 0 {
+                bash_child((&mut child as *mut BashChild<'_>).cast());
             }
-            if libc::dup2(stdout, 1) < 0 || libc::dup2(stderr, 2) < 0 {
-                report(errno());
-            }
-            if libc::chdir(workdir.as_ptr()) < 0 {
-                report(errno());
-            }
-            // Into the command's cgroup before the first instruction of the command.
-            if let Some(procs) = joined_late
-                && let Err(err) = cgroup::join(procs)
-            {
-                report(cgroup::JOIN_ERROR_BASE + err);
-            }
-            if program.to_bytes().contains(&b'/') {
-                libc::execve(program.as_ptr(), argv, envp);
-            } else {
-                libc::execvpe(program.as_ptr(), argv, envp);
-            }
-            report(errno());
+        } else if bash < 0 && cgroup_fd.is_some() {
+            join_errno = -bash;
+            bash = FORK_INTO_FAILED;
+        } else if bash < 0 {
+            fail(-bash);
+        }
+        if let Some(fd) = cgroup_fd {
+            libc::close(fd);
         }
         if bash == FORK_INTO_FAILED {
             fail(cgroup::JOIN_ERROR_BASE + join_errno);
