@@ -32,6 +32,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use libc::{c_int, pid_t};
 use tokio::sync::oneshot;
@@ -40,14 +41,18 @@ use crate::cgroup::TaskCgroup;
 
 /// Descriptors passed with each request.
 const REQUEST_FDS: usize = 5;
+/// How long an early exit status waits for its supervisor to be registered.
+const EARLY_KEEP: Duration = Duration::from_secs(10);
 /// Where the spawner keeps its socket.
 const SOCK_FD: c_int = 3;
 
 #[derive(Default)]
 struct Waiters {
     pending: HashMap<pid_t, oneshot::Sender<c_int>>,
-    /// Statuses that arrived before their supervisor was registered.
-    early: HashMap<pid_t, c_int>,
+    /// Statuses that arrived before their supervisor was registered (normally a moment before).
+    /// Kept for [`EARLY_KEEP`] at most, so that one whose supervisor is never registered cannot
+    /// be handed to a later supervisor that got the same pid.
+    early: HashMap<pid_t, (c_int, Instant)>,
     closed: bool,
 }
 
@@ -165,7 +170,9 @@ impl Zygote {
     fn register(&self, pid: pid_t) -> oneshot::Receiver<c_int> {
         let (tx, rx) = oneshot::channel();
         let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(status) = waiters.early.remove(&pid) {
+        if let Some((status, at)) = waiters.early.remove(&pid)
+            && at.elapsed() < EARLY_KEEP
+        {
             let _ = tx.send(status);
         } else if !waiters.closed {
             waiters.pending.insert(pid, tx);
@@ -322,7 +329,11 @@ fn read_exits(sock: RawFd, waiters: &Mutex<Waiters>) {
                 let _ = tx.send(status);
             }
             None => {
-                waiters.early.insert(pid, status);
+                let now = Instant::now();
+                waiters
+                    .early
+                    .retain(|_, (_, at)| now.duration_since(*at) < EARLY_KEEP);
+                waiters.early.insert(pid, (status, now));
             }
         }
     }
