@@ -27,7 +27,7 @@ const PROBE_WAIT: Duration = Duration::from_secs(2);
 
 /// Added to the errno of a failed join in the forked child, so that the host can tell it from a
 /// failed `exec` (std hands the child's error code to the parent unchanged).
-const JOIN_ERROR_BASE: i32 = 0x4000_0000;
+pub(crate) const JOIN_ERROR_BASE: i32 = 0x4000_0000;
 
 /// The error of a spawn whose child could not join its cgroup, as the plain OS error.
 pub(crate) fn join_error(err: &io::Error) -> Option<io::Error> {
@@ -238,6 +238,9 @@ fn probe_in(dir: &Path) -> Result<(), String> {
         // SAFETY: `child` is our unreaped child.
         unsafe { libc::kill(child, libc::SIGKILL) };
     }
+    // Woken by the child's death through a pidfd where there is one, else polled.
+    // SAFETY: pidfd_open on our unreaped child; the result is ours.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child, 0) } as c_int;
     let status = loop {
         let mut status: c_int = 0;
         // SAFETY: waiting for our own child only.
@@ -251,13 +254,32 @@ fn probe_in(dir: &Path) -> Result<(), String> {
             }
             break None;
         }
-        if !killed_directly && Instant::now() >= deadline {
+        let now = Instant::now();
+        if !killed_directly && now >= deadline {
             // SAFETY: as above.
             unsafe { libc::kill(child, libc::SIGKILL) };
             killed_directly = true;
         }
-        std::thread::sleep(Duration::from_millis(1));
+        if pidfd >= 0 {
+            let mut poll = libc::pollfd {
+                fd: pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let wait = deadline
+                .saturating_duration_since(now)
+                .as_millis()
+                .clamp(1, 1000) as c_int;
+            // SAFETY: polling one valid descriptor.
+            unsafe { libc::poll(&mut poll, 1, wait) };
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     };
+    if pidfd >= 0 {
+        // SAFETY: closing the pidfd we opened.
+        unsafe { libc::close(pidfd) };
+    }
     outcome?;
     if killed_directly
         || !status.is_some_and(|s| libc::WIFSIGNALED(s) && libc::WTERMSIG(s) == libc::SIGKILL)

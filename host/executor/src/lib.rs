@@ -23,6 +23,7 @@ mod supervisor;
 mod tail;
 mod tasks;
 mod workdir;
+mod zygote;
 
 pub use local::LocalExecutor;
 

@@ -1,6 +1,6 @@
 //! [`LocalExecutor`]: the executor contract on this machine's processes.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -42,6 +42,12 @@ struct Shared {
     /// The parent of the per-command cgroups, in cgroup mode.
     cgroups: Option<Arc<CgroupRoot>>,
     spill: Arc<SpillDir>,
+    /// [`SHELL`] as found on PATH when the executor was built (a lookup per command costs a
+    /// failed `exec` per PATH entry before it); the bare name if it was not found then.
+    shell: OsString,
+    /// The spawner that forks supervisors, so that the (large) host is not forked per command;
+    /// none if it could not be started (then the host forks them itself).
+    spawner: Option<Arc<crate::zygote::Zygote>>,
 }
 
 impl Shared {
@@ -97,6 +103,13 @@ impl LocalExecutor {
             }
         }
         let spill = SpillDir::new(config.spill_dir.clone());
+        let spawner = match crate::zygote::Zygote::start() {
+            Ok(spawner) => Some(spawner),
+            Err(err) => {
+                tracing::debug!(%err, "no spawner process; the host forks each supervisor itself");
+                None
+            }
+        };
         Ok(Arc::new(Self {
             shared: Arc::new(Shared {
                 grace: duration_ms(config.grace_ms),
@@ -106,6 +119,8 @@ impl LocalExecutor {
                 containment,
                 cgroups,
                 spill,
+                shell: find_on_path(SHELL),
+                spawner,
             }),
             runtime: Handle::try_current().ok(),
         }))
@@ -143,11 +158,29 @@ impl LocalExecutor {
     /// cgroup that cannot be created or joined costs the command its cgroup, not its run: it
     /// falls back to subreaper tracking, with a warning.
     fn spawn(&self, program: &OsStr, spec: &Spec) -> std::io::Result<Spawned> {
-        let start = |cgroup| {
+        let start = |cgroup: Option<cgroup::TaskCgroup>| {
+            let workdir = Path::new(&spec.workdir);
+            if let Some(spawner) = &self.shared.spawner {
+                match spawn::spawn_via(
+                    spawner,
+                    program,
+                    &spec.command,
+                    workdir,
+                    env::host_child_env(),
+                    cgroup,
+                ) {
+                    Err(err) if crate::zygote::spawner_gone(&err) => {
+                        tracing::warn!(%err, "the spawner process is gone; the host forks the supervisor itself");
+                    }
+                    started => return started,
+                }
+                // The cgroup went with the failed attempt.
+                return spawn::spawn(program, &spec.command, workdir, env::host_child_env(), None);
+            }
             spawn::spawn(
                 program,
                 &spec.command,
-                Path::new(&spec.workdir),
+                workdir,
                 env::host_child_env(),
                 cgroup,
             )
@@ -267,6 +300,29 @@ impl LocalExecutor {
     }
 }
 
+/// The first executable `name` in the host's PATH, else `name` itself (to be looked up at spawn).
+fn find_on_path(name: &str) -> OsString {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(path) = std::env::var_os("PATH") else {
+        return name.into();
+    };
+    for dir in std::env::split_paths(&path) {
+        if dir.as_os_str().is_empty() || !dir.is_absolute() {
+            // Relative entries depend on each command's workdir: keep the per-spawn lookup.
+            return name.into();
+        }
+        let candidate = dir.join(name);
+        let Ok(c_path) = std::ffi::CString::new(candidate.as_os_str().as_bytes()) else {
+            continue;
+        };
+        // SAFETY: access(2) on a valid C string.
+        if candidate.is_file() && unsafe { libc::access(c_path.as_ptr(), libc::X_OK) } == 0 {
+            return candidate.into_os_string();
+        }
+    }
+    name.into()
+}
+
 /// A failed spawn: the workdir may have become unusable since it was checked; otherwise the
 /// shell could not be started.
 fn spawn_error(dir: &str, err: &std::io::Error) -> ExecError {
@@ -311,11 +367,11 @@ impl Executor for LocalExecutor {
         spec: Spec,
         abort: CancellationToken,
     ) -> BoxFuture<'_, Result<RunResult, ExecError>> {
-        Box::pin(self.run_program(OsStr::new(SHELL), spec, abort))
+        Box::pin(self.run_program(&self.shared.shell, spec, abort))
     }
 
     fn start(&self, spec: Spec) -> Result<Task, ExecError> {
-        self.start_program(OsStr::new(SHELL), spec)
+        self.start_program(&self.shared.shell, spec)
     }
 
     fn read_output(&self, id: &str) -> Result<Read, ExecError> {

@@ -13,6 +13,8 @@
 //! session (a session id is not reused while the session has members).
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::Read as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -72,13 +74,17 @@ pub(crate) struct ProcTree {
     cgroup: Option<TaskCgroup>,
     /// The supervisor was reaped: its pid may be reused from now on.
     reaped: CancellationToken,
-    exit: OnceLock<Exit>,
+    exit: Arc<OnceLock<Exit>>,
     /// Nothing of the command is left (and its cgroup is removed).
     gone: CancellationToken,
+    /// Set just before `gone` is cancelled.
+    ended: AtomicBool,
     terminating: AtomicBool,
     /// Subreaper mode: no process of the supervisor's session was left at some scan after the
     /// supervisor died, so the session id (reusable from then on) is not looked at again.
     session_over: AtomicBool,
+    /// The spawner that reaps the supervisor, if not this process.
+    _spawner: Option<Arc<crate::zygote::Zygote>>,
 }
 
 impl ProcTree {
@@ -89,23 +95,78 @@ impl ProcTree {
         cgroup: Option<TaskCgroup>,
     ) -> Option<Arc<Self>> {
         let pid = i32::try_from(child.id()?).ok()?;
+        let exit = async move {
+            match child.wait().await {
+                Ok(status) => Exit::from_status(status),
+                Err(_) => Exit::default(),
+            }
+        };
+        Some(Self::watch_pid(
+            pid,
+            exit,
+            None::<std::future::Ready<bool>>,
+            cgroup,
+            None,
+        ))
+    }
+
+    /// Watches the supervisor `pid`, whose end `exit` reports once it was reaped; `spawner` (the
+    /// process that reaps it) is kept as long as the tree. `tree_empty`, if given, resolves to
+    /// true when the supervisor says it has no descendant left and is exiting: then the tree
+    /// may be gone before the supervisor was reaped.
+    pub(crate) fn watch_pid(
+        pid: i32,
+        exit: impl std::future::Future<Output = Exit> + Send + 'static,
+        tree_empty: Option<impl std::future::Future<Output = bool> + Send + 'static>,
+        cgroup: Option<TaskCgroup>,
+        spawner: Option<Arc<crate::zygote::Zygote>>,
+    ) -> Arc<Self> {
         let tree = Arc::new(Self {
             pid,
             cgroup,
             reaped: CancellationToken::new(),
-            exit: OnceLock::new(),
+            exit: Arc::new(OnceLock::new()),
             gone: CancellationToken::new(),
+            ended: AtomicBool::new(false),
             terminating: AtomicBool::new(false),
             session_over: AtomicBool::new(false),
+            _spawner: spawner,
         });
         let watcher = tree.clone();
         tokio::spawn(async move {
-            let exit = match child.wait().await {
-                Ok(status) => Exit::from_status(status),
-                Err(_) => Exit::default(),
+            // Holds only what it sets, so that the tree (and its cgroup) can go before it ends.
+            let (exit_slot, reaped_token) = (watcher.exit.clone(), watcher.reaped.clone());
+            let reap = async move {
+                let exit = exit.await;
+                let _ = exit_slot.set(exit);
+                reaped_token.cancel();
             };
-            let _ = watcher.exit.set(exit);
-            watcher.reaped.cancel();
+            tokio::pin!(reap);
+            let mut reaped = false;
+            match tree_empty {
+                Some(tree_empty) => {
+                    tokio::pin!(tree_empty);
+                    tokio::select! {
+                        () = &mut reap => {
+                            reaped = true;
+                            // It also relays bash's status: let it finish (the pipe is closed).
+                            let _ = tokio::time::timeout(Duration::from_secs(1), &mut tree_empty)
+                                .await;
+                        }
+                        empty = &mut tree_empty => {
+                            // Checked too: the word comes through a pipe the command could reach.
+                            if !empty || !watcher.members().is_empty() {
+                                (&mut reap).await;
+                                reaped = true;
+                            }
+                        }
+                    }
+                }
+                None => {
+                    (&mut reap).await;
+                    reaped = true;
+                }
+            }
             // Usually nothing is left at this point; what is left escaped the supervisor and is
             // stopped by whoever drives the command, while this only watches.
             let mut pause = Duration::from_millis(1);
@@ -116,14 +177,22 @@ impl ProcTree {
             if let Some(cgroup) = &watcher.cgroup {
                 cgroup.remove();
             }
-            watcher.gone.cancel();
+            // Let go of the tree (and so of the cgroup root, which goes with its last command
+            // when the executor is gone) before anyone hears that it is gone.
+            watcher.ended.store(true, Ordering::SeqCst);
+            let gone = watcher.gone.clone();
+            drop(watcher);
+            gone.cancel();
+            if !reaped {
+                reap.await;
+            }
         });
-        Some(tree)
+        tree
     }
 
     /// Whether nothing of the command is left.
     pub(crate) fn is_gone(&self) -> bool {
-        self.gone.is_cancelled()
+        self.gone.is_cancelled() || self.ended.load(Ordering::SeqCst)
     }
 
     pub(crate) async fn wait_gone(&self) {
@@ -207,7 +276,9 @@ impl ProcTree {
             .unwrap_or_default();
         // Decided before the snapshot, so that a session scan never sees the supervisor itself.
         let reaped = self.is_reaped();
-        let procs = if !reaped || self.session_scan_needed() {
+        let procs = if !reaped {
+            subtree(self.pid)
+        } else if self.session_scan_needed() {
             snapshot()
         } else {
             Vec::new()
@@ -215,7 +286,7 @@ impl ProcTree {
         if reaped {
             found.extend(self.session_members(&procs));
         } else {
-            found.extend(descendants(self.pid, &procs));
+            found.extend(procs.iter().filter(|p| p.alive).map(|p| p.pid));
         }
         found.sort_unstable();
         found.dedup();
@@ -343,6 +414,59 @@ pub(crate) fn snapshot() -> Vec<ProcInfo> {
             .and_then(|stat| parse_stat(pid, &stat))
         {
             procs.push(info);
+        }
+    }
+    procs
+}
+
+/// The descendants of `root` (zombies included, marked dead), found by walking the `children`
+/// lists of their threads rather than all of `/proc`; from a full [`snapshot`] where the kernel
+/// has no such lists.
+pub(crate) fn subtree(root: i32) -> Vec<ProcInfo> {
+    static CHILDREN_LISTS: OnceLock<bool> = OnceLock::new();
+    if !*CHILDREN_LISTS.get_or_init(|| std::path::Path::new("/proc/thread-self/children").exists())
+    {
+        let all = snapshot();
+        let found = descendants(root, &all);
+        return all.into_iter().filter(|p| found.contains(&p.pid)).collect();
+    }
+    let mut procs = Vec::new();
+    let mut queue = vec![root];
+    let mut path = String::new();
+    let mut text = String::new();
+    while let Some(parent) = queue.pop() {
+        path.clear();
+        let _ = write!(path, "/proc/{parent}/task");
+        let Ok(tasks) = std::fs::read_dir(&path) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let mut children = task.path();
+            children.push("children");
+            text.clear();
+            if std::fs::File::open(&children)
+                .and_then(|mut f| f.read_to_string(&mut text))
+                .is_err()
+            {
+                continue;
+            }
+            for pid in text
+                .split_ascii_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+            {
+                if pid == root || procs.iter().any(|p: &ProcInfo| p.pid == pid) {
+                    continue;
+                }
+                path.clear();
+                let _ = write!(path, "/proc/{pid}/stat");
+                if let Some(info) = std::fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|stat| parse_stat(pid, &stat))
+                {
+                    procs.push(info);
+                    queue.push(pid);
+                }
+            }
         }
     }
     procs

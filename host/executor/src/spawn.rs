@@ -1,7 +1,10 @@
 //! Starting a command: `bash -c <command>` under a supervisor in a new session, stdin
 //! `/dev/null`, stdout and stderr on separate pipes, and a status pipe for bash's wait status.
 //!
-//! Process layout: host → supervisor (session and group leader, child subreaper; see
+//! Normally the supervisor is forked by the spawner ([`spawn_via`], see [`crate::zygote`]);
+//! [`spawn`] is the fallback where the host has no spawner, and forks the supervisor itself.
+//!
+//! Process layout of [`spawn`]: host → supervisor (session and group leader, child subreaper; see
 //! [`crate::supervisor`]) → bash. Both are created by the one `fork` std performs plus a second
 //! `fork` in the `pre_exec` hook; only bash execs. In cgroup mode bash joins the command's cgroup
 //! before it execs, so the cgroup holds every process of the command and never the supervisor,
@@ -16,6 +19,7 @@ use std::sync::Arc;
 
 use tokio::io::AsyncReadExt;
 use tokio::process::{ChildStderr, ChildStdout};
+use tokio::sync::oneshot;
 
 use crate::cgroup::TaskCgroup;
 use crate::process::{Exit, ProcTree};
@@ -30,17 +34,33 @@ pub(crate) struct Spawned {
 
 /// Reports how bash (the tree's leader) ended.
 pub(crate) struct Leader {
-    status: ChildStdout,
+    status: LeaderStatus,
+}
+
+enum LeaderStatus {
+    /// The status pipe itself.
+    Pipe(ChildStdout),
+    /// Bash's wait status as read from the status pipe by the tree's watcher.
+    Relayed(oneshot::Receiver<i32>),
 }
 
 impl Leader {
     /// Waits for bash to end. Should the supervisor die without reporting (the command can
     /// SIGKILL it), its own end stands for the leader's.
-    pub(crate) async fn wait(mut self, tree: Arc<ProcTree>) -> Exit {
-        let mut raw = [0u8; 4];
-        match self.status.read_exact(&mut raw).await {
-            Ok(_) => Exit::from_wait_status(i32::from_ne_bytes(raw)),
-            Err(_) => {
+    pub(crate) async fn wait(self, tree: Arc<ProcTree>) -> Exit {
+        let status = match self.status {
+            LeaderStatus::Pipe(mut pipe) => {
+                let mut raw = [0u8; 4];
+                pipe.read_exact(&mut raw)
+                    .await
+                    .ok()
+                    .map(|_| i32::from_ne_bytes(raw))
+            }
+            LeaderStatus::Relayed(status) => status.await.ok(),
+        };
+        match status {
+            Some(status) => Exit::from_wait_status(status),
+            None => {
                 tree.wait_reaped().await;
                 tree.supervisor_exit()
             }
@@ -115,7 +135,12 @@ pub(crate) fn spawn(
                     }
                     Ok(())
                 }
-                bash => crate::supervisor::supervise(bash, status_fd, host, cgroup_paths.as_ref()),
+                bash => crate::supervisor::supervise(
+                    bash,
+                    status_fd,
+                    host,
+                    cgroup_paths.as_ref().map(Into::into),
+                ),
             }
         });
     }
@@ -130,7 +155,9 @@ pub(crate) fn spawn(
             tree,
             stdout,
             stderr,
-            leader: Leader { status },
+            leader: Leader {
+                status: LeaderStatus::Pipe(status),
+            },
         }),
         _ => Err(io::Error::other("the started process has no pid or pipes")),
     }
@@ -160,4 +187,52 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     }
     // SAFETY: `dup` is fresh.
     Ok(unsafe { OwnedFd::from_raw_fd(dup) })
+}
+
+/// [`spawn`] through the spawner process ([`crate::zygote`]) instead of a fork of the host.
+pub(crate) fn spawn_via(
+    zygote: &Arc<crate::zygote::Zygote>,
+    program: &OsStr,
+    command: &str,
+    workdir: &Path,
+    env: Vec<(OsString, OsString)>,
+    cgroup: Option<TaskCgroup>,
+) -> io::Result<Spawned> {
+    let started = zygote.spawn(program, command, workdir, &env, cgroup.as_ref())?;
+    let stdout = ChildStdout::from_std(std::process::ChildStdout::from(started.stdout))?;
+    let stderr = ChildStderr::from_std(std::process::ChildStderr::from(started.stderr))?;
+    let mut status = ChildStdout::from_std(std::process::ChildStdout::from(started.status))?;
+    let exit = started.exit;
+    let (leader_tx, leader_rx) = oneshot::channel();
+    // The status pipe carries bash's wait status, then the supervisor's word that its tree is
+    // empty: the tree need not wait for the spawner to reap and report the supervisor.
+    let tree_empty = async move {
+        let mut raw = [0u8; 4];
+        if status.read_exact(&mut raw).await.is_err() {
+            return false;
+        }
+        let _ = leader_tx.send(i32::from_ne_bytes(raw));
+        status.read_exact(&mut raw).await.is_ok()
+            && i32::from_ne_bytes(raw) == crate::supervisor::TREE_EMPTY
+    };
+    let tree = ProcTree::watch_pid(
+        started.pid,
+        async move {
+            match exit.await {
+                Ok(status) => Exit::from_wait_status(status),
+                Err(_) => Exit::default(),
+            }
+        },
+        Some(tree_empty),
+        cgroup,
+        Some(zygote.clone()),
+    );
+    Ok(Spawned {
+        tree,
+        stdout,
+        stderr,
+        leader: Leader {
+            status: LeaderStatus::Relayed(leader_rx),
+        },
+    })
 }

@@ -1,4 +1,6 @@
-//! The per-command supervisor: a forked copy of the host that sits between the host and `bash`.
+//! The per-command supervisor: a process between the host and `bash`, forked by the spawner
+//! ([`crate::zygote`], a small copy of the host made when the executor is built) or, where
+//! there is no spawner, by the host itself ([`crate::spawn::spawn`]).
 //!
 //! Why it exists:
 //! - it is a child subreaper, so every descendant the command orphans (double fork, `setsid`,
@@ -6,15 +8,44 @@
 //! - the command's `$PPID` is the supervisor, so `kill -TERM $PPID` hits the task, not the host;
 //! - it hands bash's wait status to the host through a pipe, keeps reaping, and exits only when
 //!   no descendant is left, so "supervisor exited" means "nothing of the command is left";
-//! - when the host dies abruptly, it kills the whole tree before exiting; in cgroup mode it kills
-//!   the command's cgroup (which holds even processes that escaped it) and removes it.
+//! - when the host dies abruptly (its parent, the spawner, exits when the host's socket closes),
+//!   it kills the whole tree before exiting; in cgroup mode it kills the command's cgroup (which
+//!   holds even processes that escaped it) and removes it.
 //!
-//! It runs in a child forked from a multi-threaded host and never execs, so it may only make
-//! async-signal-safe calls: raw libc, no allocation, no locks, no panics.
+//! It runs in a fork of a multi-threaded host and never execs, so it may only make
+//! async-signal-safe calls: raw libc, no allocation, no locks, no panics. Under the spawner, bash
+//! is started with `clone3(CLONE_INTO_CGROUP)` in cgroup mode, which avoids migrating it into
+//! its cgroup (a write to `cgroup.procs` takes a global lock and waits for an RCU grace period).
 
 use libc::{c_int, pid_t};
 
+use std::ffi::CStr;
+
 use crate::cgroup::{self, CgroupPaths};
+
+/// The cgroup files the supervisor needs when its host dies.
+#[derive(Clone, Copy)]
+pub(crate) struct RawCgroup<'a> {
+    pub(crate) kill: &'a CStr,
+    pub(crate) events: &'a CStr,
+    pub(crate) dir: &'a CStr,
+    pub(crate) root: &'a CStr,
+}
+
+impl<'a> From<&'a CgroupPaths> for RawCgroup<'a> {
+    fn from(p: &'a CgroupPaths) -> Self {
+        Self {
+            kill: &p.kill,
+            events: &p.events,
+            dir: &p.dir,
+            root: &p.root,
+        }
+    }
+}
+
+/// Written to the status pipe after bash's wait status once no descendant is left, right before
+/// the supervisor exits.
+pub(crate) const TREE_EMPTY: c_int = 0x7ee0_0e00;
 
 /// Where the supervisor keeps its end of the status pipe.
 const STATUS_FD: c_int = 3;
@@ -32,7 +63,7 @@ pub(crate) unsafe fn supervise(
     bash: pid_t,
     status_fd: c_int,
     host: pid_t,
-    cgroup: Option<&CgroupPaths>,
+    cgroup: Option<RawCgroup<'_>>,
 ) -> ! {
     unsafe {
         // Keep only the status pipe: copies of the command's output pipes would delay their EOF,
@@ -87,14 +118,16 @@ pub(crate) unsafe fn supervise(
                 reported = true;
                 write_all(STATUS_FD, &status.to_ne_bytes());
             } else if pid < 0 && errno() != libc::EINTR {
-                // ECHILD: no descendant is left.
+                // ECHILD: no descendant is left. Saying so spares the host the wait for this
+                // exit to be reaped and reported.
+                write_all(STATUS_FD, &TREE_EMPTY.to_ne_bytes());
                 libc::_exit(0);
             }
         }
     }
 }
 
-unsafe fn set_handler(sig: c_int, handler: libc::sighandler_t) {
+pub(crate) unsafe fn set_handler(sig: c_int, handler: libc::sighandler_t) {
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = handler;
@@ -105,11 +138,11 @@ unsafe fn set_handler(sig: c_int, handler: libc::sighandler_t) {
     }
 }
 
-fn errno() -> c_int {
+pub(crate) fn errno() -> c_int {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-unsafe fn close_from(first: c_int) {
+pub(crate) unsafe fn close_from(first: c_int) {
     unsafe {
         if libc::syscall(
             libc::SYS_close_range,
@@ -133,7 +166,7 @@ unsafe fn close_from(first: c_int) {
     }
 }
 
-unsafe fn write_all(fd: c_int, mut bytes: &[u8]) {
+pub(crate) unsafe fn write_all(fd: c_int, mut bytes: &[u8]) {
     while !bytes.is_empty() {
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
         if n > 0 {
@@ -148,10 +181,10 @@ unsafe fn write_all(fd: c_int, mut bytes: &[u8]) {
 
 /// The host died: SIGKILL every descendant (and the command's cgroup), reap, and exit once none
 /// is left, removing the cgroup on the way out.
-unsafe fn kill_tree_and_exit(cgroup: Option<&CgroupPaths>) -> ! {
+unsafe fn kill_tree_and_exit(cgroup: Option<RawCgroup<'_>>) -> ! {
     unsafe {
         if let Some(paths) = cgroup {
-            let _ = cgroup::write_file(&paths.kill, b"1");
+            let _ = cgroup::write_file(paths.kill, b"1");
         }
         'reap: loop {
             loop {
@@ -176,11 +209,11 @@ unsafe fn kill_tree_and_exit(cgroup: Option<&CgroupPaths>) -> ! {
             // What escaped the supervisor is still in the cgroup: wait (bounded) until it is
             // empty, then remove it, and the executor's root if this was its last command.
             for round in 0..300 {
-                if !cgroup::populated_raw(&paths.events) {
+                if !cgroup::populated_raw(paths.events) {
                     break;
                 }
                 if round % 10 == 9 {
-                    let _ = cgroup::write_file(&paths.kill, b"1");
+                    let _ = cgroup::write_file(paths.kill, b"1");
                 }
                 pause_ms(10);
             }
@@ -236,5 +269,350 @@ unsafe fn kill_children() -> bool {
         }
         libc::close(fd);
         true
+    }
+}
+
+/// `CLONE_INTO_CGROUP` (Linux 5.7): the child starts in the cgroup given by a directory
+/// descriptor, without the costly migration a write to `cgroup.procs` is.
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+/// [`start`]'s marker for a bash that could not be started in its cgroup.
+const FORK_INTO_FAILED: pid_t = -2;
+
+/// `struct clone_args` of clone3(2), version 2 (with `cgroup`).
+#[repr(C)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// What bash's child side needs, prepared by the supervisor.
+struct BashChild<'a> {
+    stdout: c_int,
+    stderr: c_int,
+    started: c_int,
+    supervisor: pid_t,
+    workdir: &'a CStr,
+    program: &'a CStr,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    /// Set where bash could not be started inside its cgroup and has to join it.
+    joined_late: Option<&'a CStr>,
+}
+
+/// Bash's side between the clone and its exec. Runs either in a forked copy of the supervisor or
+/// on its own stack in the supervisor's memory (which is suspended meanwhile): only system calls,
+/// no writes to shared data.
+extern "C" fn bash_child(arg: *mut libc::c_void) -> ! {
+    unsafe {
+        let c = &*(arg as *const BashChild<'_>);
+        let report = |err: c_int| -> ! {
+            write_all(c.started, &err.to_ne_bytes());
+            libc::_exit(127);
+        };
+        // The spawner ignores SIGPIPE; bash must not inherit that.
+        set_handler(libc::SIGPIPE, libc::SIG_DFL);
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        // bash: dies with its supervisor.
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        if libc::getppid() != c.supervisor {
+            libc::_exit(127);
+        }
+        if libc::dup2(c.stdout, 1) < 0 || libc::dup2(c.stderr, 2) < 0 {
+            report(errno());
+        }
+        if libc::chdir(c.workdir.as_ptr()) < 0 {
+            report(errno());
+        }
+        // Into the command's cgroup before the first instruction of the command.
+        if let Some(procs) = c.joined_late
+            && let Err(err) = cgroup::join(procs)
+        {
+            report(cgroup::JOIN_ERROR_BASE + err);
+        }
+        if c.program.to_bytes().contains(&b'/') {
+            libc::execve(c.program.as_ptr(), c.argv, c.envp);
+        } else {
+            libc::execvpe(c.program.as_ptr(), c.argv, c.envp);
+        }
+        report(errno())
+    }
+}
+
+/// [`vfork_bash`]'s answer where it cannot be used; then bash is forked.
+const VFORK_UNAVAILABLE: pid_t = pid_t::MIN;
+/// Stack of bash's child side while it shares the supervisor's memory.
+const CHILD_STACK: usize = 64 * 1024;
+
+/// Starts bash with `clone3(CLONE_VM | CLONE_VFORK [| CLONE_INTO_CGROUP])` on a stack of its own:
+/// the supervisor is suspended until bash execs or exits. Returns bash's pid, `-errno`, or
+/// [`VFORK_UNAVAILABLE`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn vfork_bash(child: &mut BashChild<'_>, cgroup_fd: Option<c_int>) -> pid_t {
+    unsafe {
+        let stack = libc::mmap(
+            std::ptr::null_mut(),
+            CHILD_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        );
+        if stack == libc::MAP_FAILED {
+            return VFORK_UNAVAILABLE;
+        }
+        let mut args: CloneArgs = std::mem::zeroed();
+        args.flags = (libc::CLONE_VM | libc::CLONE_VFORK) as u64;
+        args.exit_signal = libc::SIGCHLD as u64;
+        args.stack = stack as u64;
+        args.stack_size = CHILD_STACK as u64;
+        if let Some(fd) = cgroup_fd {
+            args.flags |= CLONE_INTO_CGROUP;
+            args.cgroup = fd as u64;
+        }
+        let ret: i64;
+        // The child starts on the new stack right after `syscall` with rax = 0 and the other
+        // registers as they were: it calls `bash_child(child)`, which never returns.
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "mov rdi, r12",
+            "call r13",
+            "ud2",
+            "2:",
+            inlateout("rax") libc::SYS_clone3 => ret,
+            in("rdi") &mut args as *mut CloneArgs,
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            in("r12") (child as *mut BashChild<'_>).cast::<libc::c_void>(),
+            in("r13") bash_child as extern "C" fn(*mut libc::c_void) -> ! as usize,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+        libc::munmap(stack, CHILD_STACK);
+        if ret >= 0 {
+            return ret as pid_t;
+        }
+        let err = (-ret) as c_int;
+        if matches!(err, libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM) {
+            return VFORK_UNAVAILABLE;
+        }
+        -err
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn vfork_bash(_child: &mut BashChild<'_>, _cgroup_fd: Option<c_int>) -> pid_t {
+    VFORK_UNAVAILABLE
+}
+
+/// A supervisor forked by the spawner ([`crate::zygote`]): sets itself up, starts bash as the
+/// request in the memfd `request` says, reports the start on `started` and supervises.
+///
+/// # Safety
+/// Must be called in a freshly forked child of the spawner, which never returns; fd 0 is
+/// `/dev/null`. Async-signal-safe calls only.
+pub(crate) unsafe fn start(
+    spawner: pid_t,
+    stdout: c_int,
+    stderr: c_int,
+    status: c_int,
+    started: c_int,
+    request: c_int,
+) -> ! {
+    unsafe {
+        // The start pipe: our pid first, then an error code if the start fails; its end of file
+        // (bash's exec closed the last copy) means bash runs.
+        write_all(started, &libc::getpid().to_ne_bytes());
+        let fail = |err: c_int| -> ! {
+            write_all(started, &err.to_ne_bytes());
+            libc::_exit(127);
+        };
+        // A new session: own process group, no controlling terminal.
+        if libc::setsid() < 0 || libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 {
+            fail(errno());
+        }
+        // As in the spawn hook: every signal stays blocked until the handlers are in place.
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(request, &mut st) < 0 || st.st_size < 12 {
+            fail(libc::EINVAL);
+        }
+        let len = st.st_size as usize;
+        let map = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            request,
+            0,
+        );
+        if map == libc::MAP_FAILED {
+            fail(errno());
+        }
+        let bytes = std::slice::from_raw_parts(map.cast::<u8>(), len);
+        let word = |i: usize| -> usize {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(&bytes[i * 4..i * 4 + 4]);
+            u32::from_ne_bytes(w) as usize
+        };
+        let (nargs, nenv, has_cgroup) = (word(0), word(1), word(2) != 0);
+        // Pointer arrays for execve, NULL-terminated.
+        let slots = nargs + 1 + nenv + 1;
+        let ptrs = libc::mmap(
+            std::ptr::null_mut(),
+            slots * std::mem::size_of::<*const libc::c_char>(),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if ptrs == libc::MAP_FAILED {
+            fail(errno());
+        }
+        let ptrs = std::slice::from_raw_parts_mut(ptrs.cast::<*const libc::c_char>(), slots);
+        let mut pos = 12;
+        let mut next = || -> Option<&CStr> {
+            let rest = bytes.get(pos..)?;
+            let end = rest.iter().position(|&b| b == 0)?;
+            pos += end + 1;
+            Some(CStr::from_bytes_with_nul_unchecked(&rest[..=end]))
+        };
+        let (Some(program), Some(workdir)) = (next(), next()) else {
+            fail(libc::EINVAL)
+        };
+        let mut cgroup_procs: Option<&CStr> = None;
+        let mut cgroup: Option<RawCgroup<'_>> = None;
+        if has_cgroup {
+            let (Some(procs), Some(kill), Some(events), Some(dir), Some(root)) =
+                (next(), next(), next(), next(), next())
+            else {
+                fail(libc::EINVAL)
+            };
+            cgroup_procs = Some(procs);
+            cgroup = Some(RawCgroup {
+                kill,
+                events,
+                dir,
+                root,
+            });
+        }
+        for slot in &mut ptrs[..nargs] {
+            let Some(arg) = next() else {
+                fail(libc::EINVAL)
+            };
+            *slot = arg.as_ptr();
+        }
+        ptrs[nargs] = std::ptr::null();
+        for slot in &mut ptrs[nargs + 1..nargs + 1 + nenv] {
+            let Some(var) = next() else {
+                fail(libc::EINVAL)
+            };
+            *slot = var.as_ptr();
+        }
+        ptrs[nargs + 1 + nenv] = std::ptr::null();
+        let argv = ptrs.as_ptr();
+        let envp = ptrs[nargs + 1..].as_ptr();
+
+        let supervisor = libc::getpid();
+        let mut child = BashChild {
+            stdout,
+            stderr,
+            started,
+            supervisor,
+            workdir,
+            program,
+            argv,
+            envp,
+            joined_late: None,
+        };
+        let mut join_errno: c_int = 0;
+        let cgroup_fd = match cgroup {
+            Some(paths) => {
+                let fd = libc::open(
+                    paths.dir.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                );
+                if fd < 0 {
+                    fail(cgroup::JOIN_ERROR_BASE + errno());
+                }
+                Some(fd)
+            }
+            None => None,
+        };
+        // Bash is started sharing our memory until it execs (as posix_spawn does), which spares
+        // copying it; where that is unavailable, with a plain fork.
+        let mut bash = vfork_bash(&mut child, cgroup_fd);
+        if bash == VFORK_UNAVAILABLE {
+            bash = match cgroup_fd {
+                Some(fd) => {
+                    let mut args: CloneArgs = std::mem::zeroed();
+                    args.flags = CLONE_INTO_CGROUP;
+                    args.exit_signal = libc::SIGCHLD as u64;
+                    args.cgroup = fd as u64;
+                    let pid = libc::syscall(
+                        libc::SYS_clone3,
+                        &mut args as *mut CloneArgs,
+                        std::mem::size_of::<CloneArgs>(),
+                    );
+                    if pid >= 0 {
+                        pid as pid_t
+                    } else {
+                        let err = errno();
+                        if matches!(err, libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM) {
+                            // Without clone3 into a cgroup, bash joins it after a plain fork.
+                            child.joined_late = cgroup_procs;
+                            libc::fork()
+                        } else {
+                            join_errno = err;
+                            FORK_INTO_FAILED
+                        }
+                    }
+                }
+                None => libc::fork(),
+            };
+            if bash == 0 {
+                bash_child((&mut child as *mut BashChild<'_>).cast());
+            }
+        } else if bash < 0 && cgroup_fd.is_some() {
+            join_errno = -bash;
+            bash = FORK_INTO_FAILED;
+        } else if bash < 0 {
+            fail(-bash);
+        }
+        if let Some(fd) = cgroup_fd {
+            libc::close(fd);
+        }
+        if bash == FORK_INTO_FAILED {
+            fail(cgroup::JOIN_ERROR_BASE + join_errno);
+        }
+        if bash < 0 {
+            fail(errno());
+        }
+        libc::close(started);
+        libc::close(stdout);
+        libc::close(stderr);
+        libc::close(request);
+        supervise(bash, status, spawner, cgroup)
     }
 }

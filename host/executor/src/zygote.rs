@@ -1,0 +1,565 @@
+//! The spawner: a small process forked from the host once, when the executor is built (while the
+//! host is still small), which forks each command's supervisor on request.
+//!
+//! Why: forking the host itself for every command copies its page tables, which costs several
+//! milliseconds once the engine and its instances are in memory; forking this small copy costs
+//! a fraction of that, so a command starts about as fast as a bare `posix_spawn` of bash.
+//!
+//! Protocol (a `SOCK_SEQPACKET` socket pair):
+//! - host → spawner: one byte, with five descriptors (`SCM_RIGHTS`): the write ends of the
+//!   command's stdout, stderr, status and start pipes, and a memfd holding the request (see
+//!   [`encode`]). The spawner forks a supervisor ([`crate::supervisor`]) and closes its copies.
+//! - the supervisor writes its pid to the start pipe, starts bash and closes its copy; bash's
+//!   exec closes the last one, so end of file means bash runs, while a failed start writes its
+//!   error (as the `pre_exec` path reports it: an exec error, or a cgroup join error marked with
+//!   [`crate::cgroup::join_error`]'s base). A spawner that cannot fork writes pid 0 and the
+//!   errno. The status pipe carries bash's wait status, then the supervisor's word that its tree
+//!   is empty.
+//! - spawner → host: `(pid, wait status)` of every supervisor it reaps; a thread in the host
+//!   hands them to the waiting [`crate::process::ProcTree`].
+//!
+//! The spawner is forked twice, so it is no child of the host. Host death: the spawner sees the socket's end of file and exits; each supervisor gets its
+//! parent-death signal and kills its tree, as before. Dropping the [`Zygote`] (after every tree
+//! holding it) does the same.
+//!
+//! The spawner and the supervisors are forks of a multi-threaded host that never exec: raw libc
+//! only, no allocation, no locks, no panics.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io::{self, Write as _};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use libc::{c_int, pid_t};
+use tokio::sync::oneshot;
+
+use crate::cgroup::TaskCgroup;
+
+/// Descriptors passed with each request.
+const REQUEST_FDS: usize = 5;
+/// How long an early exit status waits for its supervisor to be registered.
+const EARLY_KEEP: Duration = Duration::from_secs(10);
+/// Where the spawner keeps its socket.
+const SOCK_FD: c_int = 3;
+
+#[derive(Default)]
+struct Waiters {
+    pending: HashMap<pid_t, oneshot::Sender<c_int>>,
+    /// Statuses that arrived before their supervisor was registered (normally a moment before).
+    /// Kept for [`EARLY_KEEP`] at most, so that one whose supervisor is never registered cannot
+    /// be handed to a later supervisor that got the same pid.
+    early: HashMap<pid_t, (c_int, Instant)>,
+    closed: bool,
+}
+
+/// The host's handle on its spawner.
+pub(crate) struct Zygote {
+    sock: OwnedFd,
+    waiters: Arc<Mutex<Waiters>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Zygote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Zygote").finish_non_exhaustive()
+    }
+}
+
+/// A started supervisor, as the spawner reported it.
+pub(crate) struct Started {
+    pub(crate) pid: pid_t,
+    /// Resolves to the supervisor's wait status once the spawner reaped it (an error if the
+    /// spawner went away first).
+    pub(crate) exit: oneshot::Receiver<c_int>,
+    pub(crate) stdout: OwnedFd,
+    pub(crate) stderr: OwnedFd,
+    /// Read end of the status pipe, positioned after the start record.
+    pub(crate) status: OwnedFd,
+}
+
+fn errno() -> c_int {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills `fds` with two new descriptors on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are fresh and owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+impl Zygote {
+    /// Forks the spawner. Call early, while the host is small.
+    pub(crate) fn start() -> io::Result<Arc<Self>> {
+        let mut fds = [0 as c_int; 2];
+        // SAFETY: socketpair fills `fds` on success.
+        if unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        } < 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fresh descriptors.
+        let (ours, theirs) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // Forked twice, so that the spawner is no child of the host (whose children are only
+        // ever its commands' supervisors, and which need not reap it): the middle process exits
+        // at once, and the spawner is adopted by init (or the nearest subreaper).
+        // SAFETY: the children only make async-signal-safe calls (fork, _exit, and `serve`,
+        // which never returns).
+        let middle = unsafe { libc::fork() };
+        if middle < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if middle == 0 {
+            unsafe {
+                match libc::fork() {
+                    0 => serve(theirs.as_raw_fd()),
+                    -1 => libc::_exit(1),
+                    _ => libc::_exit(0),
+                }
+            }
+        }
+        drop(theirs);
+        let mut status: c_int = 0;
+        loop {
+            // SAFETY: reaping our own child.
+            let r = unsafe { libc::waitpid(middle, &mut status, 0) };
+            if r >= 0 || errno() != libc::EINTR {
+                break;
+            }
+        }
+        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+            return Err(io::Error::other("cannot fork the spawner process"));
+        }
+        let waiters = Arc::new(Mutex::new(Waiters::default()));
+        let reader_fd = ours.as_raw_fd();
+        let reader_waiters = waiters.clone();
+        let reader = std::thread::Builder::new()
+            .name("dsh-spawner".to_string())
+            .spawn(move || read_exits(reader_fd, &reader_waiters));
+        let reader = match reader {
+            Ok(reader) => reader,
+            Err(err) => {
+                // SAFETY: shutting down our socket ends the spawner.
+                unsafe { libc::shutdown(ours.as_raw_fd(), libc::SHUT_RDWR) };
+                return Err(err);
+            }
+        };
+        Ok(Arc::new(Self {
+            sock: ours,
+            waiters,
+            reader: Some(reader),
+        }))
+    }
+
+    fn register(&self, pid: pid_t) -> oneshot::Receiver<c_int> {
+        let (tx, rx) = oneshot::channel();
+        let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((status, at)) = waiters.early.remove(&pid)
+            && at.elapsed() < EARLY_KEEP
+        {
+            let _ = tx.send(status);
+        } else if !waiters.closed {
+            waiters.pending.insert(pid, tx);
+        }
+        rx
+    }
+
+    /// Starts `<program> -c <command>` under a fresh supervisor. Errors of the start itself
+    /// (exec, cgroup join) are reported as the `pre_exec` path reports them.
+    pub(crate) fn spawn(
+        &self,
+        program: &OsStr,
+        command: &str,
+        workdir: &Path,
+        env: &[(std::ffi::OsString, std::ffi::OsString)],
+        cgroup: Option<&TaskCgroup>,
+    ) -> io::Result<Started> {
+        let request = encode(program, command, workdir, env, cgroup)?;
+        // SAFETY: memfd_create with a valid name; the result is ours.
+        let memfd = unsafe { libc::memfd_create(c"dsh-spawn".as_ptr(), libc::MFD_CLOEXEC) };
+        if memfd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fresh descriptor.
+        let memfd = unsafe { OwnedFd::from_raw_fd(memfd) };
+        std::fs::File::from(memfd.try_clone()?).write_all(&request)?;
+        let (stdout_r, stdout_w) = cloexec_pipe()?;
+        let (stderr_r, stderr_w) = cloexec_pipe()?;
+        let (status_r, status_w) = cloexec_pipe()?;
+        let (started_r, started_w) = cloexec_pipe()?;
+        send_fds(
+            self.sock.as_raw_fd(),
+            &[
+                stdout_w.as_raw_fd(),
+                stderr_w.as_raw_fd(),
+                status_w.as_raw_fd(),
+                started_w.as_raw_fd(),
+                memfd.as_raw_fd(),
+            ],
+        )?;
+        drop((stdout_w, stderr_w, status_w, started_w, memfd));
+        let mut word = [0u8; 4];
+        read_exact(started_r.as_raw_fd(), &mut word)?;
+        let pid = pid_t::from_ne_bytes(word);
+        let exit = (pid > 0).then(|| self.register(pid));
+        // End of file once bash's exec closed the last copy of the write end; a code otherwise.
+        if read_exact(started_r.as_raw_fd(), &mut word).is_ok() {
+            return Err(io::Error::from_raw_os_error(c_int::from_ne_bytes(word)));
+        }
+        let Some(exit) = exit else {
+            return Err(io::Error::other("the spawner reported no process"));
+        };
+        Ok(Started {
+            pid,
+            exit,
+            stdout: stdout_r,
+            stderr: stderr_r,
+            status: status_r,
+        })
+    }
+}
+
+impl Drop for Zygote {
+    fn drop(&mut self) {
+        // SAFETY: shutting down our socket ends the spawner (and the reader).
+        unsafe { libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR) };
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+/// Whether a spawn failed because the spawner process is gone (rather than the command).
+pub(crate) fn spawner_gone(err: &io::Error) -> bool {
+    matches!(
+        err.kind(),
+        io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+    ) || err.raw_os_error() == Some(libc::ENOTCONN)
+}
+
+fn read_exact(fd: RawFd, mut buf: &mut [u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: reading into a live buffer.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n > 0 {
+            buf = &mut buf[n as usize..];
+        } else if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the command spawner went away",
+            ));
+        } else if errno() != libc::EINTR {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn send_fds(sock: RawFd, fds: &[RawFd; REQUEST_FDS]) -> io::Result<()> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: CMSG_SPACE is a pure computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of_val(fds) as u32) } as usize;
+    let mut control = vec![0u8; space];
+    // SAFETY: an all-zero msghdr is valid; the buffers outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: the control buffer has room for one header with the descriptors.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(fds) as u32) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast(), fds.len());
+    }
+    loop {
+        // SAFETY: a valid message on our socket.
+        let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(());
+        }
+        if errno() != libc::EINTR {
+            return Err(io::Error::last_os_error());
+        }
+    }
+}
+
+/// The host's reader of supervisor exits.
+fn read_exits(sock: RawFd, waiters: &Mutex<Waiters>) {
+    loop {
+        let mut buf = [0u8; 8];
+        // SAFETY: reading into a local buffer.
+        let n = unsafe { libc::recv(sock, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        let mut waiters = waiters.lock().unwrap_or_else(|e| e.into_inner());
+        if n != 8 {
+            waiters.closed = true;
+            waiters.pending.clear();
+            waiters.early.clear();
+            return;
+        }
+        let pid = pid_t::from_ne_bytes(buf[..4].try_into().unwrap_or_default());
+        let status = c_int::from_ne_bytes(buf[4..].try_into().unwrap_or_default());
+        match waiters.pending.remove(&pid) {
+            Some(tx) => {
+                let _ = tx.send(status);
+            }
+            None => {
+                let now = Instant::now();
+                waiters
+                    .early
+                    .retain(|_, (_, at)| now.duration_since(*at) < EARLY_KEEP);
+                waiters.early.insert(pid, (status, now));
+            }
+        }
+    }
+}
+
+/// The request: `u32` counts of arguments and variables and a cgroup flag, then NUL-terminated
+/// strings: program, workdir, the five cgroup paths if any, the arguments, `NAME=value` pairs.
+fn encode(
+    program: &OsStr,
+    command: &str,
+    workdir: &Path,
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+    cgroup: Option<&TaskCgroup>,
+) -> io::Result<Vec<u8>> {
+    let argv0 = Path::new(program).file_name().unwrap_or(program).as_bytes();
+    let args: [&[u8]; 3] = [argv0, b"-c", command.as_bytes()];
+    let mut out = Vec::with_capacity(4096);
+    out.extend_from_slice(&(args.len() as u32).to_ne_bytes());
+    out.extend_from_slice(&(env.len() as u32).to_ne_bytes());
+    out.extend_from_slice(&u32::from(cgroup.is_some()).to_ne_bytes());
+    let mut push = |parts: &[&[u8]]| -> io::Result<()> {
+        for part in parts {
+            if part.contains(&0) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "nul byte found in provided data",
+                ));
+            }
+            out.extend_from_slice(part);
+        }
+        out.push(0);
+        Ok(())
+    };
+    push(&[program.as_bytes()])?;
+    push(&[workdir.as_os_str().as_bytes()])?;
+    if let Some(cgroup) = cgroup {
+        let p = cgroup.paths();
+        for path in [&p.procs, &p.kill, &p.events, &p.dir, &p.root] {
+            push(&[path.to_bytes()])?;
+        }
+    }
+    for arg in args {
+        push(&[arg])?;
+    }
+    for (name, value) in env {
+        push(&[name.as_bytes(), b"=", value.as_bytes()])?;
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The spawner process: raw libc only.
+
+unsafe fn write_record(fd: c_int, pid: pid_t, err: c_int) {
+    let mut record = [0u8; 8];
+    record[..4].copy_from_slice(&pid.to_ne_bytes());
+    record[4..].copy_from_slice(&err.to_ne_bytes());
+    unsafe { crate::supervisor::write_all(fd, &record) };
+}
+
+/// The spawner's main loop.
+unsafe fn serve(sock: c_int) -> ! {
+    unsafe {
+        // Out of the host's session and process group: terminal signals meant for the host
+        // (Ctrl-C) do not reach it; it ends when the host's socket does.
+        libc::setsid();
+        if sock != SOCK_FD {
+            libc::dup2(sock, SOCK_FD);
+        }
+        crate::supervisor::close_from(SOCK_FD + 1);
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+        for sig in 1..65 {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                crate::supervisor::set_handler(sig, libc::SIG_DFL);
+            }
+        }
+        crate::supervisor::set_handler(libc::SIGPIPE, libc::SIG_IGN);
+        let mut chld: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut chld);
+        libc::sigaddset(&mut chld, libc::SIGCHLD);
+        libc::sigprocmask(libc::SIG_SETMASK, &chld, std::ptr::null_mut());
+        let sigfd = libc::signalfd(-1, &chld, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        if sigfd < 0 {
+            libc::_exit(1);
+        }
+        let me = libc::getpid();
+        loop {
+            let mut polls = [
+                libc::pollfd {
+                    fd: SOCK_FD,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: sigfd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            if libc::poll(polls.as_mut_ptr(), 2, -1) < 0 {
+                if crate::supervisor::errno() == libc::EINTR {
+                    continue;
+                }
+                libc::_exit(1);
+            }
+            if polls[1].revents != 0 {
+                let mut info = [0u8; 128];
+                while libc::read(sigfd, info.as_mut_ptr().cast(), info.len()) > 0 {}
+                reap(sigfd);
+            }
+            if polls[0].revents != 0 {
+                let mut fds = [-1 as c_int; REQUEST_FDS];
+                match recv_fds(&mut fds) {
+                    RecvOutcome::Closed => libc::_exit(0),
+                    RecvOutcome::Retry => continue,
+                    RecvOutcome::Request => {}
+                }
+                if fds.iter().any(|&fd| fd < 0) {
+                    for fd in fds {
+                        if fd >= 0 {
+                            libc::close(fd);
+                        }
+                    }
+                    continue;
+                }
+                let [stdout, stderr, status, started, request] = fds;
+                match libc::fork() {
+                    0 => {
+                        libc::close(SOCK_FD);
+                        libc::close(sigfd);
+                        crate::supervisor::start(me, stdout, stderr, status, started, request)
+                    }
+                    -1 => write_record(started, 0, crate::supervisor::errno()),
+                    _ => {}
+                }
+                for fd in fds {
+                    libc::close(fd);
+                }
+            }
+        }
+    }
+}
+
+/// Reaps every exited supervisor and reports it to the host.
+unsafe fn reap(_sigfd: c_int) {
+    unsafe {
+        loop {
+            let mut status: c_int = 0;
+            let pid = libc::waitpid(-1, &mut status, libc::WNOHANG | libc::__WALL);
+            if pid < 0 && crate::supervisor::errno() == libc::EINTR {
+                continue;
+            }
+            if pid <= 0 {
+                return;
+            }
+            let mut msg = [0u8; 8];
+            msg[..4].copy_from_slice(&pid.to_ne_bytes());
+            msg[4..].copy_from_slice(&status.to_ne_bytes());
+            loop {
+                let n = libc::send(SOCK_FD, msg.as_ptr().cast(), msg.len(), libc::MSG_NOSIGNAL);
+                if n < 0 && crate::supervisor::errno() == libc::EINTR {
+                    continue;
+                }
+                break;
+            }
+        }
+    }
+}
+
+enum RecvOutcome {
+    Request,
+    Retry,
+    Closed,
+}
+
+unsafe fn recv_fds(fds: &mut [c_int; REQUEST_FDS]) -> RecvOutcome {
+    unsafe {
+        let mut byte = [0u8; 1];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        // Aligned room for one header with the descriptors.
+        let mut control = [0u64; 16];
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        let n = libc::recvmsg(SOCK_FD, &mut msg, libc::MSG_CMSG_CLOEXEC);
+        if n < 0 {
+            return if crate::supervisor::errno() == libc::EINTR {
+                RecvOutcome::Retry
+            } else {
+                RecvOutcome::Closed
+            };
+        }
+        if n == 0 {
+            return RecvOutcome::Closed;
+        }
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg).cast::<c_int>();
+                let len = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<c_int>();
+                for i in 0..len {
+                    let fd = std::ptr::read_unaligned(data.add(i));
+                    match fds.get_mut(i) {
+                        Some(slot) => *slot = fd,
+                        None => {
+                            libc::close(fd);
+                        }
+                    }
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+        RecvOutcome::Request
+    }
+}
