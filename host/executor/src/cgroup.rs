@@ -162,9 +162,28 @@ fn probe_in(dir: &Path) -> Result<(), String> {
     let [read_fd, write_fd] = fds;
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
+    // Start the probe inside its cgroup as commands are started; where clone3 cannot do that,
+    // fork and let the child join through cgroup.procs.
+    let dir_c = c_path(dir).map_err(|e| e.to_string())?;
+    // SAFETY: opening a directory we own; the descriptor is closed below.
+    let dirfd = unsafe {
+        libc::open(
+            dir_c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
     // SAFETY: the child only makes async-signal-safe calls (prctl, getppid, open, write, close,
     // pause, _exit) on memory prepared before the fork, and never returns.
-    let child = unsafe { libc::fork() };
+    let (child, joined) = unsafe {
+        match if dirfd >= 0 {
+            crate::supervisor::fork_into_cgroup(dirfd)
+        } else {
+            -libc::EBADF
+        } {
+            pid if pid >= 0 => (pid, true),
+            _ => (libc::fork(), false),
+        }
+    };
     if child == 0 {
         unsafe {
             libc::prctl(
@@ -177,7 +196,7 @@ fn probe_in(dir: &Path) -> Result<(), String> {
             if libc::getppid() != parent {
                 libc::_exit(1);
             }
-            let code: u8 = match join(&procs) {
+            let code: u8 = match if joined { Ok(()) } else { join(&procs) } {
                 Ok(()) => 0,
                 Err(errno) => errno.clamp(1, 255) as u8,
             };
@@ -190,8 +209,13 @@ fn probe_in(dir: &Path) -> Result<(), String> {
             }
         }
     }
-    // SAFETY: closing our copy of the write end, which we own.
-    unsafe { libc::close(write_fd) };
+    // SAFETY: closing our copy of the write end and the directory, which we own.
+    unsafe {
+        libc::close(write_fd);
+        if dirfd >= 0 {
+            libc::close(dirfd);
+        }
+    }
     if child < 0 {
         // SAFETY: closing the read end, which we own.
         unsafe { libc::close(read_fd) };

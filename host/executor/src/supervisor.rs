@@ -294,6 +294,28 @@ struct CloneArgs {
     cgroup: u64,
 }
 
+/// `fork` straight into the cgroup whose directory is open as `dirfd` (`clone3` with
+/// `CLONE_INTO_CGROUP`, no shared memory): returns 0 in the child, the child's pid in the parent,
+/// or `-errno`. Starting inside the cgroup spares the migration a write to `cgroup.procs` costs
+/// (it waits for an RCU grace period: ~10 ms measured here).
+///
+/// # Safety
+/// As for `fork`: in a multi-threaded parent the child may only make async-signal-safe calls.
+pub(crate) unsafe fn fork_into_cgroup(dirfd: c_int) -> pid_t {
+    unsafe {
+        let mut args: CloneArgs = std::mem::zeroed();
+        args.flags = CLONE_INTO_CGROUP;
+        args.exit_signal = libc::SIGCHLD as u64;
+        args.cgroup = dirfd as u64;
+        let pid = libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        );
+        if pid < 0 { -errno() } else { pid as pid_t }
+    }
+}
+
 /// What bash's child side needs, prepared by the supervisor.
 struct BashChild<'a> {
     stdout: c_int,
