@@ -588,19 +588,11 @@ pub(crate) unsafe fn start(
         if bash == VFORK_UNAVAILABLE {
             bash = match cgroup_fd {
                 Some(fd) => {
-                    let mut args: CloneArgs = std::mem::zeroed();
-                    args.flags = CLONE_INTO_CGROUP;
-                    args.exit_signal = libc::SIGCHLD as u64;
-                    args.cgroup = fd as u64;
-                    let pid = libc::syscall(
-                        libc::SYS_clone3,
-                        &mut args as *mut CloneArgs,
-                        std::mem::size_of::<CloneArgs>(),
-                    );
+                    let pid = fork_into_cgroup(fd);
                     if pid >= 0 {
-                        pid as pid_t
+                        pid
                     } else {
-                        let err = errno();
+                        let err = -pid;
                         if matches!(err, libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM) {
                             // Without clone3 into a cgroup, bash joins it after a plain fork.
                             child.joined_late = cgroup_procs;
