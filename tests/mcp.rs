@@ -211,6 +211,12 @@ impl Mcp {
         })
     }
 
+    /// Send `sig` to the server process.
+    fn signal(&self, sig: i32) {
+        let server = i32::try_from(self.child.id()).unwrap();
+        assert_eq!(unsafe { libc::kill(server, sig) }, 0);
+    }
+
     fn close_stdin(&mut self) {
         drop(self.stdin.take());
     }
@@ -530,8 +536,7 @@ fn sigterm_ends_the_server_and_kills_running_tasks() {
     let pid = start_sleeper_task(&mut mcp, &pid_file);
 
     // stdin stays open: the signal alone ends the server.
-    let server = i32::try_from(mcp.child.id()).unwrap();
-    assert_eq!(unsafe { libc::kill(server, libc::SIGTERM) }, 0);
+    mcp.signal(libc::SIGTERM);
     let status = mcp.wait_exit(READ_TIMEOUT);
     assert!(
         status.success(),
@@ -663,8 +668,7 @@ fn sigkill_of_the_server_takes_its_commands_along() {
     let pid_file = dir.path().join("pid");
     let mut mcp = Mcp::start(&[]);
     let pid = start_sleeper_task(&mut mcp, &pid_file);
-    let server = i32::try_from(mcp.child.id()).unwrap();
-    assert_eq!(unsafe { libc::kill(server, libc::SIGKILL) }, 0);
+    mcp.signal(libc::SIGKILL);
     let _ = mcp.wait_exit(READ_TIMEOUT);
     // Measured in tens of milliseconds; the bound is one second.
     wait_gone(pid, Duration::from_secs(1));
