@@ -57,8 +57,21 @@ impl Mode {
     }
 }
 
-/// Runs `$scenario(mode)` as two tests, `$scenario::cgroup` and `$scenario::subreaper`.
+/// Runs `$scenario(mode)` as two tests, `$scenario::cgroup` and `$scenario::subreaper`
+/// (`sync:` for scenarios that are plain functions).
 macro_rules! both_modes {
+    (sync: $($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            #[test]
+            fn cgroup() {
+                super::$scenario(super::Mode::Cgroup)
+            }
+            #[test]
+            fn subreaper() {
+                super::$scenario(super::Mode::Subreaper)
+            }
+        }
+    )*};
     ($($scenario:ident),* $(,)?) => {$(
         mod $scenario {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -696,15 +709,7 @@ fn a_dropped_runtime_takes_its_commands_along(mode: Mode) {
     }
 }
 
-#[test]
-fn a_dropped_runtime_takes_its_commands_along_cgroup() {
-    a_dropped_runtime_takes_its_commands_along(Mode::Cgroup);
-}
-
-#[test]
-fn a_dropped_runtime_takes_its_commands_along_subreaper() {
-    a_dropped_runtime_takes_its_commands_along(Mode::Subreaper);
-}
+both_modes!(sync: a_dropped_runtime_takes_its_commands_along);
 
 // ---------------------------------------------------------------------------------------------
 // Spill files at shutdown
@@ -883,15 +888,7 @@ fn no_zombies_or_descriptors_accumulate(mode: Mode) {
     );
 }
 
-#[test]
-fn no_zombies_or_descriptors_accumulate_cgroup() {
-    no_zombies_or_descriptors_accumulate(Mode::Cgroup);
-}
-
-#[test]
-fn no_zombies_or_descriptors_accumulate_subreaper() {
-    no_zombies_or_descriptors_accumulate(Mode::Subreaper);
-}
+both_modes!(sync: no_zombies_or_descriptors_accumulate);
 
 /// A host that starts task trees (and a foreground run) and is then SIGKILLed by
 /// `an_abruptly_dead_host_takes_its_tree_along`.
@@ -1005,15 +1002,7 @@ fn an_abruptly_dead_host_takes_its_tree_along(mode: Mode) {
     }
 }
 
-#[test]
-fn an_abruptly_dead_host_takes_its_tree_along_cgroup() {
-    an_abruptly_dead_host_takes_its_tree_along(Mode::Cgroup);
-}
-
-#[test]
-fn an_abruptly_dead_host_takes_its_tree_along_subreaper() {
-    an_abruptly_dead_host_takes_its_tree_along(Mode::Subreaper);
-}
+both_modes!(sync: an_abruptly_dead_host_takes_its_tree_along);
 
 // ---------------------------------------------------------------------------------------------
 // Measurements (not a test): cargo test -p dsh-executor --test containment -- --ignored
