@@ -1,5 +1,8 @@
 //! Black-box tests of the `dsh-host` command line: `tools`, `call`, flags and bad input.
 
+#[path = "support/procs.rs"]
+mod procs;
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -213,22 +216,9 @@ fn sigint_aborts_a_foreground_call() {
     );
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        !process_alive(pid),
+        !procs::alive(pid),
         "the aborted command's process {pid} still runs"
     );
-}
-
-fn process_alive(pid: i32) -> bool {
-    // A zombie is dead for our purposes; /proc shows its state.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
 }
 
 #[test]

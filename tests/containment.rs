@@ -10,6 +10,9 @@
 //! `subreaper` (forced fallback). Survivors are found through pid files the processes write
 //! themselves. Grace periods are short; timing checks have margins of seconds.
 
+#[path = "support/procs.rs"]
+mod procs;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -242,13 +245,8 @@ impl Harness {
 /// Whether `pid` still runs: it exists and is not a zombie, or it is a zombie of ours (which
 /// would mean the host failed to reap it).
 fn survives(pid: i32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let mut fields = stat[stat.rfind(')').unwrap() + 1..].split_whitespace();
-    let state = fields.next().unwrap();
-    let ppid: u32 = fields.next().unwrap().parse().unwrap();
-    !matches!(state, "Z" | "X") || ppid == std::process::id()
+    procs::alive(pid)
+        || procs::state_and_ppid(pid).is_some_and(|(_, ppid)| ppid == std::process::id())
 }
 
 /// Children of this process, and how many of them are zombies.

@@ -3,6 +3,9 @@
 //! Grace periods and caps are small so the suite is quick; timing checks only bound from below or
 //! with margins of seconds, because CI machines are small and noisy.
 
+#[path = "support/procs.rs"]
+mod procs;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,6 +15,7 @@ use dsh_executor::{
     Config, ContainmentPreference, ExecError, Executor, LocalExecutor, Request, RunResult, Spec,
     Task, TaskState,
 };
+use procs::alive;
 use tokio::sync::mpsc::{UnboundedReceiver, error::TryRecvError, unbounded_channel};
 use tokio_util::sync::CancellationToken;
 
@@ -121,19 +125,6 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     }
     found.sort();
     found
-}
-
-/// Whether a process exists and is not a zombie.
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat[stat.rfind(')').unwrap() + 1..]
-                .split_whitespace()
-                .next();
-            !matches!(state, Some("Z" | "X"))
-        }
-        Err(_) => false,
-    }
 }
 
 async fn gone_soon(pid: i32) -> bool {

@@ -1,6 +1,9 @@
 //! Black-box tests of `dsh-host mcp`: a real MCP session over the child's stdin/stdout,
 //! newline-delimited JSON-RPC, every read bounded by a timeout.
 
+#[path = "support/procs.rs"]
+mod procs;
+
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -9,6 +12,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use procs::alive;
 use serde_json::{Value, json};
 
 /// A read that takes longer than this fails the test.
@@ -279,17 +283,6 @@ fn read_pid(path: &Path) -> i32 {
             path.display()
         );
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Whether `pid` runs (a zombie does not).
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesized command name.
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
-        Err(_) => false,
     }
 }
 
