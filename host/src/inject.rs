@@ -25,14 +25,10 @@ pub struct Injection {
     pub source: Source,
 }
 
-/// Why an injection did not arrive.
+/// An injection for an owner token no session holds (any more): the notice is dropped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum InjectError {
-    #[error("no session has owner token {0:?}")]
-    UnknownOwner(String),
-    #[error("{0}")]
-    Failed(String),
-}
+#[error("no session has owner token {0:?}")]
+pub struct UnknownOwner(pub String);
 
 /// Routes injections to sessions by owner token.
 #[derive(Debug, Clone, Default)]
@@ -55,14 +51,13 @@ impl SessionRouter {
     }
 
     /// Deliver `injection` to its owner's session.
-    pub fn inject(&self, injection: Injection) -> Result<(), InjectError> {
+    pub fn inject(&self, injection: Injection) -> Result<(), UnknownOwner> {
         let sessions = self.lock();
         let Some(tx) = sessions.get(&injection.owner) else {
-            return Err(InjectError::UnknownOwner(injection.owner));
+            return Err(UnknownOwner(injection.owner));
         };
         let owner = injection.owner.clone();
-        tx.send(injection)
-            .map_err(|_| InjectError::UnknownOwner(owner))
+        tx.send(injection).map_err(|_| UnknownOwner(owner))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<Injection>>> {

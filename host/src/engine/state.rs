@@ -12,7 +12,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{wit_agent, wit_ex};
 use super::limits::GuestLimiter;
-use crate::inject::{InjectError, Injection, SessionRouter, Source};
+use crate::inject::{Injection, SessionRouter, Source};
 
 pub struct CallState {
     pub(crate) executor: Arc<dyn Executor>,
@@ -119,9 +119,9 @@ impl wit_agent::Host for CallState {
                 plugin: source.plugin,
             },
         };
-        Ok(self.sessions.inject(injection).map_err(|e| match e {
-            InjectError::UnknownOwner(_) => wit_agent::InjectError::UnknownOwner,
-            InjectError::Failed(m) => wit_agent::InjectError::Failed(m),
-        }))
+        Ok(self
+            .sessions
+            .inject(injection)
+            .map_err(|_| wit_agent::InjectError::UnknownOwner))
     }
 }
