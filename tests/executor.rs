@@ -111,6 +111,13 @@ impl Harness {
     fn spill_files(&self) -> Vec<PathBuf> {
         files_under(self.spill.path())
     }
+
+    /// Exactly one spill file was written, and it holds `content`.
+    fn assert_one_spill_file_holding(&self, content: &str) {
+        let files = self.spill_files();
+        assert_eq!(files.len(), 1, "{files:?}");
+        assert_eq!(std::fs::read_to_string(&files[0]).unwrap(), content);
+    }
 }
 
 fn files_under(dir: &Path) -> Vec<PathBuf> {
@@ -661,12 +668,7 @@ async fn capped_spill_is_not_presented() {
     assert!(r.stdout.truncated);
     assert_eq!(r.stdout.text, expected[expected.len() - 100..]);
     assert_eq!(r.stdout.spill_path, None);
-    let files = h.spill_files();
-    assert_eq!(files.len(), 1, "{files:?}");
-    assert_eq!(
-        std::fs::read_to_string(&files[0]).unwrap(),
-        expected[..1000]
-    );
+    h.assert_one_spill_file_holding(&expected[..1000]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -681,12 +683,7 @@ async fn capped_spill_is_not_presented_to_task_reads_either() {
     assert!(read.stdout.lossy);
     assert_eq!(read.stdout.spill_path, None);
     let expected = seq(1, 2000);
-    let files = h.spill_files();
-    assert_eq!(files.len(), 1, "{files:?}");
-    assert_eq!(
-        std::fs::read_to_string(&files[0]).unwrap(),
-        expected[..1000]
-    );
+    h.assert_one_spill_file_holding(&expected[..1000]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
