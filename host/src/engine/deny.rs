@@ -10,13 +10,8 @@ use wasmtime::Engine;
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, Linker, ResourceType};
 
-/// Interface prefixes the host links itself.
-const LINKED: [&str; 4] = [
-    "wasi:cli/",
-    "wasi:io/",
-    "dsh:bash/bash-executor@",
-    "dsh:bash/agent@",
-];
+/// WASI interface prefixes the host links itself (imports outside WASI are the engine's check).
+const LINKED: [&str; 2] = ["wasi:cli/", "wasi:io/"];
 
 pub fn stub_unlinked_wasi<T: 'static>(
     linker: &mut Linker<T>,
