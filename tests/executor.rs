@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dsh_executor::{
-    Config, ContainmentPreference, ExecError, Executor, LocalExecutor, Request, RunResult, Spec,
-    Task, TaskState,
+    Config, Containment, ContainmentPreference, ExecError, Executor, LocalExecutor, Request,
+    RunResult, Spec, Task, TaskState,
 };
 use procs::alive;
 use tokio::sync::mpsc::{UnboundedReceiver, error::TryRecvError, unbounded_channel};
@@ -309,7 +309,7 @@ async fn runs_in_the_requested_workdir_in_a_new_session() {
     let dir = tempfile::tempdir().unwrap();
     let spec = Spec {
         workdir: dir.path().to_str().unwrap().into(),
-        ..h.spec("pwd; ps -o sid= -p $$; ps -o pgid= -p $$; echo $PPID; tty || true")
+        ..h.spec("pwd; ps -o sid= -p $$; ps -o pgid= -p $$; echo $PPID; echo $$; tty || true")
     };
     let r = h.run_spec(spec).await;
     let lines: Vec<&str> = r.stdout.text.lines().map(str::trim).collect();
@@ -317,12 +317,17 @@ async fn runs_in_the_requested_workdir_in_a_new_session() {
         lines[0],
         dir.path().canonicalize().unwrap().to_str().unwrap()
     );
-    let (sid, pgid, ppid) = (lines[1], lines[2], lines[3]);
-    // Session and group led by the supervisor, which is bash's parent, not the host.
-    assert_eq!(sid, ppid);
-    assert_eq!(pgid, ppid);
+    let (sid, pgid, ppid, bash) = (lines[1], lines[2], lines[3], lines[4]);
+    // A session and group of its own: led by bash itself where its cgroup holds the tree, by
+    // its supervisor otherwise; bash's parent is never the host.
+    let leader = match h.exec.containment() {
+        Containment::Cgroup { .. } => bash,
+        Containment::Subreaper { .. } => ppid,
+    };
+    assert_eq!(sid, leader);
+    assert_eq!(pgid, leader);
     assert_ne!(ppid, std::process::id().to_string());
-    assert_eq!(lines[4], "not a tty");
+    assert_eq!(lines[5], "not a tty");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

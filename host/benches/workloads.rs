@@ -47,11 +47,25 @@ fn main() {
     // Warm the compiled-component cache, as any installed host has after its first start.
     run_call(&cache, "true");
 
+    // `cargo bench -p dsh-host --bench workloads -- spawn big` runs only the named workloads.
+    let named: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wanted = |name: &str| named.is_empty() || named.iter().any(|n| n == name);
     let mut report = Report::default();
-    spawn_overhead(scale, &cache, &mut report);
-    big_output(scale, &cache, work.path(), &mut report);
-    background_fan_out(scale, &cache, &mut report);
-    process_start(scale, &cache, &mut report);
+    if wanted("spawn") {
+        spawn_overhead(scale, &cache, &mut report);
+    }
+    if wanted("big") {
+        big_output(scale, &cache, work.path(), &mut report);
+    }
+    if wanted("background") {
+        background_fan_out(scale, &cache, &mut report);
+    }
+    if wanted("start") {
+        process_start(scale, &cache, &mut report);
+    }
     if full {
         println!("{}", machine_description());
         report.print();

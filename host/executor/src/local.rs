@@ -16,6 +16,7 @@ use crate::spawn::Spawned;
 use crate::spill::SpillDir;
 use crate::stream::Output;
 use crate::tasks::{End, Tasks};
+use crate::zygote::Zygote;
 use crate::{
     BoxFuture, Config, ConfigError, Containment, ContainmentPreference, ExecError, Executor,
     Limits, Read, Request, RunResult, Spec, Task, env, signal, spawn, spill, workdir,
@@ -45,9 +46,10 @@ struct Shared {
     /// [`SHELL`] as found on PATH when the executor was built (a lookup per command costs a
     /// failed `exec` per PATH entry before it); the bare name if it was not found then.
     shell: OsString,
-    /// The spawner that forks supervisors, so that the (large) host is not forked per command;
-    /// none if it could not be started (then the host forks them itself).
-    spawner: Option<Arc<crate::zygote::Zygote>>,
+    /// The spawner that starts commands, so that the (large) host is not forked per command;
+    /// none if it could not be started (then the host forks supervisors itself). Replaced once
+    /// should a command kill it.
+    spawner: Mutex<Option<Arc<Zygote>>>,
 }
 
 impl Shared {
@@ -103,13 +105,7 @@ impl LocalExecutor {
             }
         }
         let spill = SpillDir::new(config.spill_dir.clone());
-        let spawner = match crate::zygote::Zygote::start() {
-            Ok(spawner) => Some(spawner),
-            Err(err) => {
-                tracing::debug!(%err, "no spawner process; the host forks each supervisor itself");
-                None
-            }
-        };
+        let spawner = start_spawner(cgroups.as_deref());
         Ok(Arc::new(Self {
             shared: Arc::new(Shared {
                 grace: duration_ms(config.grace_ms),
@@ -120,7 +116,7 @@ impl LocalExecutor {
                 cgroups,
                 spill,
                 shell: find_on_path(SHELL),
-                spawner,
+                spawner: Mutex::new(spawner),
             }),
             runtime: Handle::try_current().ok(),
         }))
@@ -160,9 +156,9 @@ impl LocalExecutor {
     fn spawn(&self, program: &OsStr, spec: &Spec) -> std::io::Result<Spawned> {
         let start = |cgroup: Option<cgroup::TaskCgroup>| {
             let workdir = Path::new(&spec.workdir);
-            if let Some(spawner) = &self.shared.spawner {
+            if let Some(spawner) = self.spawner() {
                 match spawn::spawn_via(
-                    spawner,
+                    &spawner,
                     program,
                     &spec.command,
                     workdir,
@@ -170,11 +166,26 @@ impl LocalExecutor {
                     cgroup,
                 ) {
                     Err(err) if crate::zygote::spawner_gone(&err) => {
-                        tracing::warn!(%err, "the spawner process is gone; the host forks the supervisor itself");
+                        tracing::warn!(%err, "the spawner process is gone; starting another");
+                        self.replace_spawner(&spawner);
                     }
                     started => return started,
                 }
                 // The cgroup went with the failed attempt.
+                let cgroup = match &self.shared.cgroups {
+                    Some(root) => root.create_task().ok(),
+                    None => None,
+                };
+                if let Some(spawner) = self.spawner() {
+                    return spawn::spawn_via(
+                        &spawner,
+                        program,
+                        &spec.command,
+                        workdir,
+                        env::host_child_env(),
+                        cgroup,
+                    );
+                }
                 return spawn::spawn(program, &spec.command, workdir, env::host_child_env(), None);
             }
             spawn::spawn(
@@ -204,6 +215,27 @@ impl LocalExecutor {
                 None => Err(err),
             },
             started => started,
+        }
+    }
+
+    fn spawner(&self) -> Option<Arc<Zygote>> {
+        self.shared
+            .spawner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Replaces the spawner `dead` (unless another call did so already). The new one is forked
+    /// from the host as it is now, which costs more than the first, once.
+    fn replace_spawner(&self, dead: &Arc<Zygote>) {
+        let mut slot = self
+            .shared
+            .spawner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, dead)) {
+            *slot = start_spawner(self.shared.cgroups.as_deref());
         }
     }
 
@@ -297,6 +329,25 @@ impl LocalExecutor {
             }
         }
         Ok(task)
+    }
+}
+
+/// Starts the spawner process; none if it cannot be started (then the host forks each
+/// supervisor itself).
+fn start_spawner(cgroups: Option<&CgroupRoot>) -> Option<Arc<Zygote>> {
+    let root = match cgroups.map(CgroupRoot::raw_paths).transpose() {
+        Ok(root) => root,
+        Err(err) => {
+            tracing::debug!(%err, "the executor's cgroup path is not usable by the spawner");
+            return None;
+        }
+    };
+    match Zygote::start(root.as_ref()) {
+        Ok(spawner) => Some(spawner),
+        Err(err) => {
+            tracing::debug!(%err, "no spawner process; the host forks each supervisor itself");
+            None
+        }
     }
 }
 

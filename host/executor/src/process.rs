@@ -175,7 +175,7 @@ impl ProcTree {
                 pause = (pause * 2).min(GONE_POLL);
             }
             if let Some(cgroup) = &watcher.cgroup {
-                cgroup.remove();
+                cgroup.retire();
             }
             // Let go of the tree (and so of the cgroup root, which goes with its last command
             // when the executor is gone) before anyone hears that it is gone.

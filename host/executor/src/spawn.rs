@@ -42,6 +42,8 @@ enum LeaderStatus {
     Pipe(ChildStdout),
     /// Bash's wait status as read from the status pipe by the tree's watcher.
     Relayed(oneshot::Receiver<i32>),
+    /// Bash is the tree's root (a direct start): its end is the tree's.
+    Root,
 }
 
 impl Leader {
@@ -57,6 +59,7 @@ impl Leader {
                     .map(|_| i32::from_ne_bytes(raw))
             }
             LeaderStatus::Relayed(status) => status.await.ok(),
+            LeaderStatus::Root => None,
         };
         match status {
             Some(status) => Exit::from_wait_status(status),
@@ -189,7 +192,8 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(dup) })
 }
 
-/// [`spawn`] through the spawner process ([`crate::zygote`]) instead of a fork of the host.
+/// [`spawn`] through the spawner process ([`crate::zygote`]) instead of a fork of the host: in
+/// cgroup mode bash is started directly (the cgroup holds its tree), else under a supervisor.
 pub(crate) fn spawn_via(
     zygote: &Arc<crate::zygote::Zygote>,
     program: &OsStr,
@@ -202,7 +206,35 @@ pub(crate) fn spawn_via(
     let stdout = ChildStdout::from_std(std::process::ChildStdout::from(started.stdout))?;
     let stderr = ChildStderr::from_std(std::process::ChildStderr::from(started.stderr))?;
     let mut status = ChildStdout::from_std(std::process::ChildStdout::from(started.status))?;
-    let exit = started.exit;
+    let Some(exit) = started.exit else {
+        // Direct: the spawner writes bash's wait status to the status pipe once it reaped it.
+        // Without it, the spawner died (SIGKILLed by a command), and bash with it.
+        let exit = async move {
+            let mut raw = [0u8; 4];
+            match status.read_exact(&mut raw).await {
+                Ok(_) => Exit::from_wait_status(i32::from_ne_bytes(raw)),
+                Err(_) => Exit {
+                    code: None,
+                    signal: Some(libc::SIGKILL),
+                },
+            }
+        };
+        let tree = ProcTree::watch_pid(
+            started.pid,
+            exit,
+            None::<std::future::Ready<bool>>,
+            cgroup,
+            Some(zygote.clone()),
+        );
+        return Ok(Spawned {
+            tree,
+            stdout,
+            stderr,
+            leader: Leader {
+                status: LeaderStatus::Root,
+            },
+        });
+    };
     let (leader_tx, leader_rx) = oneshot::channel();
     // The status pipe carries bash's wait status, then the supervisor's word that its tree is
     // empty: the tree need not wait for the spawner to reap and report the supervisor.

@@ -218,7 +218,8 @@ unsafe fn kill_tree_and_exit(cgroup: Option<RawCgroup<'_>>) -> ! {
                 pause_ms(10);
             }
             libc::rmdir(paths.dir.as_ptr());
-            libc::rmdir(paths.root.as_ptr());
+            // The root, with the empty cgroups kept for reuse, if this was the last command.
+            cgroup::remove_raw(paths.root);
         }
         libc::_exit(0);
     }
@@ -275,8 +276,6 @@ unsafe fn kill_children() -> bool {
 /// `CLONE_INTO_CGROUP` (Linux 5.7): the child starts in the cgroup given by a directory
 /// descriptor, without the costly migration a write to `cgroup.procs` is.
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-/// [`start`]'s marker for a bash that could not be started in its cgroup.
-const FORK_INTO_FAILED: pid_t = -2;
 
 /// `struct clone_args` of clone3(2), version 2 (with `cgroup`).
 #[repr(C)]
@@ -316,36 +315,50 @@ pub(crate) unsafe fn fork_into_cgroup(dirfd: c_int) -> pid_t {
     }
 }
 
-/// What bash's child side needs, prepared by the supervisor.
-struct BashChild<'a> {
-    stdout: c_int,
-    stderr: c_int,
-    started: c_int,
-    supervisor: pid_t,
-    workdir: &'a CStr,
-    program: &'a CStr,
-    argv: *const *const libc::c_char,
-    envp: *const *const libc::c_char,
-    /// Set where bash could not be started inside its cgroup and has to join it.
-    joined_late: Option<&'a CStr>,
+/// What bash's child side needs, prepared by whoever starts it (a supervisor, or the spawner
+/// itself in cgroup mode).
+pub(crate) struct BashChild<'a> {
+    pub(crate) stdout: c_int,
+    pub(crate) stderr: c_int,
+    /// Where a failed start writes its error code before `_exit(127)`.
+    pub(crate) errors: c_int,
+    /// Bash's parent; bash dies with it.
+    pub(crate) parent: pid_t,
+    /// Bash starts its own session (when it has no supervisor to lead one for it).
+    pub(crate) new_session: bool,
+    pub(crate) workdir: &'a CStr,
+    pub(crate) program: &'a CStr,
+    pub(crate) argv: *const *const libc::c_char,
+    pub(crate) envp: *const *const libc::c_char,
+    /// Set where bash could not be started inside its cgroup and has to join it (by
+    /// [`start_bash`]; `None` from callers).
+    pub(crate) joined_late: Option<&'a CStr>,
 }
 
-/// Bash's side between the clone and its exec. Runs either in a forked copy of the supervisor or
-/// on its own stack in the supervisor's memory (which is suspended meanwhile): only system calls,
+/// Bash's side between the clone and its exec. Runs either in a forked copy of its parent or
+/// on its own stack in the parent's memory (which is suspended meanwhile): only system calls,
 /// no writes to shared data.
 extern "C" fn bash_child(arg: *mut libc::c_void) -> ! {
     unsafe {
         let c = &*(arg as *const BashChild<'_>);
         let report = |err: c_int| -> ! {
-            write_all(c.started, &err.to_ne_bytes());
+            write_all(c.errors, &err.to_ne_bytes());
             libc::_exit(127);
         };
-        // The spawner ignores SIGPIPE; bash must not inherit that.
-        set_handler(libc::SIGPIPE, libc::SIG_DFL);
+        // The spawner and the supervisor ignore or catch signals; bash must start with the
+        // defaults (ignored signals would survive the exec).
+        for sig in 1..65 {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                set_handler(sig, libc::SIG_DFL);
+            }
+        }
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        // bash: dies with its supervisor.
+        if c.new_session && libc::setsid() < 0 {
+            report(errno());
+        }
+        // bash: dies with its parent.
         libc::prctl(
             libc::PR_SET_PDEATHSIG,
             libc::SIGKILL as libc::c_ulong,
@@ -353,7 +366,7 @@ extern "C" fn bash_child(arg: *mut libc::c_void) -> ! {
             0,
             0,
         );
-        if libc::getppid() != c.supervisor {
+        if libc::getppid() != c.parent {
             libc::_exit(127);
         }
         if libc::dup2(c.stdout, 1) < 0 || libc::dup2(c.stderr, 2) < 0 {
@@ -379,11 +392,11 @@ extern "C" fn bash_child(arg: *mut libc::c_void) -> ! {
 
 /// [`vfork_bash`]'s answer where it cannot be used; then bash is forked.
 const VFORK_UNAVAILABLE: pid_t = pid_t::MIN;
-/// Stack of bash's child side while it shares the supervisor's memory.
+/// Stack of bash's child side while it shares its parent's memory.
 const CHILD_STACK: usize = 64 * 1024;
 
 /// Starts bash with `clone3(CLONE_VM | CLONE_VFORK [| CLONE_INTO_CGROUP])` on a stack of its own:
-/// the supervisor is suspended until bash execs or exits. Returns bash's pid, `-errno`, or
+/// the caller is suspended until bash execs or exits. Returns bash's pid, `-errno`, or
 /// [`VFORK_UNAVAILABLE`].
 #[cfg(target_arch = "x86_64")]
 unsafe fn vfork_bash(child: &mut BashChild<'_>, cgroup_fd: Option<c_int>) -> pid_t {
@@ -445,8 +458,77 @@ unsafe fn vfork_bash(_child: &mut BashChild<'_>, _cgroup_fd: Option<c_int>) -> p
     VFORK_UNAVAILABLE
 }
 
+/// Starts bash as `child` says, inside the cgroup whose directory is `cgroup_dir` (if any),
+/// sharing the caller's memory until it execs where possible, else with a fork. Returns bash's
+/// pid; a failure to start inside the cgroup is `JOIN_ERROR_BASE + errno`, any other `errno`.
+/// Errors of bash's own side (exec, chdir) go to `child.errors`.
+///
+/// # Safety
+/// Async-signal-safe; the caller is a process that never execs (the spawner or a supervisor).
+pub(crate) unsafe fn start_bash<'a>(
+    child: &mut BashChild<'a>,
+    cgroup_dir: Option<&CStr>,
+    cgroup_procs: Option<&'a CStr>,
+) -> Result<pid_t, c_int> {
+    unsafe {
+        let cgroup_fd = match cgroup_dir {
+            Some(dir) => {
+                let fd = libc::open(
+                    dir.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                );
+                if fd < 0 {
+                    return Err(cgroup::JOIN_ERROR_BASE + errno());
+                }
+                Some(fd)
+            }
+            None => None,
+        };
+        // Bash is started sharing our memory until it execs (as posix_spawn does), which spares
+        // copying it; where that is unavailable, with a plain fork.
+        let mut bash = vfork_bash(child, cgroup_fd);
+        let mut result = Ok(bash);
+        if bash == VFORK_UNAVAILABLE {
+            bash = match cgroup_fd {
+                Some(fd) => {
+                    let pid = fork_into_cgroup(fd);
+                    let err = -pid;
+                    if pid < 0
+                        && matches!(err, libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM)
+                    {
+                        // Without clone3 into a cgroup, bash joins it after a plain fork.
+                        child.joined_late = cgroup_procs;
+                        libc::fork()
+                    } else {
+                        pid
+                    }
+                }
+                None => libc::fork(),
+            };
+            if bash == 0 {
+                bash_child((child as *mut BashChild<'_>).cast());
+            }
+            result = match bash {
+                -1 => Err(errno()),
+                pid if pid < 0 => Err(cgroup::JOIN_ERROR_BASE - pid),
+                pid => Ok(pid),
+            };
+        } else if bash < 0 {
+            result = Err(if cgroup_fd.is_some() {
+                cgroup::JOIN_ERROR_BASE - bash
+            } else {
+                -bash
+            });
+        }
+        if let Some(fd) = cgroup_fd {
+            libc::close(fd);
+        }
+        result
+    }
+}
+
 /// A supervisor forked by the spawner ([`crate::zygote`]): sets itself up, starts bash as the
-/// request in the memfd `request` says, reports the start on `started` and supervises.
+/// mapped `request` says, reports the start on `started` and supervises.
 ///
 /// # Safety
 /// Must be called in a freshly forked child of the spawner, which never returns; fd 0 is
@@ -457,7 +539,7 @@ pub(crate) unsafe fn start(
     stderr: c_int,
     status: c_int,
     started: c_int,
-    request: c_int,
+    request: &crate::zygote::Mapped<'_>,
 ) -> ! {
     unsafe {
         // The start pipe: our pid first, then an error code if the start fails; its end of file
@@ -476,157 +558,26 @@ pub(crate) unsafe fn start(
         libc::sigfillset(&mut all);
         libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
 
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(request, &mut st) < 0 || st.st_size < 12 {
-            fail(libc::EINVAL);
-        }
-        let len = st.st_size as usize;
-        let map = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE,
-            request,
-            0,
-        );
-        if map == libc::MAP_FAILED {
-            fail(errno());
-        }
-        let bytes = std::slice::from_raw_parts(map.cast::<u8>(), len);
-        let word = |i: usize| -> usize {
-            let mut w = [0u8; 4];
-            w.copy_from_slice(&bytes[i * 4..i * 4 + 4]);
-            u32::from_ne_bytes(w) as usize
-        };
-        let (nargs, nenv, has_cgroup) = (word(0), word(1), word(2) != 0);
-        // Pointer arrays for execve, NULL-terminated.
-        let slots = nargs + 1 + nenv + 1;
-        let ptrs = libc::mmap(
-            std::ptr::null_mut(),
-            slots * std::mem::size_of::<*const libc::c_char>(),
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if ptrs == libc::MAP_FAILED {
-            fail(errno());
-        }
-        let ptrs = std::slice::from_raw_parts_mut(ptrs.cast::<*const libc::c_char>(), slots);
-        let mut pos = 12;
-        let mut next = || -> Option<&CStr> {
-            let rest = bytes.get(pos..)?;
-            let end = rest.iter().position(|&b| b == 0)?;
-            pos += end + 1;
-            Some(CStr::from_bytes_with_nul_unchecked(&rest[..=end]))
-        };
-        let (Some(program), Some(workdir)) = (next(), next()) else {
-            fail(libc::EINVAL)
-        };
-        let mut cgroup_procs: Option<&CStr> = None;
-        let mut cgroup: Option<RawCgroup<'_>> = None;
-        if has_cgroup {
-            let (Some(procs), Some(kill), Some(events), Some(dir), Some(root)) =
-                (next(), next(), next(), next(), next())
-            else {
-                fail(libc::EINVAL)
-            };
-            cgroup_procs = Some(procs);
-            cgroup = Some(RawCgroup {
-                kill,
-                events,
-                dir,
-                root,
-            });
-        }
-        for slot in &mut ptrs[..nargs] {
-            let Some(arg) = next() else {
-                fail(libc::EINVAL)
-            };
-            *slot = arg.as_ptr();
-        }
-        ptrs[nargs] = std::ptr::null();
-        for slot in &mut ptrs[nargs + 1..nargs + 1 + nenv] {
-            let Some(var) = next() else {
-                fail(libc::EINVAL)
-            };
-            *slot = var.as_ptr();
-        }
-        ptrs[nargs + 1 + nenv] = std::ptr::null();
-        let argv = ptrs.as_ptr();
-        let envp = ptrs[nargs + 1..].as_ptr();
-
-        let supervisor = libc::getpid();
         let mut child = BashChild {
             stdout,
             stderr,
-            started,
-            supervisor,
-            workdir,
-            program,
-            argv,
-            envp,
+            errors: started,
+            parent: libc::getpid(),
+            new_session: false,
+            workdir: request.workdir,
+            program: request.program,
+            argv: request.argv,
+            envp: request.envp,
             joined_late: None,
         };
-        let mut join_errno: c_int = 0;
-        let cgroup_fd = match cgroup {
-            Some(paths) => {
-                let fd = libc::open(
-                    paths.dir.as_ptr(),
-                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                );
-                if fd < 0 {
-                    fail(cgroup::JOIN_ERROR_BASE + errno());
-                }
-                Some(fd)
-            }
-            None => None,
+        let cgroup = request.cgroup;
+        let bash = match start_bash(&mut child, cgroup.map(|c| c.dir), request.cgroup_procs) {
+            Ok(bash) => bash,
+            Err(err) => fail(err),
         };
-        // Bash is started sharing our memory until it execs (as posix_spawn does), which spares
-        // copying it; where that is unavailable, with a plain fork.
-        let mut bash = vfork_bash(&mut child, cgroup_fd);
-        if bash == VFORK_UNAVAILABLE {
-            bash = match cgroup_fd {
-                Some(fd) => {
-                    let pid = fork_into_cgroup(fd);
-                    if pid >= 0 {
-                        pid
-                    } else {
-                        let err = -pid;
-                        if matches!(err, libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM) {
-                            // Without clone3 into a cgroup, bash joins it after a plain fork.
-                            child.joined_late = cgroup_procs;
-                            libc::fork()
-                        } else {
-                            join_errno = err;
-                            FORK_INTO_FAILED
-                        }
-                    }
-                }
-                None => libc::fork(),
-            };
-            if bash == 0 {
-                bash_child((&mut child as *mut BashChild<'_>).cast());
-            }
-        } else if bash < 0 && cgroup_fd.is_some() {
-            join_errno = -bash;
-            bash = FORK_INTO_FAILED;
-        } else if bash < 0 {
-            fail(-bash);
-        }
-        if let Some(fd) = cgroup_fd {
-            libc::close(fd);
-        }
-        if bash == FORK_INTO_FAILED {
-            fail(cgroup::JOIN_ERROR_BASE + join_errno);
-        }
-        if bash < 0 {
-            fail(errno());
-        }
         libc::close(started);
         libc::close(stdout);
         libc::close(stderr);
-        libc::close(request);
         supervise(bash, status, spawner, cgroup)
     }
 }

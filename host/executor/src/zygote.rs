@@ -1,32 +1,44 @@
 //! The spawner: a small process forked from the host once, when the executor is built (while the
-//! host is still small), which forks each command's supervisor on request.
+//! host is still small), which starts commands on request.
 //!
 //! Why: forking the host itself for every command copies its page tables, which costs several
-//! milliseconds once the engine and its instances are in memory; forking this small copy costs
-//! a fraction of that, so a command starts about as fast as a bare `posix_spawn` of bash.
+//! milliseconds once the engine and its instances are in memory; this small process starts bash
+//! the way `posix_spawn` does (sharing its memory until the exec), which costs no more than a
+//! bare spawn.
+//!
+//! Two ways to start a command:
+//! - **direct** (cgroup mode): the spawner starts bash itself, inside the command's cgroup, in a
+//!   session of its own. The cgroup holds the whole tree, so no supervisor is needed; the spawner
+//!   is bash's parent (its `$PPID`), ignores every signal a command can send it but SIGKILL and
+//!   SIGSTOP, reaps bash and writes its wait status to the command's status pipe. It is a child
+//!   subreaper, so orphans of commands are reaped rather than left to init.
+//! - **supervised** (subreaper mode): the spawner forks a supervisor ([`crate::supervisor`]), which
+//!   starts bash, tracks the orphans of its command and reports through the status pipe.
 //!
 //! Protocol (a `SOCK_SEQPACKET` socket pair):
 //! - host → spawner: one byte, with five descriptors (`SCM_RIGHTS`): the write ends of the
 //!   command's stdout, stderr, status and start pipes, and a memfd holding the request (see
-//!   [`encode`]). The spawner forks a supervisor ([`crate::supervisor`]) and closes its copies.
-//! - the supervisor writes its pid to the start pipe, starts bash and closes its copy; bash's
-//!   exec closes the last one, so end of file means bash runs, while a failed start writes its
-//!   error (as the `pre_exec` path reports it: an exec error, or a cgroup join error marked with
-//!   [`crate::cgroup::join_error`]'s base). A spawner that cannot fork writes pid 0 and the
-//!   errno. The status pipe carries bash's wait status, then the supervisor's word that its tree
+//!   [`encode`]).
+//! - the start pipe carries the pid of bash (direct) or of the supervisor, then, if the start
+//!   failed, an error code (an exec error, or a cgroup join error marked with
+//!   [`crate::cgroup::join_error`]'s base); its end of file means bash runs. A request that
+//!   cannot be served at all reports pid 0 and the errno.
+//! - the status pipe carries bash's wait status; from a supervisor, then its word that the tree
 //!   is empty.
 //! - spawner → host: `(pid, wait status)` of every supervisor it reaps; a thread in the host
 //!   hands them to the waiting [`crate::process::ProcTree`].
 //!
-//! The spawner is forked twice, so it is no child of the host. Host death: the spawner sees the socket's end of file and exits; each supervisor gets its
-//! parent-death signal and kills its tree, as before. Dropping the [`Zygote`] (after every tree
-//! holding it) does the same.
+//! The spawner is forked twice, so it is no child of the host. Host death: the spawner sees the
+//! socket's end of file; in cgroup mode it kills the executor's whole cgroup subtree
+//! (`cgroup.kill` on the root), waits until it is empty and removes it; supervisors get their
+//! parent-death signal and kill their trees. Dropping the [`Zygote`] (after every tree holding it)
+//! does the same.
 //!
 //! The spawner and the supervisors are forks of a multi-threaded host that never exec: raw libc
 //! only, no allocation, no locks, no panics.
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
+use std::ffi::{CStr, OsStr};
 use std::io::{self, Write as _};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -37,7 +49,8 @@ use std::time::{Duration, Instant};
 use libc::{c_int, pid_t};
 use tokio::sync::oneshot;
 
-use crate::cgroup::TaskCgroup;
+use crate::cgroup::{RootPaths, TaskCgroup};
+use crate::supervisor::{BashChild, RawCgroup, close_from, set_handler, start_bash, write_all};
 
 /// Descriptors passed with each request.
 const REQUEST_FDS: usize = 5;
@@ -59,6 +72,8 @@ struct Waiters {
 /// The host's handle on its spawner.
 pub(crate) struct Zygote {
     sock: OwnedFd,
+    /// The spawner's pid.
+    pid: pid_t,
     waiters: Arc<Mutex<Waiters>>,
     reader: Option<std::thread::JoinHandle<()>>,
 }
@@ -72,9 +87,9 @@ impl std::fmt::Debug for Zygote {
 /// A started supervisor, as the spawner reported it.
 pub(crate) struct Started {
     pub(crate) pid: pid_t,
-    /// Resolves to the supervisor's wait status once the spawner reaped it (an error if the
-    /// spawner went away first).
-    pub(crate) exit: oneshot::Receiver<c_int>,
+    /// Supervised starts: resolves to the supervisor's wait status once the spawner reaped it
+    /// (an error if the spawner went away first). Direct starts report through the status pipe.
+    pub(crate) exit: Option<oneshot::Receiver<c_int>>,
     pub(crate) stdout: OwnedFd,
     pub(crate) stderr: OwnedFd,
     /// Read end of the status pipe, positioned after the start record.
@@ -98,8 +113,9 @@ fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 impl Zygote {
-    /// Forks the spawner. Call early, while the host is small.
-    pub(crate) fn start() -> io::Result<Arc<Self>> {
+    /// Forks the spawner. Call early, while the host is small. `root` is the executor's cgroup
+    /// (cgroup mode), which the spawner empties and removes should the host die.
+    pub(crate) fn start(root: Option<&RootPaths>) -> io::Result<Arc<Self>> {
         let mut fds = [0 as c_int; 2];
         // SAFETY: socketpair fills `fds` on success.
         if unsafe {
@@ -116,6 +132,8 @@ impl Zygote {
         // SAFETY: fresh descriptors.
         let (ours, theirs) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // The middle process tells the spawner's pid through this pipe.
+        let (pid_r, pid_w) = cloexec_pipe()?;
         // Forked twice, so that the spawner is no child of the host (whose children are only
         // ever its commands' supervisors, and which need not reap it): the middle process exits
         // at once, and the spawner is adopted by init (or the nearest subreaper).
@@ -128,13 +146,17 @@ impl Zygote {
         if middle == 0 {
             unsafe {
                 match libc::fork() {
-                    0 => serve(theirs.as_raw_fd()),
+                    0 => serve(theirs.as_raw_fd(), root),
                     -1 => libc::_exit(1),
-                    _ => libc::_exit(0),
+                    spawner => {
+                        crate::supervisor::write_all(pid_w.as_raw_fd(), &spawner.to_ne_bytes());
+                        libc::_exit(0)
+                    }
                 }
             }
         }
         drop(theirs);
+        drop(pid_w);
         let mut status: c_int = 0;
         loop {
             // SAFETY: reaping our own child.
@@ -143,9 +165,13 @@ impl Zygote {
                 break;
             }
         }
-        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+        let mut word = [0u8; 4];
+        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0)
+            || read_exact(pid_r.as_raw_fd(), &mut word).is_err()
+        {
             return Err(io::Error::other("cannot fork the spawner process"));
         }
+        let pid = pid_t::from_ne_bytes(word);
         let waiters = Arc::new(Mutex::new(Waiters::default()));
         let reader_fd = ours.as_raw_fd();
         let reader_waiters = waiters.clone();
@@ -162,6 +188,7 @@ impl Zygote {
         };
         Ok(Arc::new(Self {
             sock: ours,
+            pid,
             waiters,
             reader: Some(reader),
         }))
@@ -180,8 +207,9 @@ impl Zygote {
         rx
     }
 
-    /// Starts `<program> -c <command>` under a fresh supervisor. Errors of the start itself
-    /// (exec, cgroup join) are reported as the `pre_exec` path reports them.
+    /// Starts `<program> -c <command>`: directly in `cgroup` if given, else under a fresh
+    /// supervisor. Errors of the start itself (exec, cgroup join) are reported as the
+    /// `pre_exec` path reports them.
     pub(crate) fn spawn(
         &self,
         program: &OsStr,
@@ -191,6 +219,7 @@ impl Zygote {
         cgroup: Option<&TaskCgroup>,
     ) -> io::Result<Started> {
         let request = encode(program, command, workdir, env, cgroup)?;
+        let direct = cgroup.is_some();
         // SAFETY: memfd_create with a valid name; the result is ours.
         let memfd = unsafe { libc::memfd_create(c"dsh-spawn".as_ptr(), libc::MFD_CLOEXEC) };
         if memfd < 0 {
@@ -214,17 +243,21 @@ impl Zygote {
             ],
         )?;
         drop((stdout_w, stderr_w, status_w, started_w, memfd));
+        // A command may have stopped the spawner (it is the `$PPID` of direct starts): it must
+        // not stall the next one.
+        // SAFETY: plain kill(2) on the spawner, which is alive while its socket is.
+        unsafe { libc::kill(self.pid, libc::SIGCONT) };
         let mut word = [0u8; 4];
         read_exact(started_r.as_raw_fd(), &mut word)?;
         let pid = pid_t::from_ne_bytes(word);
-        let exit = (pid > 0).then(|| self.register(pid));
+        let exit = (pid > 0 && !direct).then(|| self.register(pid));
         // End of file once bash's exec closed the last copy of the write end; a code otherwise.
         if read_exact(started_r.as_raw_fd(), &mut word).is_ok() {
             return Err(io::Error::from_raw_os_error(c_int::from_ne_bytes(word)));
         }
-        let Some(exit) = exit else {
+        if pid <= 0 {
             return Err(io::Error::other("the spawner reported no process"));
-        };
+        }
         Ok(Started {
             pid,
             exit,
@@ -353,6 +386,7 @@ fn encode(
     let mut out = Vec::with_capacity(4096);
     out.extend_from_slice(&(args.len() as u32).to_ne_bytes());
     out.extend_from_slice(&(env.len() as u32).to_ne_bytes());
+    // Flags: a cgroup (then the start is direct).
     out.extend_from_slice(&u32::from(cgroup.is_some()).to_ne_bytes());
     let mut push = |parts: &[&[u8]]| -> io::Result<()> {
         for part in parts {
@@ -387,15 +421,196 @@ fn encode(
 // ---------------------------------------------------------------------------------------------
 // The spawner process: raw libc only.
 
+/// Most children the spawner keeps track of at once (bash of direct starts, supervisors).
+const MAX_CHILDREN: usize = 4096;
+
+/// A child the spawner started: where its wait status goes.
+#[derive(Clone, Copy)]
+struct Child {
+    /// 0 marks a free slot.
+    pid: pid_t,
+    /// The status pipe of a direct start; -1 for a supervisor (reported on the socket).
+    status: c_int,
+}
+
+/// The spawner's table of its children, in memory it mapped itself.
+struct Children(&'static mut [Child]);
+
+impl Children {
+    unsafe fn new() -> Option<Self> {
+        unsafe {
+            let size = MAX_CHILDREN * std::mem::size_of::<Child>();
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if map == libc::MAP_FAILED {
+                return None;
+            }
+            // Anonymous memory is zeroed: every slot is free.
+            Some(Self(std::slice::from_raw_parts_mut(
+                map.cast::<Child>(),
+                MAX_CHILDREN,
+            )))
+        }
+    }
+
+    fn free_slot(&self) -> Option<usize> {
+        self.0.iter().position(|c| c.pid == 0)
+    }
+
+    fn take(&mut self, pid: pid_t) -> Option<Child> {
+        let slot = self.0.iter_mut().find(|c| c.pid == pid)?;
+        let child = *slot;
+        slot.pid = 0;
+        Some(child)
+    }
+}
+
+/// A request mapped from its memfd: C strings in the mapping, pointer arrays for execve.
+pub(crate) struct Mapped<'a> {
+    pub(crate) program: &'a CStr,
+    pub(crate) workdir: &'a CStr,
+    pub(crate) cgroup: Option<RawCgroup<'a>>,
+    pub(crate) cgroup_procs: Option<&'a CStr>,
+    pub(crate) argv: *const *const libc::c_char,
+    pub(crate) envp: *const *const libc::c_char,
+    bytes: (*mut libc::c_void, usize),
+    ptrs: (*mut libc::c_void, usize),
+}
+
+impl Mapped<'_> {
+    /// Direct starts are those with a cgroup.
+    fn direct(&self) -> bool {
+        self.cgroup.is_some()
+    }
+
+    unsafe fn unmap(self) {
+        unsafe {
+            libc::munmap(self.bytes.0, self.bytes.1);
+            libc::munmap(self.ptrs.0, self.ptrs.1);
+        }
+    }
+}
+
+/// Maps the request in the memfd `request` (see [`encode`]); the error is an errno.
+unsafe fn map_request(request: c_int) -> Result<Mapped<'static>, c_int> {
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(request, &mut st) < 0 || st.st_size < 12 {
+            return Err(libc::EINVAL);
+        }
+        let len = st.st_size as usize;
+        let map = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            request,
+            0,
+        );
+        if map == libc::MAP_FAILED {
+            return Err(errno());
+        }
+        let bytes = std::slice::from_raw_parts(map.cast::<u8>(), len);
+        let word = |i: usize| -> usize {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(&bytes[i * 4..i * 4 + 4]);
+            u32::from_ne_bytes(w) as usize
+        };
+        let (nargs, nenv, has_cgroup) = (word(0), word(1), word(2) & 1 != 0);
+        // Pointer arrays for execve, NULL-terminated.
+        let slots = nargs.saturating_add(nenv).saturating_add(2);
+        let ptrs_len = slots.saturating_mul(std::mem::size_of::<*const libc::c_char>());
+        if slots > len {
+            // More strings than bytes: not a request encode made.
+            libc::munmap(map, len);
+            return Err(libc::EINVAL);
+        }
+        let ptrs_map = libc::mmap(
+            std::ptr::null_mut(),
+            ptrs_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if ptrs_map == libc::MAP_FAILED {
+            let err = errno();
+            libc::munmap(map, len);
+            return Err(err);
+        }
+        let fail = |err: c_int| -> Result<Mapped<'static>, c_int> {
+            libc::munmap(map, len);
+            libc::munmap(ptrs_map, ptrs_len);
+            Err(err)
+        };
+        let ptrs = std::slice::from_raw_parts_mut(ptrs_map.cast::<*const libc::c_char>(), slots);
+        let mut pos = 12;
+        let mut next = || -> Option<&'static CStr> {
+            let rest = bytes.get(pos..)?;
+            let end = rest.iter().position(|&b| b == 0)?;
+            pos += end + 1;
+            Some(CStr::from_bytes_with_nul_unchecked(&rest[..=end]))
+        };
+        let (Some(program), Some(workdir)) = (next(), next()) else {
+            return fail(libc::EINVAL);
+        };
+        let (mut cgroup, mut cgroup_procs) = (None, None);
+        if has_cgroup {
+            let (Some(procs), Some(kill), Some(events), Some(dir), Some(root)) =
+                (next(), next(), next(), next(), next())
+            else {
+                return fail(libc::EINVAL);
+            };
+            cgroup_procs = Some(procs);
+            cgroup = Some(RawCgroup {
+                kill,
+                events,
+                dir,
+                root,
+            });
+        }
+        for slot in &mut ptrs[..nargs] {
+            let Some(arg) = next() else {
+                return fail(libc::EINVAL);
+            };
+            *slot = arg.as_ptr();
+        }
+        ptrs[nargs] = std::ptr::null();
+        for slot in &mut ptrs[nargs + 1..nargs + 1 + nenv] {
+            let Some(var) = next() else {
+                return fail(libc::EINVAL);
+            };
+            *slot = var.as_ptr();
+        }
+        ptrs[nargs + 1 + nenv] = std::ptr::null();
+        Ok(Mapped {
+            program,
+            workdir,
+            cgroup,
+            cgroup_procs,
+            argv: ptrs.as_ptr(),
+            envp: ptrs[nargs + 1..].as_ptr(),
+            bytes: (map, len),
+            ptrs: (ptrs_map, ptrs_len),
+        })
+    }
+}
+
 unsafe fn write_record(fd: c_int, pid: pid_t, err: c_int) {
     let mut record = [0u8; 8];
     record[..4].copy_from_slice(&pid.to_ne_bytes());
     record[4..].copy_from_slice(&err.to_ne_bytes());
-    unsafe { crate::supervisor::write_all(fd, &record) };
+    unsafe { write_all(fd, &record) };
 }
 
 /// The spawner's main loop.
-unsafe fn serve(sock: c_int) -> ! {
+unsafe fn serve(sock: c_int, root: Option<&RootPaths>) -> ! {
     unsafe {
         // Out of the host's session and process group: terminal signals meant for the host
         // (Ctrl-C) do not reach it; it ends when the host's socket does.
@@ -403,7 +618,7 @@ unsafe fn serve(sock: c_int) -> ! {
         if sock != SOCK_FD {
             libc::dup2(sock, SOCK_FD);
         }
-        crate::supervisor::close_from(SOCK_FD + 1);
+        close_from(SOCK_FD + 1);
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
         if null >= 0 {
             for fd in 0..3 {
@@ -413,17 +628,23 @@ unsafe fn serve(sock: c_int) -> ! {
                 libc::close(null);
             }
         }
+        // Bash of a direct start is our child: `kill $PPID` (any signal but SIGKILL and
+        // SIGSTOP) must not end us. SIGCHLD comes through a signalfd.
         for sig in 1..65 {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                crate::supervisor::set_handler(sig, libc::SIG_DFL);
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP && sig != libc::SIGCHLD {
+                set_handler(sig, libc::SIG_IGN);
             }
         }
-        crate::supervisor::set_handler(libc::SIGPIPE, libc::SIG_IGN);
         let mut chld: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut chld);
         libc::sigaddset(&mut chld, libc::SIGCHLD);
         libc::sigprocmask(libc::SIG_SETMASK, &chld, std::ptr::null_mut());
         let sigfd = libc::signalfd(-1, &chld, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        // Orphans of direct starts come to us (and stay in their cgroups): reap them.
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        let Some(mut children) = Children::new() else {
+            libc::_exit(1)
+        };
         if sigfd < 0 {
             libc::_exit(1);
         }
@@ -442,7 +663,7 @@ unsafe fn serve(sock: c_int) -> ! {
                 },
             ];
             if libc::poll(polls.as_mut_ptr(), 2, -1) < 0 {
-                if crate::supervisor::errno() == libc::EINTR {
+                if errno() == libc::EINTR {
                     continue;
                 }
                 libc::_exit(1);
@@ -450,64 +671,201 @@ unsafe fn serve(sock: c_int) -> ! {
             if polls[1].revents != 0 {
                 let mut info = [0u8; 128];
                 while libc::read(sigfd, info.as_mut_ptr().cast(), info.len()) > 0 {}
-                reap(sigfd);
+                reap(&mut children);
             }
             if polls[0].revents != 0 {
                 let mut fds = [-1 as c_int; REQUEST_FDS];
                 match recv_fds(&mut fds) {
-                    RecvOutcome::Closed => libc::_exit(0),
+                    RecvOutcome::Closed => host_gone(root, &mut children),
                     RecvOutcome::Retry => continue,
                     RecvOutcome::Request => {}
                 }
-                if fds.iter().any(|&fd| fd < 0) {
-                    for fd in fds {
-                        if fd >= 0 {
-                            libc::close(fd);
-                        }
-                    }
-                    continue;
-                }
-                let [stdout, stderr, status, started, request] = fds;
-                match libc::fork() {
-                    0 => {
-                        libc::close(SOCK_FD);
-                        libc::close(sigfd);
-                        crate::supervisor::start(me, stdout, stderr, status, started, request)
-                    }
-                    -1 => write_record(started, 0, crate::supervisor::errno()),
-                    _ => {}
+                if fds.iter().all(|&fd| fd >= 0) {
+                    serve_request(fds, me, sigfd, &mut children);
                 }
                 for fd in fds {
-                    libc::close(fd);
+                    if fd >= 0 {
+                        libc::close(fd);
+                    }
                 }
             }
         }
     }
 }
 
-/// Reaps every exited supervisor and reports it to the host.
-unsafe fn reap(_sigfd: c_int) {
+/// Starts one command (see the module documentation); the caller closes `fds` afterwards.
+unsafe fn serve_request(
+    fds: [c_int; REQUEST_FDS],
+    me: pid_t,
+    sigfd: c_int,
+    children: &mut Children,
+) {
+    unsafe {
+        let [stdout, stderr, status, started, request] = fds;
+        let Some(slot) = children.free_slot() else {
+            write_record(started, 0, libc::EAGAIN);
+            return;
+        };
+        let mapped = match map_request(request) {
+            Ok(mapped) => mapped,
+            Err(err) => {
+                write_record(started, 0, err);
+                return;
+            }
+        };
+        if mapped.direct() {
+            if let Some(pid) = start_direct(&mapped, stdout, stderr, started, me) {
+                // Kept until bash is reaped: its wait status goes there.
+                let kept = libc::fcntl(status, libc::F_DUPFD_CLOEXEC, SOCK_FD + 1);
+                children.0[slot] = Child { pid, status: kept };
+            }
+        } else {
+            match libc::fork() {
+                0 => {
+                    libc::close(SOCK_FD);
+                    libc::close(sigfd);
+                    libc::close(request);
+                    crate::supervisor::start(me, stdout, stderr, status, started, &mapped)
+                }
+                -1 => write_record(started, 0, errno()),
+                pid => children.0[slot] = Child { pid, status: -1 },
+            }
+        }
+        mapped.unmap();
+    }
+}
+
+/// Starts bash in its cgroup, in a session of its own, as our child; reports on `started`.
+/// Returns bash's pid if it runs.
+unsafe fn start_direct(
+    request: &Mapped<'_>,
+    stdout: c_int,
+    stderr: c_int,
+    started: c_int,
+    me: pid_t,
+) -> Option<pid_t> {
+    unsafe {
+        let mut errors = [0 as c_int; 2];
+        if libc::pipe2(errors.as_mut_ptr(), libc::O_CLOEXEC) < 0 {
+            write_record(started, 0, errno());
+            return None;
+        }
+        let [errors_r, errors_w] = errors;
+        let mut child = BashChild {
+            stdout,
+            stderr,
+            errors: errors_w,
+            parent: me,
+            new_session: true,
+            workdir: request.workdir,
+            program: request.program,
+            argv: request.argv,
+            envp: request.envp,
+            joined_late: None,
+        };
+        let started_bash = start_bash(
+            &mut child,
+            request.cgroup.map(|c| c.dir),
+            request.cgroup_procs,
+        );
+        libc::close(errors_w);
+        let result = match started_bash {
+            Ok(pid) => {
+                // End of file: bash's exec closed the last copy. Otherwise its error code.
+                let mut word = [0u8; 4];
+                let mut got = 0;
+                while got < 4 {
+                    let n = libc::read(errors_r, word[got..].as_mut_ptr().cast(), 4 - got);
+                    if n > 0 {
+                        got += n as usize;
+                    } else if n == 0 || errno() != libc::EINTR {
+                        break;
+                    }
+                }
+                if got == 4 {
+                    // Bash exits 127 and is reaped as an orphan would be.
+                    write_record(started, pid, c_int::from_ne_bytes(word));
+                    None
+                } else {
+                    write_all(started, &pid.to_ne_bytes());
+                    Some(pid)
+                }
+            }
+            Err(err) => {
+                write_record(started, 0, err);
+                None
+            }
+        };
+        libc::close(errors_r);
+        result
+    }
+}
+
+/// Reaps every exited child: bash's status goes to its status pipe, a supervisor's to the host;
+/// orphans are just reaped.
+unsafe fn reap(children: &mut Children) {
     unsafe {
         loop {
             let mut status: c_int = 0;
             let pid = libc::waitpid(-1, &mut status, libc::WNOHANG | libc::__WALL);
-            if pid < 0 && crate::supervisor::errno() == libc::EINTR {
+            if pid < 0 && errno() == libc::EINTR {
                 continue;
             }
             if pid <= 0 {
                 return;
             }
-            let mut msg = [0u8; 8];
-            msg[..4].copy_from_slice(&pid.to_ne_bytes());
-            msg[4..].copy_from_slice(&status.to_ne_bytes());
-            loop {
-                let n = libc::send(SOCK_FD, msg.as_ptr().cast(), msg.len(), libc::MSG_NOSIGNAL);
-                if n < 0 && crate::supervisor::errno() == libc::EINTR {
-                    continue;
+            match children.take(pid) {
+                Some(Child { status: fd, .. }) if fd >= 0 => {
+                    write_all(fd, &status.to_ne_bytes());
+                    libc::close(fd);
                 }
-                break;
+                Some(_) => {
+                    let mut msg = [0u8; 8];
+                    msg[..4].copy_from_slice(&pid.to_ne_bytes());
+                    msg[4..].copy_from_slice(&status.to_ne_bytes());
+                    loop {
+                        let n =
+                            libc::send(SOCK_FD, msg.as_ptr().cast(), msg.len(), libc::MSG_NOSIGNAL);
+                        if n < 0 && errno() == libc::EINTR {
+                            continue;
+                        }
+                        break;
+                    }
+                }
+                None => {}
             }
         }
+    }
+}
+
+/// The host's socket closed: in cgroup mode, kill every command's tree (`cgroup.kill` on the
+/// executor's root takes the whole subtree), wait (bounded) until it is empty and remove it.
+/// Supervisors see us go and stop their own trees.
+unsafe fn host_gone(root: Option<&RootPaths>, children: &mut Children) -> ! {
+    unsafe {
+        if let Some(root) = root {
+            for round in 0..300 {
+                if round % 10 == 0 {
+                    let _ = crate::cgroup::write_file(&root.kill, b"1");
+                }
+                while libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG | libc::__WALL) > 0 {}
+                if !crate::cgroup::populated_raw(&root.events) {
+                    break;
+                }
+                let pause = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 10_000_000,
+                };
+                libc::nanosleep(&pause, std::ptr::null_mut());
+            }
+            crate::cgroup::remove_raw(&root.dir);
+        }
+        for child in children.0.iter() {
+            if child.pid != 0 && child.status >= 0 {
+                libc::close(child.status);
+            }
+        }
+        libc::_exit(0)
     }
 }
 
