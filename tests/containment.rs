@@ -886,8 +886,10 @@ fn no_zombies_or_descriptors_accumulate(mode: Mode) {
         ms as f64 / RUNS as f64
     );
     assert_eq!((children, zombies), (0, 0), "children, zombies");
+    // Empty command cgroups kept for reuse (8 at most) keep two files open each.
+    let kept = if mode == Mode::Cgroup { 2 * 8 } else { 0 };
     assert!(
-        fds_after <= fds_before + 4,
+        fds_after <= fds_before + 4 + kept,
         "descriptors grew: {fds_before} → {fds_after}"
     );
     assert!(

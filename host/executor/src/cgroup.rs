@@ -55,7 +55,42 @@ pub(crate) struct CgroupRoot {
     dir: PathBuf,
     next: AtomicU64,
     /// Empty command cgroups kept for reuse.
-    spare: Mutex<Vec<PathBuf>>,
+    spare: Mutex<Vec<(PathBuf, Arc<CgroupFiles>)>>,
+}
+
+/// The files of a command cgroup the host reads, kept open: a read from an open file costs a
+/// fraction of an open, read and close (measured here: 0.7 µs against 5.9 µs).
+#[derive(Debug)]
+struct CgroupFiles {
+    events: std::fs::File,
+    procs: std::fs::File,
+}
+
+impl CgroupFiles {
+    fn open(dir: &Path) -> io::Result<Arc<Self>> {
+        Ok(Arc::new(Self {
+            events: std::fs::File::open(dir.join("cgroup.events"))?,
+            procs: std::fs::File::open(dir.join("cgroup.procs"))?,
+        }))
+    }
+}
+
+/// The whole of a cgroup file, read from its start (each read regenerates it).
+fn read_whole(file: &std::fs::File) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 256];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(len * 2, 0);
+        }
+        let n = file.read_at(&mut buf[len..], len as u64)?;
+        if n == 0 {
+            buf.truncate(len);
+            return Ok(buf);
+        }
+        len += n;
+    }
 }
 
 /// The root's files as C strings, prepared for the spawner, which cleans up if the host dies.
@@ -116,7 +151,7 @@ impl CgroupRoot {
         })
     }
 
-    fn spare(&self) -> MutexGuard<'_, Vec<PathBuf>> {
+    fn spare(&self) -> MutexGuard<'_, Vec<(PathBuf, Arc<CgroupFiles>)>> {
         self.spare.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -124,9 +159,19 @@ impl CgroupRoot {
     /// [`release`](Self::release)d).
     pub(crate) fn create_task(self: &Arc<Self>) -> io::Result<TaskCgroup> {
         let kept = self.spare().pop();
-        let dir = match kept {
-            Some(dir) => dir,
-            None => self.new_task_dir()?,
+        let (dir, files) = match kept {
+            Some(kept) => kept,
+            None => {
+                let dir = self.new_task_dir()?;
+                let files = CgroupFiles::open(&dir);
+                match files {
+                    Ok(files) => (dir, files),
+                    Err(err) => {
+                        let _ = std::fs::remove_dir(&dir);
+                        return Err(err);
+                    }
+                }
+            }
         };
         let paths = CgroupPaths {
             procs: c_path(&dir.join("cgroup.procs"))?,
@@ -138,6 +183,7 @@ impl CgroupRoot {
         Ok(TaskCgroup {
             dir,
             paths,
+            files,
             removed: AtomicBool::new(false),
             _root: self.clone(),
         })
@@ -159,12 +205,12 @@ impl CgroupRoot {
     }
 
     /// Keeps the empty cgroup `dir` for a later command; false if enough are kept.
-    fn keep(&self, dir: &Path) -> bool {
+    fn keep(&self, dir: &Path, files: &Arc<CgroupFiles>) -> bool {
         let mut spare = self.spare();
         if spare.len() >= SPARE {
             return false;
         }
-        spare.push(dir.to_path_buf());
+        spare.push((dir.to_path_buf(), files.clone()));
         true
     }
 
@@ -172,7 +218,7 @@ impl CgroupRoot {
     /// shutdown, so that a host that exits without dropping its executor leaves nothing); a later
     /// command recreates it.
     pub(crate) fn release(&self) {
-        for dir in self.spare().drain(..) {
+        for (dir, _) in self.spare().drain(..) {
             if let Err(err) = std::fs::remove_dir(&dir)
                 && err.kind() != io::ErrorKind::NotFound
             {
@@ -397,6 +443,7 @@ pub(crate) struct CgroupPaths {
 pub(crate) struct TaskCgroup {
     dir: PathBuf,
     paths: CgroupPaths,
+    files: Arc<CgroupFiles>,
     removed: AtomicBool,
     /// Keeps the root until this cgroup is gone.
     _root: Arc<CgroupRoot>,
@@ -414,8 +461,8 @@ impl TaskCgroup {
 
     /// The processes in the cgroup (zombies have left it already).
     pub(crate) fn procs(&self) -> Vec<i32> {
-        std::fs::read_to_string(self.dir.join("cgroup.procs"))
-            .map(|s| parse_pids(&s))
+        read_whole(&self.files.procs)
+            .map(|text| parse_pids(&String::from_utf8_lossy(&text)))
             .unwrap_or_default()
     }
 
@@ -431,7 +478,7 @@ impl TaskCgroup {
     /// Whether any process is left in the cgroup. An unreadable cgroup counts as empty, so that
     /// nobody waits forever on a cgroup someone else removed.
     pub(crate) fn populated(&self) -> bool {
-        populated_at(&self.dir.join("cgroup.events"))
+        read_whole(&self.files.events).is_ok_and(|text| says_populated(&text))
     }
 
     /// Done with the (empty) cgroup: kept for a later command, or removed.
@@ -439,7 +486,7 @@ impl TaskCgroup {
         if self.removed.swap(true, Ordering::Relaxed) {
             return;
         }
-        if !self.populated() && self._root.keep(&self.dir) {
+        if !self.populated() && self._root.keep(&self.dir, &self.files) {
             return;
         }
         match std::fs::remove_dir(&self.dir) {
@@ -486,10 +533,11 @@ impl Drop for TaskCgroup {
 }
 
 fn populated_at(events: &Path) -> bool {
-    match std::fs::read_to_string(events) {
-        Ok(text) => text.lines().any(|l| l == "populated 1"),
-        Err(_) => false,
-    }
+    std::fs::read(events).is_ok_and(|text| says_populated(&text))
+}
+
+fn says_populated(events: &[u8]) -> bool {
+    events.split(|&b| b == b'\n').any(|l| l == b"populated 1")
 }
 
 fn parse_pids(text: &str) -> Vec<i32> {
@@ -821,7 +869,7 @@ mod tests {
             std::ffi::OsStr::new("sleep"),
             "unused",
             Path::new("/"),
-            vec![],
+            &[],
             Some(cg),
         );
         // `sleep -c unused` fails at once; that is fine, it ran inside the cgroup.
@@ -829,7 +877,7 @@ mod tests {
         drop(spawned);
         // Once empty, the cgroup is kept for the next command.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !root.spare().contains(&dir) {
+        while !root.spare().iter().any(|(kept, _)| *kept == dir) {
             assert!(Instant::now() < deadline, "{dir:?} was not kept");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -842,7 +890,7 @@ mod tests {
             std::ffi::OsStr::new("bash"),
             "true",
             Path::new("/"),
-            vec![],
+            &[],
             Some(cg),
         ) {
             Ok(_) => panic!("joined a removed cgroup"),

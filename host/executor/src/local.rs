@@ -46,6 +46,9 @@ struct Shared {
     /// [`SHELL`] as found on PATH when the executor was built (a lookup per command costs a
     /// failed `exec` per PATH entry before it); the bare name if it was not found then.
     shell: OsString,
+    /// Every command's environment: the host's as it was when the executor was built (see
+    /// [`env`]); computed once, as it is the same for every command.
+    child_env: Vec<(OsString, OsString)>,
     /// The spawner that starts commands, so that the (large) host is not forked per command;
     /// none if it could not be started (then the host forks supervisors itself). Replaced once
     /// should a command kill it.
@@ -116,6 +119,7 @@ impl LocalExecutor {
                 cgroups,
                 spill,
                 shell: find_on_path(SHELL),
+                child_env: env::host_child_env(),
                 spawner: Mutex::new(spawner),
             }),
             runtime: Handle::try_current().ok(),
@@ -162,7 +166,7 @@ impl LocalExecutor {
                     program,
                     &spec.command,
                     workdir,
-                    env::host_child_env(),
+                    &self.shared.child_env,
                     cgroup,
                 ) {
                     Err(err) if crate::zygote::spawner_gone(&err) => {
@@ -182,17 +186,23 @@ impl LocalExecutor {
                         program,
                         &spec.command,
                         workdir,
-                        env::host_child_env(),
+                        &self.shared.child_env,
                         cgroup,
                     );
                 }
-                return spawn::spawn(program, &spec.command, workdir, env::host_child_env(), None);
+                return spawn::spawn(
+                    program,
+                    &spec.command,
+                    workdir,
+                    &self.shared.child_env,
+                    None,
+                );
             }
             spawn::spawn(
                 program,
                 &spec.command,
                 workdir,
-                env::host_child_env(),
+                &self.shared.child_env,
                 cgroup,
             )
         };

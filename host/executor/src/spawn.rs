@@ -78,7 +78,7 @@ pub(crate) fn spawn(
     program: &OsStr,
     command: &str,
     workdir: &Path,
-    env: Vec<(OsString, OsString)>,
+    env: &[(OsString, OsString)],
     cgroup: Option<TaskCgroup>,
 ) -> io::Result<Spawned> {
     let (status_read, status_write) = status_pipe()?;
@@ -89,7 +89,7 @@ pub(crate) fn spawn(
         .arg(command)
         .current_dir(workdir)
         .env_clear()
-        .envs(env)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -199,10 +199,10 @@ pub(crate) fn spawn_via(
     program: &OsStr,
     command: &str,
     workdir: &Path,
-    env: Vec<(OsString, OsString)>,
+    env: &[(OsString, OsString)],
     cgroup: Option<TaskCgroup>,
 ) -> io::Result<Spawned> {
-    let started = zygote.spawn(program, command, workdir, &env, cgroup.as_ref())?;
+    let started = zygote.spawn(program, command, workdir, env, cgroup.as_ref())?;
     let stdout = ChildStdout::from_std(std::process::ChildStdout::from(started.stdout))?;
     let stderr = ChildStderr::from_std(std::process::ChildStderr::from(started.stderr))?;
     let mut status = ChildStdout::from_std(std::process::ChildStdout::from(started.status))?;

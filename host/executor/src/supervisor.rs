@@ -50,6 +50,10 @@ pub(crate) const TREE_EMPTY: c_int = 0x7ee0_0e00;
 /// Where the supervisor keeps its end of the status pipe.
 const STATUS_FD: c_int = 3;
 
+/// Signals the supervisor ignores (bash gets their defaults back).
+const IGNORED_BY_SUPERVISOR: [c_int; 4] =
+    [libc::SIGPIPE, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU];
+
 /// Catchable signals only interrupt `waitpid`, so that the loop re-checks whether the host lives.
 extern "C" fn wake(_: c_int) {}
 
@@ -92,7 +96,7 @@ pub(crate) unsafe fn supervise(
         ] {
             set_handler(sig, wake as extern "C" fn(c_int) as libc::sighandler_t);
         }
-        for sig in [libc::SIGPIPE, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
+        for sig in IGNORED_BY_SUPERVISOR {
             set_handler(sig, libc::SIG_IGN);
         }
         let mut none: libc::sigset_t = std::mem::zeroed();
@@ -345,12 +349,10 @@ extern "C" fn bash_child(arg: *mut libc::c_void) -> ! {
             write_all(c.errors, &err.to_ne_bytes());
             libc::_exit(127);
         };
-        // The spawner and the supervisor ignore or catch signals; bash must start with the
-        // defaults (ignored signals would survive the exec).
-        for sig in 1..65 {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                set_handler(sig, libc::SIG_DFL);
-            }
+        // A supervisor ignores these, and ignored signals would survive the exec (caught ones
+        // do not; the spawner blocks rather than ignores). Then bash starts with none blocked.
+        for sig in IGNORED_BY_SUPERVISOR {
+            set_handler(sig, libc::SIG_DFL);
         }
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);

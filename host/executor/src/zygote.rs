@@ -52,8 +52,11 @@ use tokio::sync::oneshot;
 use crate::cgroup::{RootPaths, TaskCgroup};
 use crate::supervisor::{BashChild, RawCgroup, close_from, set_handler, start_bash, write_all};
 
-/// Descriptors passed with each request.
+/// Most descriptors passed with a request: stdout, stderr, status, start (supervised starts
+/// only), memfd (large requests only).
 const REQUEST_FDS: usize = 5;
+/// Largest request sent in the message itself; larger ones go in a memfd.
+const INLINE_MAX: usize = 32 * 1024;
 /// How long an early exit status waits for its supervisor to be registered.
 const EARLY_KEEP: Duration = Duration::from_secs(10);
 /// Where the spawner keeps its socket.
@@ -220,41 +223,66 @@ impl Zygote {
     ) -> io::Result<Started> {
         let request = encode(program, command, workdir, env, cgroup)?;
         let direct = cgroup.is_some();
-        // SAFETY: memfd_create with a valid name; the result is ours.
-        let memfd = unsafe { libc::memfd_create(c"dsh-spawn".as_ptr(), libc::MFD_CLOEXEC) };
-        if memfd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fresh descriptor.
-        let memfd = unsafe { OwnedFd::from_raw_fd(memfd) };
-        std::fs::File::from(memfd.try_clone()?).write_all(&request)?;
         let (stdout_r, stdout_w) = cloexec_pipe()?;
         let (stderr_r, stderr_w) = cloexec_pipe()?;
         let (status_r, status_w) = cloexec_pipe()?;
-        let (started_r, started_w) = cloexec_pipe()?;
-        send_fds(
-            self.sock.as_raw_fd(),
-            &[
-                stdout_w.as_raw_fd(),
-                stderr_w.as_raw_fd(),
-                status_w.as_raw_fd(),
-                started_w.as_raw_fd(),
-                memfd.as_raw_fd(),
-            ],
-        )?;
-        drop((stdout_w, stderr_w, status_w, started_w, memfd));
+        let mut fds = vec![
+            stdout_w.as_raw_fd(),
+            stderr_w.as_raw_fd(),
+            status_w.as_raw_fd(),
+        ];
+        let started = if direct { None } else { Some(cloexec_pipe()?) };
+        if let Some((_, started_w)) = &started {
+            fds.push(started_w.as_raw_fd());
+        }
+        // Small requests travel in the message itself; large ones in a memfd.
+        let memfd = if request.len() > INLINE_MAX {
+            // SAFETY: memfd_create with a valid name; the result is ours.
+            let memfd = unsafe { libc::memfd_create(c"dsh-spawn".as_ptr(), libc::MFD_CLOEXEC) };
+            if memfd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: fresh descriptor.
+            let memfd = unsafe { OwnedFd::from_raw_fd(memfd) };
+            std::fs::File::from(memfd.try_clone()?).write_all(&request)?;
+            fds.push(memfd.as_raw_fd());
+            Some(memfd)
+        } else {
+            None
+        };
+        let payload: &[u8] = if memfd.is_some() { &[0] } else { &request };
+        send_request(self.sock.as_raw_fd(), payload, &fds)?;
+        drop((stdout_w, stderr_w, status_w, memfd));
         // A command may have stopped the spawner (it is the `$PPID` of direct starts): it must
         // not stall the next one.
         // SAFETY: plain kill(2) on the spawner, which is alive while its socket is.
         unsafe { libc::kill(self.pid, libc::SIGCONT) };
         let mut word = [0u8; 4];
-        read_exact(started_r.as_raw_fd(), &mut word)?;
-        let pid = pid_t::from_ne_bytes(word);
-        let exit = (pid > 0 && !direct).then(|| self.register(pid));
-        // End of file once bash's exec closed the last copy of the write end; a code otherwise.
-        if read_exact(started_r.as_raw_fd(), &mut word).is_ok() {
-            return Err(io::Error::from_raw_os_error(c_int::from_ne_bytes(word)));
-        }
+        let (pid, exit) = match started {
+            None => {
+                // Direct: bash's pid, then 0 or an error code, on the status pipe.
+                read_exact(status_r.as_raw_fd(), &mut word)?;
+                let pid = pid_t::from_ne_bytes(word);
+                read_exact(status_r.as_raw_fd(), &mut word)?;
+                let err = c_int::from_ne_bytes(word);
+                if err != 0 {
+                    return Err(io::Error::from_raw_os_error(err));
+                }
+                (pid, None)
+            }
+            Some((started_r, started_w)) => {
+                drop(started_w);
+                read_exact(started_r.as_raw_fd(), &mut word)?;
+                let pid = pid_t::from_ne_bytes(word);
+                let exit = (pid > 0).then(|| self.register(pid));
+                // End of file once bash's exec closed the last copy of the write end; a code
+                // otherwise.
+                if read_exact(started_r.as_raw_fd(), &mut word).is_ok() {
+                    return Err(io::Error::from_raw_os_error(c_int::from_ne_bytes(word)));
+                }
+                (pid, exit)
+            }
+        };
         if pid <= 0 {
             return Err(io::Error::other("the spawner reported no process"));
         }
@@ -304,11 +332,10 @@ fn read_exact(fd: RawFd, mut buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
-fn send_fds(sock: RawFd, fds: &[RawFd; REQUEST_FDS]) -> io::Result<()> {
-    let mut byte = [0u8; 1];
+fn send_request(sock: RawFd, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
     let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
+        iov_base: payload.as_ptr().cast_mut().cast(),
+        iov_len: payload.len(),
     };
     // SAFETY: CMSG_SPACE is a pure computation.
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of_val(fds) as u32) } as usize;
@@ -479,7 +506,8 @@ pub(crate) struct Mapped<'a> {
     pub(crate) cgroup_procs: Option<&'a CStr>,
     pub(crate) argv: *const *const libc::c_char,
     pub(crate) envp: *const *const libc::c_char,
-    bytes: (*mut libc::c_void, usize),
+    /// The memfd's mapping, for requests that came in one.
+    bytes: Option<(*mut libc::c_void, usize)>,
     ptrs: (*mut libc::c_void, usize),
 }
 
@@ -491,13 +519,15 @@ impl Mapped<'_> {
 
     unsafe fn unmap(self) {
         unsafe {
-            libc::munmap(self.bytes.0, self.bytes.1);
+            if let Some((map, len)) = self.bytes {
+                libc::munmap(map, len);
+            }
             libc::munmap(self.ptrs.0, self.ptrs.1);
         }
     }
 }
 
-/// Maps the request in the memfd `request` (see [`encode`]); the error is an errno.
+/// Maps the request in the memfd `request` and parses it; the error is an errno.
 unsafe fn map_request(request: c_int) -> Result<Mapped<'static>, c_int> {
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
@@ -516,7 +546,28 @@ unsafe fn map_request(request: c_int) -> Result<Mapped<'static>, c_int> {
         if map == libc::MAP_FAILED {
             return Err(errno());
         }
-        let bytes = std::slice::from_raw_parts(map.cast::<u8>(), len);
+        let parsed = parse_request(std::slice::from_raw_parts(map.cast::<u8>(), len));
+        match parsed {
+            Ok(mut mapped) => {
+                mapped.bytes = Some((map, len));
+                Ok(mapped)
+            }
+            Err(err) => {
+                libc::munmap(map, len);
+                Err(err)
+            }
+        }
+    }
+}
+
+/// Parses a request (see [`encode`]) that stays where it is while the result is used; the error
+/// is an errno.
+unsafe fn parse_request(bytes: &'static [u8]) -> Result<Mapped<'static>, c_int> {
+    unsafe {
+        let len = bytes.len();
+        if len < 12 {
+            return Err(libc::EINVAL);
+        }
         let word = |i: usize| -> usize {
             let mut w = [0u8; 4];
             w.copy_from_slice(&bytes[i * 4..i * 4 + 4]);
@@ -525,12 +576,11 @@ unsafe fn map_request(request: c_int) -> Result<Mapped<'static>, c_int> {
         let (nargs, nenv, has_cgroup) = (word(0), word(1), word(2) & 1 != 0);
         // Pointer arrays for execve, NULL-terminated.
         let slots = nargs.saturating_add(nenv).saturating_add(2);
-        let ptrs_len = slots.saturating_mul(std::mem::size_of::<*const libc::c_char>());
         if slots > len {
             // More strings than bytes: not a request encode made.
-            libc::munmap(map, len);
             return Err(libc::EINVAL);
         }
+        let ptrs_len = slots * std::mem::size_of::<*const libc::c_char>();
         let ptrs_map = libc::mmap(
             std::ptr::null_mut(),
             ptrs_len,
@@ -540,12 +590,9 @@ unsafe fn map_request(request: c_int) -> Result<Mapped<'static>, c_int> {
             0,
         );
         if ptrs_map == libc::MAP_FAILED {
-            let err = errno();
-            libc::munmap(map, len);
-            return Err(err);
+            return Err(errno());
         }
         let fail = |err: c_int| -> Result<Mapped<'static>, c_int> {
-            libc::munmap(map, len);
             libc::munmap(ptrs_map, ptrs_len);
             Err(err)
         };
@@ -596,7 +643,7 @@ unsafe fn map_request(request: c_int) -> Result<Mapped<'static>, c_int> {
             cgroup_procs,
             argv: ptrs.as_ptr(),
             envp: ptrs[nargs + 1..].as_ptr(),
-            bytes: (map, len),
+            bytes: None,
             ptrs: (ptrs_map, ptrs_len),
         })
     }
@@ -629,22 +676,39 @@ unsafe fn serve(sock: c_int, root: Option<&RootPaths>) -> ! {
             }
         }
         // Bash of a direct start is our child: `kill $PPID` (any signal but SIGKILL and
-        // SIGSTOP) must not end us. SIGCHLD comes through a signalfd.
+        // SIGSTOP) must not end us, so every signal stays blocked, pending at most, never
+        // delivered. Blocked rather than ignored: children inherit no pending signals, while
+        // ignored ones would survive their exec. SIGCHLD is read from a signalfd.
         for sig in 1..65 {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP && sig != libc::SIGCHLD {
-                set_handler(sig, libc::SIG_IGN);
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                set_handler(sig, libc::SIG_DFL);
             }
         }
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
         let mut chld: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut chld);
         libc::sigaddset(&mut chld, libc::SIGCHLD);
-        libc::sigprocmask(libc::SIG_SETMASK, &chld, std::ptr::null_mut());
         let sigfd = libc::signalfd(-1, &chld, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
         // Orphans of direct starts come to us (and stay in their cgroups): reap them.
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         let Some(mut children) = Children::new() else {
             libc::_exit(1)
         };
+        // Requests up to INLINE_MAX bytes arrive here.
+        let inbox = libc::mmap(
+            std::ptr::null_mut(),
+            INLINE_MAX,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if inbox == libc::MAP_FAILED {
+            libc::_exit(1);
+        }
+        let inbox = std::slice::from_raw_parts_mut(inbox.cast::<u8>(), INLINE_MAX);
         if sigfd < 0 {
             libc::_exit(1);
         }
@@ -675,14 +739,13 @@ unsafe fn serve(sock: c_int, root: Option<&RootPaths>) -> ! {
             }
             if polls[0].revents != 0 {
                 let mut fds = [-1 as c_int; REQUEST_FDS];
-                match recv_fds(&mut fds) {
+                let len = match recv_request(inbox, &mut fds) {
                     RecvOutcome::Closed => host_gone(root, &mut children),
                     RecvOutcome::Retry => continue,
-                    RecvOutcome::Request => {}
-                }
-                if fds.iter().all(|&fd| fd >= 0) {
-                    serve_request(fds, me, sigfd, &mut children);
-                }
+                    RecvOutcome::Request(len) => len,
+                };
+                let count = fds.iter().take_while(|&&fd| fd >= 0).count();
+                serve_request(&inbox[..len], &fds[..count], me, sigfd, &mut children);
                 for fd in fds {
                     if fd >= 0 {
                         libc::close(fd);
@@ -694,27 +757,50 @@ unsafe fn serve(sock: c_int, root: Option<&RootPaths>) -> ! {
 }
 
 /// Starts one command (see the module documentation); the caller closes `fds` afterwards.
+/// `message` is the request itself, or one byte when it came in a memfd (the last of `fds`).
 unsafe fn serve_request(
-    fds: [c_int; REQUEST_FDS],
+    message: &[u8],
+    fds: &[c_int],
     me: pid_t,
     sigfd: c_int,
     children: &mut Children,
 ) {
     unsafe {
-        let [stdout, stderr, status, started, request] = fds;
+        let (fds, memfd) = match fds.split_last() {
+            Some((&memfd, rest)) if message.len() == 1 => (rest, Some(memfd)),
+            _ => (fds, None),
+        };
+        // Direct starts come with three pipes (stdout, stderr, status), supervised ones with a
+        // start pipe too.
+        let (direct, started) = match *fds {
+            [_, _, status] => (true, status),
+            [_, _, _, started] => (false, started),
+            _ => return,
+        };
+        let (stdout, stderr, status) = (fds[0], fds[1], fds[2]);
         let Some(slot) = children.free_slot() else {
             write_record(started, 0, libc::EAGAIN);
             return;
         };
-        let mapped = match map_request(request) {
-            Ok(mapped) => mapped,
+        // SAFETY (lifetime): the inbox is only overwritten by the next request.
+        let parsed = match memfd {
+            Some(memfd) => map_request(memfd),
+            None => parse_request(std::slice::from_raw_parts(message.as_ptr(), message.len())),
+        };
+        let mapped = match parsed {
+            Ok(mapped) if mapped.direct() == direct => mapped,
+            Ok(mapped) => {
+                mapped.unmap();
+                write_record(started, 0, libc::EINVAL);
+                return;
+            }
             Err(err) => {
                 write_record(started, 0, err);
                 return;
             }
         };
-        if mapped.direct() {
-            if let Some(pid) = start_direct(&mapped, stdout, stderr, started, me) {
+        if direct {
+            if let Some(pid) = start_direct(&mapped, stdout, stderr, status, me) {
                 // Kept until bash is reaped: its wait status goes there.
                 let kept = libc::fcntl(status, libc::F_DUPFD_CLOEXEC, SOCK_FD + 1);
                 children.0[slot] = Child { pid, status: kept };
@@ -724,7 +810,9 @@ unsafe fn serve_request(
                 0 => {
                     libc::close(SOCK_FD);
                     libc::close(sigfd);
-                    libc::close(request);
+                    if let Some(memfd) = memfd {
+                        libc::close(memfd);
+                    }
                     crate::supervisor::start(me, stdout, stderr, status, started, &mapped)
                 }
                 -1 => write_record(started, 0, errno()),
@@ -735,8 +823,8 @@ unsafe fn serve_request(
     }
 }
 
-/// Starts bash in its cgroup, in a session of its own, as our child; reports on `started`.
-/// Returns bash's pid if it runs.
+/// Starts bash in its cgroup, in a session of its own, as our child; reports `(pid, 0)` or
+/// `(pid or 0, error code)` on `started` (the status pipe). Returns bash's pid if it runs.
 unsafe fn start_direct(
     request: &Mapped<'_>,
     stdout: c_int,
@@ -787,7 +875,7 @@ unsafe fn start_direct(
                     write_record(started, pid, c_int::from_ne_bytes(word));
                     None
                 } else {
-                    write_all(started, &pid.to_ne_bytes());
+                    write_record(started, pid, 0);
                     Some(pid)
                 }
             }
@@ -870,17 +958,18 @@ unsafe fn host_gone(root: Option<&RootPaths>, children: &mut Children) -> ! {
 }
 
 enum RecvOutcome {
-    Request,
+    /// A request of this many bytes.
+    Request(usize),
     Retry,
     Closed,
 }
 
-unsafe fn recv_fds(fds: &mut [c_int; REQUEST_FDS]) -> RecvOutcome {
+/// Receives one request into `inbox` and its descriptors into `fds`.
+unsafe fn recv_request(inbox: &mut [u8], fds: &mut [c_int; REQUEST_FDS]) -> RecvOutcome {
     unsafe {
-        let mut byte = [0u8; 1];
         let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
+            iov_base: inbox.as_mut_ptr().cast(),
+            iov_len: inbox.len(),
         };
         // Aligned room for one header with the descriptors.
         let mut control = [0u64; 16];
@@ -918,6 +1007,10 @@ unsafe fn recv_fds(fds: &mut [c_int; REQUEST_FDS]) -> RecvOutcome {
             }
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
-        RecvOutcome::Request
+        if msg.msg_flags & libc::MSG_TRUNC != 0 {
+            // Larger than any request the host sends inline: not one of ours.
+            return RecvOutcome::Request(0);
+        }
+        RecvOutcome::Request(n as usize)
     }
 }
