@@ -6,9 +6,9 @@
 //! benchmark keeps building and working without timing anything.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -299,7 +299,9 @@ fn run_call(cache: &Path, command: &str) {
 struct McpServer {
     child: Child,
     stdin: ChildStdin,
-    lines: mpsc::Receiver<Value>,
+    /// Read in the calling thread, as a client waiting for its answer would: a reader thread
+    /// handing lines over would add a thread wake-up to every call.
+    stdout: BufReader<ChildStdout>,
     /// Messages that arrived while waiting for a response (notifications, mostly).
     pending: std::collections::VecDeque<Value>,
     next_id: u64,
@@ -318,21 +320,10 @@ impl McpServer {
             .expect("dsh-host mcp starts");
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines() {
-                let Ok(line) = line else { break };
-                if let Ok(v) = serde_json::from_str(&line)
-                    && tx.send(v).is_err()
-                {
-                    break;
-                }
-            }
-        });
         let mut server = Self {
             child,
             stdin,
-            lines,
+            stdout,
             pending: Default::default(),
             next_id: 0,
         };
@@ -345,8 +336,11 @@ impl McpServer {
     }
 
     fn send(&mut self, msg: Value) {
-        writeln!(self.stdin, "{msg}").expect("server reads");
-        self.stdin.flush().unwrap();
+        // One write per message, as a client would: formatting straight into the pipe would
+        // write it in many small pieces, each waking the server.
+        let mut line = msg.to_string();
+        line.push('\n');
+        self.stdin.write_all(line.as_bytes()).expect("server reads");
     }
 
     fn request(&mut self, method: &str, params: Value) -> Value {
@@ -368,9 +362,34 @@ impl McpServer {
     }
 
     fn next_message(&mut self, wait: Duration) -> Option<Value> {
-        self.pending
-            .pop_front()
-            .or_else(|| self.lines.recv_timeout(wait).ok())
+        if let Some(msg) = self.pending.pop_front() {
+            return Some(msg);
+        }
+        let deadline = Instant::now() + wait;
+        let mut line = String::new();
+        loop {
+            // A whole line may already be buffered; otherwise wait (bounded) for more input.
+            if !self.stdout.buffer().contains(&b'\n') {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let mut fd = libc::pollfd {
+                    fd: self.stdout.get_ref().as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+                // SAFETY: poll on one valid descriptor.
+                if unsafe { libc::poll(&mut fd, 1, ms) } <= 0 {
+                    return None;
+                }
+            }
+            line.clear();
+            if self.stdout.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            if let Ok(msg) = serde_json::from_str(&line) {
+                return Some(msg);
+            }
+        }
     }
 
     /// The server's peak resident set so far, from /proc (VmHWM).

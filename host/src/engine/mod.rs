@@ -250,6 +250,9 @@ fn new_engine() -> anyhow::Result<Engine> {
 /// Concurrent guest instances the pool holds (calls in flight plus task-done deliveries).
 const POOL_INSTANCES: u32 = 256;
 
+/// Bytes of a pooled memory or table reset in place rather than given back to the kernel.
+const KEEP_RESIDENT: usize = 1 << 20;
+
 fn engine_config(pooling: bool) -> wasmtime::Config {
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
@@ -261,7 +264,13 @@ fn engine_config(pooling: bool) -> wasmtime::Config {
             .total_memories(POOL_INSTANCES * 2)
             .total_tables(POOL_INSTANCES * 4)
             .total_stacks(POOL_INSTANCES)
-            .max_memory_size(GUEST_MEMORY_LIMIT);
+            .max_memory_size(GUEST_MEMORY_LIMIT)
+            // A call's dirty pages are found with PAGEMAP_SCAN (Linux 6.7+) and copied back from
+            // the image, up to this much; the slot stays mapped, so the next call neither
+            // faults its pages in again nor makes every host thread flush its TLB.
+            .pagemap_scan(wasmtime::Enabled::Auto)
+            .linear_memory_keep_resident(KEEP_RESIDENT)
+            .table_keep_resident(KEEP_RESIDENT);
         config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
     }
     config
