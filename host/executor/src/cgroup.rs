@@ -64,6 +64,8 @@ pub(crate) struct CgroupRoot {
 struct CgroupFiles {
     events: std::fs::File,
     procs: std::fs::File,
+    /// The directory itself, for starting processes inside (`clone3(CLONE_INTO_CGROUP)`).
+    dir: std::fs::File,
 }
 
 impl CgroupFiles {
@@ -71,6 +73,7 @@ impl CgroupFiles {
         Ok(Arc::new(Self {
             events: std::fs::File::open(dir.join("cgroup.events"))?,
             procs: std::fs::File::open(dir.join("cgroup.procs"))?,
+            dir: std::fs::File::open(dir)?,
         }))
     }
 }
@@ -452,6 +455,12 @@ pub(crate) struct TaskCgroup {
 impl TaskCgroup {
     pub(crate) fn paths(&self) -> &CgroupPaths {
         &self.paths
+    }
+
+    /// The cgroup's directory, open.
+    pub(crate) fn dir_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.files.dir.as_fd()
     }
 
     #[cfg(test)]

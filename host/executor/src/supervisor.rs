@@ -324,8 +324,14 @@ pub(crate) unsafe fn fork_into_cgroup(dirfd: c_int) -> pid_t {
 pub(crate) struct BashChild<'a> {
     pub(crate) stdout: c_int,
     pub(crate) stderr: c_int,
-    /// Where a failed start writes its error code before `_exit(127)`.
+    /// Where a failed start writes its error code before `_exit(127)`; -1: into `failed` (see
+    /// [`start_bash`]).
     pub(crate) errors: c_int,
+    /// A failed start's error code, where `errors` is -1.
+    pub(crate) failed: c_int,
+    /// The stack bash's side runs on while it shares its parent's memory; null: one is mapped
+    /// for the start.
+    pub(crate) stack: *mut libc::c_void,
     /// Bash's parent; bash dies with it.
     pub(crate) parent: pid_t,
     /// Bash starts its own session (when it has no supervisor to lead one for it).
@@ -346,7 +352,13 @@ extern "C" fn bash_child(arg: *mut libc::c_void) -> ! {
     unsafe {
         let c = &*(arg as *const BashChild<'_>);
         let report = |err: c_int| -> ! {
-            write_all(c.errors, &err.to_ne_bytes());
+            if c.errors >= 0 {
+                write_all(c.errors, &err.to_ne_bytes());
+            } else {
+                // Only when sharing the parent's memory (start_bash makes sure), whose thread is
+                // suspended until we exit.
+                std::ptr::write_volatile(std::ptr::addr_of!(c.failed).cast_mut(), err);
+            }
             libc::_exit(127);
         };
         // A supervisor ignores these, and ignored signals would survive the exec (caught ones
@@ -403,15 +415,9 @@ const CHILD_STACK: usize = 64 * 1024;
 #[cfg(target_arch = "x86_64")]
 unsafe fn vfork_bash(child: &mut BashChild<'_>, cgroup_fd: Option<c_int>) -> pid_t {
     unsafe {
-        let stack = libc::mmap(
-            std::ptr::null_mut(),
-            CHILD_STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        );
-        if stack == libc::MAP_FAILED {
+        let mapped = child.stack.is_null();
+        let stack = if mapped { child_stack() } else { child.stack };
+        if stack.is_null() {
             return VFORK_UNAVAILABLE;
         }
         let mut args: CloneArgs = std::mem::zeroed();
@@ -443,7 +449,9 @@ unsafe fn vfork_bash(child: &mut BashChild<'_>, cgroup_fd: Option<c_int>) -> pid
             lateout("r11") _,
             options(nostack),
         );
-        libc::munmap(stack, CHILD_STACK);
+        if mapped {
+            libc::munmap(stack, CHILD_STACK);
+        }
         if ret >= 0 {
             return ret as pid_t;
         }
@@ -455,78 +463,115 @@ unsafe fn vfork_bash(child: &mut BashChild<'_>, cgroup_fd: Option<c_int>) -> pid
     }
 }
 
+/// A stack for bash's side of [`vfork_bash`]; null if none can be mapped.
+pub(crate) fn child_stack() -> *mut libc::c_void {
+    // SAFETY: an anonymous private mapping.
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            CHILD_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        stack
+    }
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn vfork_bash(_child: &mut BashChild<'_>, _cgroup_fd: Option<c_int>) -> pid_t {
     VFORK_UNAVAILABLE
 }
 
-/// Starts bash as `child` says, inside the cgroup whose directory is `cgroup_dir` (if any),
-/// sharing the caller's memory until it execs where possible, else with a fork. Returns bash's
-/// pid; a failure to start inside the cgroup is `JOIN_ERROR_BASE + errno`, any other `errno`.
-/// Errors of bash's own side (exec, chdir) go to `child.errors`.
+/// Starts bash as `child` says, inside the cgroup whose directory is open as `cgroup_dir` (if
+/// any), sharing the caller's memory until it execs where possible, else with a fork. Returns
+/// bash's pid; a failure to start inside the cgroup is `JOIN_ERROR_BASE + errno`, any other
+/// `errno`. Errors of bash's own side (exec, chdir) go to `child.errors`, or where that is -1, to
+/// `child.failed` once this returns (bash has then exited 127).
 ///
 /// # Safety
 /// Async-signal-safe; the caller is a process that never execs (the spawner or a supervisor).
 pub(crate) unsafe fn start_bash<'a>(
     child: &mut BashChild<'a>,
-    cgroup_dir: Option<&CStr>,
+    cgroup_dir: Option<c_int>,
     cgroup_procs: Option<&'a CStr>,
 ) -> Result<pid_t, c_int> {
     unsafe {
-        let cgroup_fd = match cgroup_dir {
-            Some(dir) => {
-                let fd = libc::open(
-                    dir.as_ptr(),
-                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                );
-                if fd < 0 {
-                    return Err(cgroup::JOIN_ERROR_BASE + errno());
-                }
-                Some(fd)
-            }
-            None => None,
-        };
+        child.failed = 0;
         // Bash is started sharing our memory until it execs (as posix_spawn does), which spares
         // copying it; where that is unavailable, with a plain fork.
-        let mut bash = vfork_bash(child, cgroup_fd);
-        let mut result = Ok(bash);
-        if bash == VFORK_UNAVAILABLE {
-            bash = match cgroup_fd {
-                Some(fd) => {
-                    let pid = fork_into_cgroup(fd);
-                    let err = -pid;
-                    if pid < 0
-                        && matches!(err, libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM)
-                    {
-                        // Without clone3 into a cgroup, bash joins it after a plain fork.
-                        child.joined_late = cgroup_procs;
-                        libc::fork()
-                    } else {
-                        pid
-                    }
-                }
-                None => libc::fork(),
+        let bash = vfork_bash(child, cgroup_dir);
+        if bash != VFORK_UNAVAILABLE {
+            return match bash {
+                pid if pid >= 0 => Ok(pid),
+                err if cgroup_dir.is_some() => Err(cgroup::JOIN_ERROR_BASE - err),
+                err => Err(-err),
             };
-            if bash == 0 {
-                bash_child((child as *mut BashChild<'_>).cast());
-            }
-            result = match bash {
-                -1 => Err(errno()),
-                pid if pid < 0 => Err(cgroup::JOIN_ERROR_BASE - pid),
-                pid => Ok(pid),
-            };
-        } else if bash < 0 {
-            result = Err(if cgroup_fd.is_some() {
-                cgroup::JOIN_ERROR_BASE - bash
-            } else {
-                -bash
-            });
         }
-        if let Some(fd) = cgroup_fd {
-            libc::close(fd);
+        // A forked bash cannot write into our memory: its errors come through a pipe.
+        let mut errors = [-1 as c_int; 2];
+        let shared = child.errors < 0;
+        if shared {
+            if libc::pipe2(errors.as_mut_ptr(), libc::O_CLOEXEC) < 0 {
+                return Err(errno());
+            }
+            child.errors = errors[1];
+        }
+        let bash = match cgroup_dir {
+            Some(fd) => {
+                let pid = fork_into_cgroup(fd);
+                let err = -pid;
+                if pid < 0 && matches!(err, libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM)
+                {
+                    // Without clone3 into a cgroup, bash joins it after a plain fork.
+                    child.joined_late = cgroup_procs;
+                    libc::fork()
+                } else {
+                    pid
+                }
+            }
+            None => libc::fork(),
+        };
+        if bash == 0 {
+            bash_child((child as *mut BashChild<'_>).cast());
+        }
+        let result = match bash {
+            -1 => Err(errno()),
+            pid if pid < 0 => Err(cgroup::JOIN_ERROR_BASE - pid),
+            pid => Ok(pid),
+        };
+        if shared {
+            libc::close(errors[1]);
+            child.errors = -1;
+            // End of file: bash's exec closed the last copy. Otherwise its error code.
+            let mut word = [0u8; 4];
+            if result.is_ok() && read_full(errors[0], &mut word) {
+                child.failed = c_int::from_ne_bytes(word);
+            }
+            libc::close(errors[0]);
         }
         result
     }
+}
+
+/// Reads exactly `buf.len()` bytes; false at end of file or on error.
+unsafe fn read_full(fd: c_int, buf: &mut [u8]) -> bool {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: reading into the rest of a live buffer.
+        let n = unsafe { libc::read(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
+        if n > 0 {
+            got += n as usize;
+        } else if n == 0 || errno() != libc::EINTR {
+            return false;
+        }
+    }
+    true
 }
 
 /// A supervisor forked by the spawner ([`crate::zygote`]): sets itself up, starts bash as the
@@ -564,6 +609,8 @@ pub(crate) unsafe fn start(
             stdout,
             stderr,
             errors: started,
+            failed: 0,
+            stack: std::ptr::null_mut(),
             parent: libc::getpid(),
             new_session: false,
             workdir: request.workdir,
@@ -573,7 +620,8 @@ pub(crate) unsafe fn start(
             joined_late: None,
         };
         let cgroup = request.cgroup;
-        let bash = match start_bash(&mut child, cgroup.map(|c| c.dir), request.cgroup_procs) {
+        // Supervised starts have no cgroup (cgroup mode starts bash directly).
+        let bash = match start_bash(&mut child, None, None) {
             Ok(bash) => bash,
             Err(err) => fail(err),
         };

@@ -52,8 +52,9 @@ use tokio::sync::oneshot;
 use crate::cgroup::{RootPaths, TaskCgroup};
 use crate::supervisor::{BashChild, RawCgroup, close_from, set_handler, start_bash, write_all};
 
-/// Most descriptors passed with a request: stdout, stderr, status, start (supervised starts
-/// only), memfd (large requests only).
+/// Most descriptors passed with a request: stdout, stderr, status, then the start pipe
+/// (supervised starts) or the cgroup's directory (direct starts), then the memfd (large requests
+/// only).
 const REQUEST_FDS: usize = 5;
 /// Largest request sent in the message itself; larger ones go in a memfd.
 const INLINE_MAX: usize = 32 * 1024;
@@ -232,8 +233,10 @@ impl Zygote {
             status_w.as_raw_fd(),
         ];
         let started = if direct { None } else { Some(cloexec_pipe()?) };
-        if let Some((_, started_w)) = &started {
-            fds.push(started_w.as_raw_fd());
+        match (&started, cgroup) {
+            (Some((_, started_w)), _) => fds.push(started_w.as_raw_fd()),
+            (None, Some(cgroup)) => fds.push(cgroup.dir_fd().as_raw_fd()),
+            (None, None) => {}
         }
         // Small requests travel in the message itself; large ones in a memfd.
         let memfd = if request.len() > INLINE_MAX {
@@ -498,6 +501,41 @@ impl Children {
     }
 }
 
+/// Memory the spawner maps once and reuses for every request.
+struct Scratch {
+    /// Bash's stack between its clone and its exec.
+    stack: *mut libc::c_void,
+    /// execve's pointer arrays.
+    ptrs: *mut *const libc::c_char,
+}
+
+/// Pointers [`Scratch`] holds: arguments and variables of any request the host sends inline.
+const SCRATCH_PTRS: usize = INLINE_MAX / 2;
+
+impl Scratch {
+    unsafe fn new() -> Option<Self> {
+        unsafe {
+            let stack = crate::supervisor::child_stack();
+            let size = SCRATCH_PTRS * std::mem::size_of::<*const libc::c_char>();
+            let ptrs = libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if stack.is_null() || ptrs == libc::MAP_FAILED {
+                return None;
+            }
+            Some(Self {
+                stack,
+                ptrs: ptrs.cast(),
+            })
+        }
+    }
+}
+
 /// A request mapped from its memfd: C strings in the mapping, pointer arrays for execve.
 pub(crate) struct Mapped<'a> {
     pub(crate) program: &'a CStr,
@@ -508,7 +546,8 @@ pub(crate) struct Mapped<'a> {
     pub(crate) envp: *const *const libc::c_char,
     /// The memfd's mapping, for requests that came in one.
     bytes: Option<(*mut libc::c_void, usize)>,
-    ptrs: (*mut libc::c_void, usize),
+    /// The pointer arrays' own mapping, for requests too large for the scratch area.
+    ptrs: Option<(*mut libc::c_void, usize)>,
 }
 
 impl Mapped<'_> {
@@ -519,16 +558,15 @@ impl Mapped<'_> {
 
     unsafe fn unmap(self) {
         unsafe {
-            if let Some((map, len)) = self.bytes {
+            for (map, len) in [self.bytes, self.ptrs].into_iter().flatten() {
                 libc::munmap(map, len);
             }
-            libc::munmap(self.ptrs.0, self.ptrs.1);
         }
     }
 }
 
 /// Maps the request in the memfd `request` and parses it; the error is an errno.
-unsafe fn map_request(request: c_int) -> Result<Mapped<'static>, c_int> {
+unsafe fn map_request(request: c_int, scratch: &Scratch) -> Result<Mapped<'static>, c_int> {
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
         if libc::fstat(request, &mut st) < 0 || st.st_size < 12 {
@@ -546,7 +584,7 @@ unsafe fn map_request(request: c_int) -> Result<Mapped<'static>, c_int> {
         if map == libc::MAP_FAILED {
             return Err(errno());
         }
-        let parsed = parse_request(std::slice::from_raw_parts(map.cast::<u8>(), len));
+        let parsed = parse_request(std::slice::from_raw_parts(map.cast::<u8>(), len), scratch);
         match parsed {
             Ok(mut mapped) => {
                 mapped.bytes = Some((map, len));
@@ -562,7 +600,7 @@ unsafe fn map_request(request: c_int) -> Result<Mapped<'static>, c_int> {
 
 /// Parses a request (see [`encode`]) that stays where it is while the result is used; the error
 /// is an errno.
-unsafe fn parse_request(bytes: &'static [u8]) -> Result<Mapped<'static>, c_int> {
+unsafe fn parse_request(bytes: &'static [u8], scratch: &Scratch) -> Result<Mapped<'static>, c_int> {
     unsafe {
         let len = bytes.len();
         if len < 12 {
@@ -580,23 +618,31 @@ unsafe fn parse_request(bytes: &'static [u8]) -> Result<Mapped<'static>, c_int> 
             // More strings than bytes: not a request encode made.
             return Err(libc::EINVAL);
         }
-        let ptrs_len = slots * std::mem::size_of::<*const libc::c_char>();
-        let ptrs_map = libc::mmap(
-            std::ptr::null_mut(),
-            ptrs_len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if ptrs_map == libc::MAP_FAILED {
-            return Err(errno());
-        }
+        let own_ptrs = if slots <= SCRATCH_PTRS {
+            None
+        } else {
+            let len = slots * std::mem::size_of::<*const libc::c_char>();
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if map == libc::MAP_FAILED {
+                return Err(errno());
+            }
+            Some((map, len))
+        };
         let fail = |err: c_int| -> Result<Mapped<'static>, c_int> {
-            libc::munmap(ptrs_map, ptrs_len);
+            if let Some((map, len)) = own_ptrs {
+                libc::munmap(map, len);
+            }
             Err(err)
         };
-        let ptrs = std::slice::from_raw_parts_mut(ptrs_map.cast::<*const libc::c_char>(), slots);
+        let base = own_ptrs.map_or(scratch.ptrs, |(map, _)| map.cast());
+        let ptrs = std::slice::from_raw_parts_mut(base, slots);
         let mut pos = 12;
         let mut next = || -> Option<&'static CStr> {
             let rest = bytes.get(pos..)?;
@@ -644,7 +690,7 @@ unsafe fn parse_request(bytes: &'static [u8]) -> Result<Mapped<'static>, c_int> 
             argv: ptrs.as_ptr(),
             envp: ptrs[nargs + 1..].as_ptr(),
             bytes: None,
-            ptrs: (ptrs_map, ptrs_len),
+            ptrs: own_ptrs,
         })
     }
 }
@@ -709,6 +755,9 @@ unsafe fn serve(sock: c_int, root: Option<&RootPaths>) -> ! {
             libc::_exit(1);
         }
         let inbox = std::slice::from_raw_parts_mut(inbox.cast::<u8>(), INLINE_MAX);
+        let Some(scratch) = Scratch::new() else {
+            libc::_exit(1)
+        };
         if sigfd < 0 {
             libc::_exit(1);
         }
@@ -745,7 +794,14 @@ unsafe fn serve(sock: c_int, root: Option<&RootPaths>) -> ! {
                     RecvOutcome::Request(len) => len,
                 };
                 let count = fds.iter().take_while(|&&fd| fd >= 0).count();
-                serve_request(&inbox[..len], &fds[..count], me, sigfd, &mut children);
+                serve_request(
+                    &inbox[..len],
+                    &fds[..count],
+                    me,
+                    sigfd,
+                    &mut children,
+                    &scratch,
+                );
                 for fd in fds {
                     if fd >= 0 {
                         libc::close(fd);
@@ -764,49 +820,52 @@ unsafe fn serve_request(
     me: pid_t,
     sigfd: c_int,
     children: &mut Children,
+    scratch: &Scratch,
 ) {
     unsafe {
         let (fds, memfd) = match fds.split_last() {
             Some((&memfd, rest)) if message.len() == 1 => (rest, Some(memfd)),
             _ => (fds, None),
         };
-        // Direct starts come with three pipes (stdout, stderr, status), supervised ones with a
-        // start pipe too.
-        let (direct, started) = match *fds {
-            [_, _, status] => (true, status),
-            [_, _, _, started] => (false, started),
-            _ => return,
-        };
-        let (stdout, stderr, status) = (fds[0], fds[1], fds[2]);
-        let Some(slot) = children.free_slot() else {
-            write_record(started, 0, libc::EAGAIN);
+        let &[stdout, stderr, status, fourth] = fds else {
             return;
         };
         // SAFETY (lifetime): the inbox is only overwritten by the next request.
         let parsed = match memfd {
-            Some(memfd) => map_request(memfd),
-            None => parse_request(std::slice::from_raw_parts(message.as_ptr(), message.len())),
+            Some(memfd) => map_request(memfd, scratch),
+            None => parse_request(
+                std::slice::from_raw_parts(message.as_ptr(), message.len()),
+                scratch,
+            ),
         };
         let mapped = match parsed {
-            Ok(mapped) if mapped.direct() == direct => mapped,
-            Ok(mapped) => {
-                mapped.unmap();
-                write_record(started, 0, libc::EINVAL);
-                return;
-            }
+            Ok(mapped) => mapped,
             Err(err) => {
-                write_record(started, 0, err);
+                // Where the host waits for the answer depends on the kind of start, which an
+                // unreadable request does not tell: answer on both.
+                write_record(status, 0, err);
+                write_record(fourth, 0, err);
                 return;
             }
         };
-        if direct {
-            if let Some(pid) = start_direct(&mapped, stdout, stderr, status, me) {
-                // Kept until bash is reaped: its wait status goes there.
-                let kept = libc::fcntl(status, libc::F_DUPFD_CLOEXEC, SOCK_FD + 1);
-                children.0[slot] = Child { pid, status: kept };
-            }
+        // Direct starts come with the cgroup's directory, supervised ones with a start pipe.
+        let (direct, started) = if mapped.direct() {
+            (Some(fourth), status)
         } else {
-            match libc::fork() {
+            (None, fourth)
+        };
+        match (direct, children.free_slot()) {
+            (_, None) => write_record(started, 0, libc::EAGAIN),
+            (Some(cgroup_dir), Some(slot)) => {
+                if let Some(pid) =
+                    start_direct(&mapped, stdout, stderr, status, cgroup_dir, me, scratch)
+                {
+                    // Kept until bash is reaped: its wait status goes there.
+                    let kept = libc::fcntl(status, libc::F_DUPFD_CLOEXEC, SOCK_FD + 1);
+                    children.0[slot] = Child { pid, status: kept };
+                }
+            }
+            (None, Some(slot)) => match libc::fork() {
                 0 => {
                     libc::close(SOCK_FD);
                     libc::close(sigfd);
@@ -817,32 +876,31 @@ unsafe fn serve_request(
                 }
                 -1 => write_record(started, 0, errno()),
                 pid => children.0[slot] = Child { pid, status: -1 },
-            }
+            },
         }
         mapped.unmap();
     }
 }
 
-/// Starts bash in its cgroup, in a session of its own, as our child; reports `(pid, 0)` or
-/// `(pid or 0, error code)` on `started` (the status pipe). Returns bash's pid if it runs.
+/// Starts bash in its cgroup (open as `cgroup_dir`), in a session of its own, as our child;
+/// reports `(pid, 0)` or `(pid or 0, error code)` on `started` (the status pipe). Returns bash's
+/// pid if it runs.
 unsafe fn start_direct(
     request: &Mapped<'_>,
     stdout: c_int,
     stderr: c_int,
     started: c_int,
+    cgroup_dir: c_int,
     me: pid_t,
+    scratch: &Scratch,
 ) -> Option<pid_t> {
     unsafe {
-        let mut errors = [0 as c_int; 2];
-        if libc::pipe2(errors.as_mut_ptr(), libc::O_CLOEXEC) < 0 {
-            write_record(started, 0, errno());
-            return None;
-        }
-        let [errors_r, errors_w] = errors;
         let mut child = BashChild {
             stdout,
             stderr,
-            errors: errors_w,
+            errors: -1,
+            failed: 0,
+            stack: scratch.stack,
             parent: me,
             new_session: true,
             workdir: request.workdir,
@@ -851,41 +909,21 @@ unsafe fn start_direct(
             envp: request.envp,
             joined_late: None,
         };
-        let started_bash = start_bash(
-            &mut child,
-            request.cgroup.map(|c| c.dir),
-            request.cgroup_procs,
-        );
-        libc::close(errors_w);
-        let result = match started_bash {
+        match start_bash(&mut child, Some(cgroup_dir), request.cgroup_procs) {
+            Ok(pid) if child.failed != 0 => {
+                // Bash exits 127 and is reaped as an orphan would be.
+                write_record(started, pid, child.failed);
+                None
+            }
             Ok(pid) => {
-                // End of file: bash's exec closed the last copy. Otherwise its error code.
-                let mut word = [0u8; 4];
-                let mut got = 0;
-                while got < 4 {
-                    let n = libc::read(errors_r, word[got..].as_mut_ptr().cast(), 4 - got);
-                    if n > 0 {
-                        got += n as usize;
-                    } else if n == 0 || errno() != libc::EINTR {
-                        break;
-                    }
-                }
-                if got == 4 {
-                    // Bash exits 127 and is reaped as an orphan would be.
-                    write_record(started, pid, c_int::from_ne_bytes(word));
-                    None
-                } else {
-                    write_record(started, pid, 0);
-                    Some(pid)
-                }
+                write_record(started, pid, 0);
+                Some(pid)
             }
             Err(err) => {
                 write_record(started, 0, err);
                 None
             }
-        };
-        libc::close(errors_r);
-        result
+        }
     }
 }
 
