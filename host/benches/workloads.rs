@@ -15,8 +15,11 @@ use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_dsh-host");
 
+/// Calls in a row on one side of the spawn comparison.
+const BLOCK: usize = 20;
+
 struct Scale {
-    spawn_calls: usize,
+    /// Blocks of [`BLOCK`] calls on each side of the spawn comparison.
     rounds: usize,
     big_output: &'static str,
     background_tasks: usize,
@@ -24,15 +27,13 @@ struct Scale {
 }
 
 const FULL: Scale = Scale {
-    spawn_calls: 100,
-    rounds: 5,
+    rounds: 50,
     big_output: "1G",
     background_tasks: 100,
     process_runs: 30,
 };
 
 const SMOKE: Scale = Scale {
-    spawn_calls: 2,
     rounds: 1,
     big_output: "1M",
     background_tasks: 3,
@@ -126,22 +127,30 @@ fn median(mut xs: Vec<Duration>) -> Duration {
     xs[xs.len() / 2]
 }
 
-/// `bash` with `true` through `dsh-host mcp`, against `bash -c true` spawned directly.
+/// `bash` with `true` through `dsh-host mcp`, against `bash -c true` spawned directly: by Python's
+/// `subprocess.run` (the floor the goal names) and by Rust's `std::process::Command`.
 fn spawn_overhead(scale: &Scale, cache: &Path, report: &mut Report) {
     let mut server = McpServer::start(cache, &[]);
-    let (mut native, mut mcp) = (Vec::new(), Vec::new());
-    // Interleaved rounds, so that drift in machine load hits both sides alike.
+    let mut python = PythonSpawner::start();
+    let (mut rust, mut py, mut mcp) = (Vec::new(), Vec::new(), Vec::new());
+    // Short blocks of each in turn: drift in machine load hits every side alike, while each
+    // block runs warm, as calls in a row do.
     for _ in 0..scale.rounds {
-        for _ in 0..scale.spawn_calls {
+        for _ in 0..BLOCK {
             let t = Instant::now();
             let status = Command::new("bash")
                 .args(["-c", "true"])
                 .status()
                 .expect("bash runs");
-            native.push(t.elapsed());
+            rust.push(t.elapsed());
             assert!(status.success());
         }
-        for _ in 0..scale.spawn_calls {
+        if let Some(python) = python.as_mut() {
+            for _ in 0..BLOCK {
+                py.push(python.run());
+            }
+        }
+        for _ in 0..BLOCK {
             let t = Instant::now();
             let r = server.call(
                 "bash",
@@ -152,12 +161,71 @@ fn spawn_overhead(scale: &Scale, cache: &Path, report: &mut Report) {
         }
     }
     server.stop();
+    let mcp = median(mcp);
+    if !py.is_empty() {
+        report.ratio(
+            "`bash` true via MCP ÷ `bash -c true` by Python `subprocess.run`",
+            mcp,
+            median(py),
+            1.15,
+        );
+    }
     report.ratio(
-        "`bash` true via MCP ÷ `bash -c true`",
-        median(mcp),
-        median(native),
+        "`bash` true via MCP ÷ `bash -c true` by Rust `Command::status`",
+        mcp,
+        median(rust),
         1.15,
     );
+}
+
+/// A Python process that runs `bash -c true` with `subprocess.run` on request and reports how
+/// long that took, timed inside Python.
+struct PythonSpawner {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl PythonSpawner {
+    const SCRIPT: &str = "\
+import subprocess, sys, time
+for _ in sys.stdin:
+    t = time.perf_counter()
+    subprocess.run(['bash', '-c', 'true'], check=True)
+    print(time.perf_counter() - t, flush=True)
+";
+
+    /// None where there is no `python3`.
+    fn start() -> Option<Self> {
+        let mut child = Command::new("python3")
+            .args(["-c", Self::SCRIPT])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .ok()?;
+        let stdin = child.stdin.take()?;
+        let stdout = BufReader::new(child.stdout.take()?);
+        Some(Self {
+            child,
+            stdin,
+            stdout,
+        })
+    }
+
+    fn run(&mut self) -> Duration {
+        self.stdin.write_all(b"\n").expect("python reads");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("python answers");
+        let secs: f64 = line.trim().parse().expect("python prints seconds");
+        Duration::from_secs_f64(secs)
+    }
+}
+
+impl Drop for PythonSpawner {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// One foreground call printing a lot, against the same bytes through a pipe into `cat`.
