@@ -96,7 +96,8 @@ both_modes!(
     shutdown_leaves_nothing_of_any_escape_route,
     a_background_child_does_not_hold_the_call,
     the_host_is_not_a_target,
-    a_killed_supervisor_loses_nothing,
+    a_killed_parent_loses_nothing,
+    a_stopped_parent_stalls_nothing,
     containment_is_reported_and_commands_run_inside_it,
 );
 
@@ -592,14 +593,17 @@ async fn the_host_is_not_a_target(mode: Mode) {
     assert_eq!((r.stdout.text.as_str(), r.exit_code), ("ok\n", Some(0)));
 }
 
-/// A command SIGKILLs its own supervisor (`kill -9 $PPID`): bash dies with it, and what it left
-/// behind is still found, stopped and counted. In cgroup mode that holds even for a `setsid`
-/// child; in subreaper mode for what stayed in the command's session.
-async fn a_killed_supervisor_loses_nothing(mode: Mode) {
-    let Some(h) = harness(mode, |_| {}) else {
+/// A command SIGKILLs its parent (`kill -9 $PPID`: its supervisor, or in cgroup mode the
+/// spawner): bash dies with it, and what it left behind is still found, stopped and counted. In
+/// cgroup mode that holds even for a `setsid` child, and for a background task whose bash had the
+/// same parent; in subreaper mode for what stayed in the command's session. The next command
+/// runs (in cgroup mode under a new spawner).
+async fn a_killed_parent_loses_nothing(mode: Mode) {
+    let Some(mut h) = harness(mode, |_| {}) else {
         return;
     };
     let d = h.dir().to_str().unwrap().to_string();
+    let background = h.start(&format!("sleep 30 & echo $! > {d}/background; wait"));
     let mut command =
         format!("( sleep 30 & echo $! > {d}/orphan ); sleep 30 & echo $! > {d}/child; ");
     let mut files = vec!["orphan", "child"];
@@ -615,11 +619,39 @@ async fn a_killed_supervisor_loses_nothing(mode: Mode) {
         let pid = read_pid(&h.dir().join(f)).unwrap();
         assert!(!survives(pid), "{mode:?} mode: {f} (pid {pid}) survived");
     }
-    // The supervisor's end stands for bash's.
+    // The parent's end stands for bash's.
     assert_eq!(r.signal.as_deref(), Some("SIGKILL"));
     assert_eq!(r.leftover_processes as usize, files.len());
+    if mode == Mode::Cgroup {
+        // The background task's bash had the same parent: it ended too, and its child with it.
+        let done = h.next_event().await;
+        assert_eq!(
+            (done.id.as_str(), done.signal.as_deref()),
+            (background.id.as_str(), Some("SIGKILL"))
+        );
+        let pid = read_pid(&h.dir().join("background")).unwrap();
+        assert!(!survives(pid), "the background task's child survived");
+    }
     h.assert_no_command_cgroups();
     assert_eq!(h.run("echo ok").await.stdout.text, "ok\n");
+    if mode == Mode::Subreaper {
+        assert_eq!(h.exec.kill(&background.id), Ok(true));
+        h.next_event().await;
+    }
+}
+
+/// A command stops its parent (`kill -STOP $PPID`: in cgroup mode the spawner every command
+/// starts through): the next command still starts and runs.
+async fn a_stopped_parent_stalls_nothing(mode: Mode) {
+    let Some(h) = harness(mode, |_| {}) else {
+        return;
+    };
+    let started = Instant::now();
+    let r = h.run("kill -STOP $PPID; echo stopped").await;
+    assert_eq!(r.stdout.text, "stopped\n");
+    let r = h.run("echo next").await;
+    assert_eq!((r.stdout.text.as_str(), r.exit_code), ("next\n", Some(0)));
+    assert!(started.elapsed() < PROMPT, "{:?}", started.elapsed());
 }
 
 /// The mode is reported as the CLI shows it; in cgroup mode each command runs in its own cgroup

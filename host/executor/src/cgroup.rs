@@ -3,8 +3,9 @@
 //! Layout: `<cgroup2 mount><the host's own cgroup>/dsh-<host pid>-<12 hex>/cmd-<n>`. The parent
 //! (the executor's root) is created when the executor is built, after which a probe moves a forked
 //! child into a test cgroup, kills it through `cgroup.kill` and waits for `populated 0`; any failure
-//! means subreaper containment instead, with the reason. A command's `bash` joins its cgroup in the
-//! forked child before `exec` (see [`crate::spawn`]), so nothing of the command runs outside it.
+//! means subreaper containment instead, with the reason. A command's `bash` starts inside its
+//! cgroup (`clone3(CLONE_INTO_CGROUP)`, see [`crate::zygote`]; where that is unavailable it joins
+//! before `exec`), so nothing of the command runs outside it.
 //! No controller is ever enabled, so the "no internal processes" rule does not apply and the host
 //! may stay in its own cgroup, the parent of the root.
 //!

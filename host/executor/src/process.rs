@@ -1,16 +1,19 @@
 //! A running command's process tree, seen from the host: who is in it, how to stop it, and when
 //! it is gone.
 //!
-//! The tree is every descendant of the command's supervisor. Because the supervisor is a child
+//! The tree's root (`pid`) is bash itself in cgroup mode, started directly by the spawner: the
+//! command's cgroup holds every process of the command, orphans included, and the tree is gone
+//! once bash was reaped and the cgroup is unpopulated.
+//!
+//! In subreaper mode the root is the command's supervisor. Because the supervisor is a child
 //! subreaper, orphans (double forks, `setsid` daemons) are re-parented to it and stay in the tree;
 //! the process group is only where the tree starts. The supervisor exits when no descendant is
-//! left, so its exit is normally the moment the tree is gone.
+//! left, so its exit is normally the moment the tree is gone. What can outlive the supervisor is
+//! what it lost when the command killed it (`kill -9 $PPID`): orphans then go to init; the host
+//! still finds those that stayed in the supervisor's session (a session id is not reused while
+//! the session has members).
 //!
-//! What can outlive the supervisor is what it lost when the command killed it (`kill -9 $PPID`):
-//! orphans then go to init. In cgroup mode they are still in the command's cgroup, which is part
-//! of the tree, killed with `cgroup.kill`, and the tree is gone only once the cgroup is
-//! unpopulated. In subreaper mode the host still finds those that stayed in the supervisor's
-//! session (a session id is not reused while the session has members).
+//! Below, "supervisor" names the root either way: the root leads the session and process group.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;

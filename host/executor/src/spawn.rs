@@ -1,8 +1,9 @@
-//! Starting a command: `bash -c <command>` under a supervisor in a new session, stdin
-//! `/dev/null`, stdout and stderr on separate pipes, and a status pipe for bash's wait status.
+//! Starting a command: `bash -c <command>` in a new session, stdin `/dev/null`, stdout and stderr
+//! on separate pipes, and a status pipe for bash's wait status.
 //!
-//! Normally the supervisor is forked by the spawner ([`spawn_via`], see [`crate::zygote`]);
-//! [`spawn`] is the fallback where the host has no spawner, and forks the supervisor itself.
+//! Normally the spawner starts it ([`spawn_via`], see [`crate::zygote`]): directly in cgroup mode,
+//! under a supervisor otherwise. [`spawn`] is the fallback where the host has no spawner, and
+//! forks the supervisor itself.
 //!
 //! Process layout of [`spawn`]: host → supervisor (session and group leader, child subreaper; see
 //! [`crate::supervisor`]) → bash. Both are created by the one `fork` std performs plus a second
@@ -16,6 +17,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 use tokio::process::{ChildStderr, ChildStdout};
@@ -23,6 +25,9 @@ use tokio::sync::oneshot;
 
 use crate::cgroup::TaskCgroup;
 use crate::process::{Exit, ProcTree};
+
+/// How often a start that waits for its status continues the process that reports it.
+const RESUME_SPAWNER: Duration = Duration::from_secs(1);
 
 /// A started command.
 pub(crate) struct Spawned {
@@ -166,6 +171,20 @@ pub(crate) fn spawn(
     }
 }
 
+/// Reads one word from the status pipe (none at its end), calling `resume` every
+/// [`RESUME_SPAWNER`] meanwhile.
+async fn read_word(pipe: &mut ChildStdout, resume: impl Fn()) -> Option<i32> {
+    let mut raw = [0u8; 4];
+    let read = pipe.read_exact(&mut raw);
+    tokio::pin!(read);
+    loop {
+        tokio::select! {
+            read = &mut read => return read.ok().map(|_| i32::from_ne_bytes(raw)),
+            () = tokio::time::sleep(RESUME_SPAWNER) => resume(),
+        }
+    }
+}
+
 /// A close-on-exec pipe whose ends are at fd 3 or above, so that the supervisor's stdio setup
 /// cannot clobber them.
 fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -208,12 +227,13 @@ pub(crate) fn spawn_via(
     let mut status = ChildStdout::from_std(std::process::ChildStdout::from(started.status))?;
     let Some(exit) = started.exit else {
         // Direct: the spawner writes bash's wait status to the status pipe once it reaped it.
-        // Without it, the spawner died (SIGKILLed by a command), and bash with it.
+        // Without it, the spawner died (SIGKILLed by a command), and bash with it. A stopped
+        // spawner (`kill -STOP $PPID`) reaps nothing: it is continued now and then meanwhile.
+        let spawner = zygote.clone();
         let exit = async move {
-            let mut raw = [0u8; 4];
-            match status.read_exact(&mut raw).await {
-                Ok(_) => Exit::from_wait_status(i32::from_ne_bytes(raw)),
-                Err(_) => Exit {
+            match read_word(&mut status, || spawner.resume()).await {
+                Some(status) => Exit::from_wait_status(status),
+                None => Exit {
                     code: None,
                     signal: Some(libc::SIGKILL),
                 },
@@ -238,14 +258,19 @@ pub(crate) fn spawn_via(
     let (leader_tx, leader_rx) = oneshot::channel();
     // The status pipe carries bash's wait status, then the supervisor's word that its tree is
     // empty: the tree need not wait for the spawner to reap and report the supervisor.
+    // A stopped supervisor (`kill -STOP $PPID`) reports nothing: it is continued now and then
+    // meanwhile (its pid is its own until the spawner reports it reaped, which ends the wait).
+    let supervisor = started.pid;
+    let resume = move || {
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(supervisor, libc::SIGCONT) };
+    };
     let tree_empty = async move {
-        let mut raw = [0u8; 4];
-        if status.read_exact(&mut raw).await.is_err() {
+        let Some(leader) = read_word(&mut status, resume).await else {
             return false;
-        }
-        let _ = leader_tx.send(i32::from_ne_bytes(raw));
-        status.read_exact(&mut raw).await.is_ok()
-            && i32::from_ne_bytes(raw) == crate::supervisor::TREE_EMPTY
+        };
+        let _ = leader_tx.send(leader);
+        read_word(&mut status, resume).await == Some(crate::supervisor::TREE_EMPTY)
     };
     let tree = ProcTree::watch_pid(
         started.pid,

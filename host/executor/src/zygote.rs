@@ -256,10 +256,7 @@ impl Zygote {
         let payload: &[u8] = if memfd.is_some() { &[0] } else { &request };
         send_request(self.sock.as_raw_fd(), payload, &fds)?;
         drop((stdout_w, stderr_w, status_w, memfd));
-        // A command may have stopped the spawner (it is the `$PPID` of direct starts): it must
-        // not stall the next one.
-        // SAFETY: plain kill(2) on the spawner, which is alive while its socket is.
-        unsafe { libc::kill(self.pid, libc::SIGCONT) };
+        self.resume();
         let mut word = [0u8; 4];
         let (pid, exit) = match started {
             None => {
@@ -296,6 +293,24 @@ impl Zygote {
             stderr: stderr_r,
             status: status_r,
         })
+    }
+}
+
+impl Zygote {
+    /// Continues the spawner, should a command have stopped it (it is the `$PPID` of direct
+    /// starts): before each start, and now and then while a direct start waits for its status.
+    pub(crate) fn resume(&self) {
+        if self
+            .waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .closed
+        {
+            // Gone: its pid may belong to another process by now.
+            return;
+        }
+        // SAFETY: plain kill(2) on the spawner, which is alive while its socket is.
+        unsafe { libc::kill(self.pid, libc::SIGCONT) };
     }
 }
 
