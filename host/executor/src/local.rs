@@ -159,52 +159,23 @@ impl LocalExecutor {
     /// falls back to subreaper tracking, with a warning.
     fn spawn(&self, program: &OsStr, spec: &Spec) -> std::io::Result<Spawned> {
         let start = |cgroup: Option<cgroup::TaskCgroup>| {
-            let workdir = Path::new(&spec.workdir);
-            if let Some(spawner) = self.spawner() {
-                match spawn::spawn_via(
-                    &spawner,
-                    program,
-                    &spec.command,
-                    workdir,
-                    &self.shared.child_env,
-                    cgroup,
-                ) {
-                    Err(err) if crate::zygote::spawner_gone(&err) => {
-                        tracing::warn!(%err, "the spawner process is gone; starting another");
-                        self.replace_spawner(&spawner);
+            let with_cgroup = cgroup.is_some();
+            let spawner = self.spawner();
+            match self.start_once(spawner.as_ref(), program, spec, cgroup) {
+                Err(err) if crate::zygote::spawner_gone(&err) && spawner.is_some() => {
+                    tracing::warn!(%err, "the spawner process is gone; starting another");
+                    if let Some(dead) = &spawner {
+                        self.replace_spawner(dead);
                     }
-                    started => return started,
+                    // The cgroup went with the failed attempt.
+                    let cgroup = match &self.shared.cgroups {
+                        Some(root) if with_cgroup => root.create_task().ok(),
+                        _ => None,
+                    };
+                    self.start_once(self.spawner().as_ref(), program, spec, cgroup)
                 }
-                // The cgroup went with the failed attempt.
-                let cgroup = match &self.shared.cgroups {
-                    Some(root) => root.create_task().ok(),
-                    None => None,
-                };
-                if let Some(spawner) = self.spawner() {
-                    return spawn::spawn_via(
-                        &spawner,
-                        program,
-                        &spec.command,
-                        workdir,
-                        &self.shared.child_env,
-                        cgroup,
-                    );
-                }
-                return spawn::spawn(
-                    program,
-                    &spec.command,
-                    workdir,
-                    &self.shared.child_env,
-                    None,
-                );
+                started => started,
             }
-            spawn::spawn(
-                program,
-                &spec.command,
-                workdir,
-                &self.shared.child_env,
-                cgroup,
-            )
         };
         let Some(root) = &self.shared.cgroups else {
             return start(None);
@@ -225,6 +196,24 @@ impl LocalExecutor {
                 None => Err(err),
             },
             started => started,
+        }
+    }
+
+    /// One attempt at starting: through `spawner`, or where there is none by forking a
+    /// supervisor from the host.
+    fn start_once(
+        &self,
+        spawner: Option<&Arc<Zygote>>,
+        program: &OsStr,
+        spec: &Spec,
+        cgroup: Option<cgroup::TaskCgroup>,
+    ) -> std::io::Result<Spawned> {
+        let (workdir, env) = (Path::new(&spec.workdir), &self.shared.child_env);
+        match spawner {
+            Some(spawner) => {
+                spawn::spawn_via(spawner, program, &spec.command, workdir, env, cgroup)
+            }
+            None => spawn::spawn(program, &spec.command, workdir, env, cgroup),
         }
     }
 

@@ -465,21 +465,27 @@ unsafe fn vfork_bash(child: &mut BashChild<'_>, cgroup_fd: Option<c_int>) -> pid
 
 /// A stack for bash's side of [`vfork_bash`]; null if none can be mapped.
 pub(crate) fn child_stack() -> *mut libc::c_void {
-    // SAFETY: an anonymous private mapping.
-    let stack = unsafe {
+    map_anonymous(CHILD_STACK, libc::MAP_STACK)
+}
+
+/// `len` bytes of fresh zeroed read-write memory (an anonymous private mapping, with `flags`
+/// added); null if none can be mapped. Async-signal-safe, unlike allocation.
+pub(crate) fn map_anonymous(len: usize, flags: c_int) -> *mut libc::c_void {
+    // SAFETY: an anonymous private mapping at an address of the kernel's choosing.
+    let map = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
-            CHILD_STACK,
+            len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
             -1,
             0,
         )
     };
-    if stack == libc::MAP_FAILED {
+    if map == libc::MAP_FAILED {
         std::ptr::null_mut()
     } else {
-        stack
+        map
     }
 }
 

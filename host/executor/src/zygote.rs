@@ -50,7 +50,9 @@ use libc::{c_int, pid_t};
 use tokio::sync::oneshot;
 
 use crate::cgroup::{RootPaths, TaskCgroup};
-use crate::supervisor::{BashChild, RawCgroup, close_from, set_handler, start_bash, write_all};
+use crate::supervisor::{
+    BashChild, RawCgroup, close_from, map_anonymous, set_handler, start_bash, write_all,
+};
 
 /// Most descriptors passed with a request: stdout, stderr, status, then the start pipe
 /// (supervised starts) or the cgroup's directory (direct starts), then the memfd (large requests
@@ -484,16 +486,8 @@ struct Children(&'static mut [Child]);
 impl Children {
     unsafe fn new() -> Option<Self> {
         unsafe {
-            let size = MAX_CHILDREN * std::mem::size_of::<Child>();
-            let map = libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            if map == libc::MAP_FAILED {
+            let map = map_anonymous(MAX_CHILDREN * std::mem::size_of::<Child>(), 0);
+            if map.is_null() {
                 return None;
             }
             // Anonymous memory is zeroed: every slot is free.
@@ -528,26 +522,16 @@ struct Scratch {
 const SCRATCH_PTRS: usize = INLINE_MAX / 2;
 
 impl Scratch {
-    unsafe fn new() -> Option<Self> {
-        unsafe {
-            let stack = crate::supervisor::child_stack();
-            let size = SCRATCH_PTRS * std::mem::size_of::<*const libc::c_char>();
-            let ptrs = libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            if stack.is_null() || ptrs == libc::MAP_FAILED {
-                return None;
-            }
-            Some(Self {
-                stack,
-                ptrs: ptrs.cast(),
-            })
+    fn new() -> Option<Self> {
+        let stack = crate::supervisor::child_stack();
+        let ptrs = map_anonymous(SCRATCH_PTRS * std::mem::size_of::<*const libc::c_char>(), 0);
+        if stack.is_null() || ptrs.is_null() {
+            return None;
         }
+        Some(Self {
+            stack,
+            ptrs: ptrs.cast(),
+        })
     }
 }
 
@@ -637,15 +621,8 @@ unsafe fn parse_request(bytes: &'static [u8], scratch: &Scratch) -> Result<Mappe
             None
         } else {
             let len = slots * std::mem::size_of::<*const libc::c_char>();
-            let map = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            if map == libc::MAP_FAILED {
+            let map = map_anonymous(len, 0);
+            if map.is_null() {
                 return Err(errno());
             }
             Some((map, len))
@@ -758,15 +735,8 @@ unsafe fn serve(sock: c_int, root: Option<&RootPaths>) -> ! {
             libc::_exit(1)
         };
         // Requests up to INLINE_MAX bytes arrive here.
-        let inbox = libc::mmap(
-            std::ptr::null_mut(),
-            INLINE_MAX,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if inbox == libc::MAP_FAILED {
+        let inbox = map_anonymous(INLINE_MAX, 0);
+        if inbox.is_null() {
             libc::_exit(1);
         }
         let inbox = std::slice::from_raw_parts_mut(inbox.cast::<u8>(), INLINE_MAX);
