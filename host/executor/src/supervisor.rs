@@ -350,14 +350,29 @@ pub(crate) struct BashChild<'a> {
 /// no writes to shared data.
 extern "C" fn bash_child(arg: *mut libc::c_void) -> ! {
     unsafe {
-        let c = &*(arg as *const BashChild<'_>);
+        let child = arg.cast::<BashChild<'_>>();
+        // Copies of what is read; the one write goes through the pointer.
+        let BashChild {
+            stdout,
+            stderr,
+            errors,
+            parent,
+            new_session,
+            workdir,
+            program,
+            argv,
+            envp,
+            joined_late,
+            ..
+        } = *child;
+        let failed = std::ptr::addr_of_mut!((*child).failed);
         let report = |err: c_int| -> ! {
-            if c.errors >= 0 {
-                write_all(c.errors, &err.to_ne_bytes());
+            if errors >= 0 {
+                write_all(errors, &err.to_ne_bytes());
             } else {
                 // Only when sharing the parent's memory (start_bash makes sure), whose thread is
                 // suspended until we exit.
-                std::ptr::write_volatile(std::ptr::addr_of!(c.failed).cast_mut(), err);
+                failed.write_volatile(err);
             }
             libc::_exit(127);
         };
@@ -369,7 +384,7 @@ extern "C" fn bash_child(arg: *mut libc::c_void) -> ! {
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        if c.new_session && libc::setsid() < 0 {
+        if new_session && libc::setsid() < 0 {
             report(errno());
         }
         // bash: dies with its parent.
@@ -380,25 +395,25 @@ extern "C" fn bash_child(arg: *mut libc::c_void) -> ! {
             0,
             0,
         );
-        if libc::getppid() != c.parent {
+        if libc::getppid() != parent {
             libc::_exit(127);
         }
-        if libc::dup2(c.stdout, 1) < 0 || libc::dup2(c.stderr, 2) < 0 {
+        if libc::dup2(stdout, 1) < 0 || libc::dup2(stderr, 2) < 0 {
             report(errno());
         }
-        if libc::chdir(c.workdir.as_ptr()) < 0 {
+        if libc::chdir(workdir.as_ptr()) < 0 {
             report(errno());
         }
         // Into the command's cgroup before the first instruction of the command.
-        if let Some(procs) = c.joined_late
+        if let Some(procs) = joined_late
             && let Err(err) = cgroup::join(procs)
         {
             report(cgroup::JOIN_ERROR_BASE + err);
         }
-        if c.program.to_bytes().contains(&b'/') {
-            libc::execve(c.program.as_ptr(), c.argv, c.envp);
+        if program.to_bytes().contains(&b'/') {
+            libc::execve(program.as_ptr(), argv, envp);
         } else {
-            libc::execvpe(c.program.as_ptr(), c.argv, c.envp);
+            libc::execvpe(program.as_ptr(), argv, envp);
         }
         report(errno())
     }
