@@ -303,6 +303,29 @@ async fn runs_bash_with_separate_streams_and_exit_code() {
     assert_eq!(r.leftover_processes, 0);
 }
 
+/// Commands (and so the requests that start them) of any size start, in either containment: a
+/// small one travels inside the spawner's message, a large one in a memfd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_of_any_size_run() {
+    for containment in [
+        ContainmentPreference::Auto,
+        ContainmentPreference::Subreaper,
+    ] {
+        let h = harness(|c| c.containment = containment);
+        // (One argument of `bash -c` holds at most 128 KiB, the kernel's limit.)
+        for size in [10, 30_000, 40_000, 120_000] {
+            // A comment of `size` bytes, then a command that proves the whole text arrived.
+            let command = format!("# {}\necho {size}", "x".repeat(size));
+            let r = h.run(&command).await;
+            assert_eq!(
+                (r.stdout.text.as_str(), r.exit_code),
+                (format!("{size}\n").as_str(), Some(0)),
+                "{containment:?}, {size} bytes"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_in_the_requested_workdir_in_a_new_session() {
     let h = harness(|_| {});
