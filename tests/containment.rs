@@ -643,7 +643,7 @@ async fn a_killed_parent_loses_nothing(mode: Mode) {
 /// A command stops its parent (`kill -STOP $PPID`: in cgroup mode the spawner every command
 /// starts through): the next command still starts and runs.
 async fn a_stopped_parent_stalls_nothing(mode: Mode) {
-    let Some(h) = harness(mode, |_| {}) else {
+    let Some(mut h) = harness(mode, |_| {}) else {
         return;
     };
     let started = Instant::now();
@@ -651,7 +651,49 @@ async fn a_stopped_parent_stalls_nothing(mode: Mode) {
     assert_eq!(r.stdout.text, "stopped\n");
     let r = h.run("echo next").await;
     assert_eq!((r.stdout.text.as_str(), r.exit_code), ("next\n", Some(0)));
+    // And while a task keeps stopping it, other commands start.
+    h.start("for i in $(seq 100); do kill -STOP $PPID; sleep 0.005; done");
+    for i in 0..20 {
+        let r = h.run(&format!("echo {i}")).await;
+        assert_eq!(r.stdout.text, format!("{i}\n"));
+    }
+    h.next_event().await;
     assert!(started.elapsed() < PROMPT, "{:?}", started.elapsed());
+}
+
+/// As `a_stopped_parent_stalls_nothing`, on a single-threaded runtime (as `dsh-host` runs): a
+/// start that waits for a spawner stopped meanwhile must continue it itself, as no other thread
+/// is there to (the kernel continues a stopped spawner only when one of its children exits, and
+/// these long commands do not). A start that hangs fails the test through a watchdog thread.
+#[tokio::test(flavor = "current_thread")]
+async fn a_stopped_spawner_does_not_block_a_single_threaded_host() {
+    let Some(h) = harness(Mode::Cgroup, |c| c.max_tasks = 32) else {
+        return;
+    };
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watched = done.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(30));
+        if !watched.load(std::sync::atomic::Ordering::SeqCst) {
+            eprintln!("a start blocked on a stopped spawner");
+            std::process::abort();
+        }
+    });
+    let go = h.dir().join("go");
+    h.start(&format!(
+        "touch {}; for i in $(seq 200000); do kill -STOP $PPID; done",
+        go.display()
+    ));
+    while !go.exists() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    for _ in 0..20 {
+        let started = Instant::now();
+        h.start("sleep 60");
+        assert!(started.elapsed() < PROMPT, "{:?}", started.elapsed());
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    h.exec.shutdown().await;
 }
 
 /// The mode is reported as the CLI shows it; in cgroup mode each command runs in its own cgroup

@@ -58,6 +58,8 @@ use crate::supervisor::{
 /// (supervised starts) or the cgroup's directory (direct starts), then the memfd (large requests
 /// only).
 const REQUEST_FDS: usize = 5;
+/// How long an answer from the spawner may take before it is continued (it may be stopped).
+const ANSWER_PATIENCE_MS: c_int = 100;
 /// Largest request sent in the message itself; larger ones go in a memfd.
 const INLINE_MAX: usize = 32 * 1024;
 /// How long an early exit status waits for its supervisor to be registered.
@@ -263,9 +265,9 @@ impl Zygote {
         let (pid, exit) = match started {
             None => {
                 // Direct: bash's pid, then 0 or an error code, on the status pipe.
-                read_exact(status_r.as_raw_fd(), &mut word)?;
+                self.read_answer(status_r.as_raw_fd(), &mut word)?;
                 let pid = pid_t::from_ne_bytes(word);
-                read_exact(status_r.as_raw_fd(), &mut word)?;
+                self.read_answer(status_r.as_raw_fd(), &mut word)?;
                 let err = c_int::from_ne_bytes(word);
                 if err != 0 {
                     return Err(io::Error::from_raw_os_error(err));
@@ -274,12 +276,12 @@ impl Zygote {
             }
             Some((started_r, started_w)) => {
                 drop(started_w);
-                read_exact(started_r.as_raw_fd(), &mut word)?;
+                self.read_answer(started_r.as_raw_fd(), &mut word)?;
                 let pid = pid_t::from_ne_bytes(word);
                 let exit = (pid > 0).then(|| self.register(pid));
                 // End of file once bash's exec closed the last copy of the write end; a code
                 // otherwise.
-                if read_exact(started_r.as_raw_fd(), &mut word).is_ok() {
+                if self.read_answer(started_r.as_raw_fd(), &mut word).is_ok() {
                     return Err(io::Error::from_raw_os_error(c_int::from_ne_bytes(word)));
                 }
                 (pid, exit)
@@ -299,6 +301,25 @@ impl Zygote {
 }
 
 impl Zygote {
+    /// Reads the spawner's answer to a start. A command could stop the spawner meanwhile: it is
+    /// continued whenever the answer is late.
+    fn read_answer(&self, fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
+        loop {
+            let mut poll = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: poll on one descriptor we own.
+            match unsafe { libc::poll(&mut poll, 1, ANSWER_PATIENCE_MS) } {
+                0 => self.resume(),
+                n if n < 0 && errno() != libc::EINTR => return Err(io::Error::last_os_error()),
+                n if n < 0 => {}
+                _ => return read_exact(fd, buf),
+            }
+        }
+    }
+
     /// Continues the spawner, should a command have stopped it (it is the `$PPID` of direct
     /// starts): before each start, and now and then while a direct start waits for its status.
     pub(crate) fn resume(&self) {
@@ -318,8 +339,9 @@ impl Zygote {
 
 impl Drop for Zygote {
     fn drop(&mut self) {
-        // SAFETY: shutting down our socket ends the spawner (and the reader).
+        // SAFETY: shutting down our socket ends the spawner (and the reader), once it runs.
         unsafe { libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR) };
+        self.resume();
         if let Some(reader) = self.reader.take() {
             let _ = reader.join();
         }
