@@ -864,12 +864,18 @@ unsafe fn serve_request(
         match (direct, children.free_slot()) {
             (_, None) => write_record(started, 0, libc::EAGAIN),
             (Some(cgroup_dir), Some(slot)) => {
-                if let Some(pid) =
-                    start_direct(&mapped, stdout, stderr, status, cgroup_dir, me, scratch)
-                {
-                    // Kept until bash is reaped: its wait status goes there.
-                    let kept = libc::fcntl(status, libc::F_DUPFD_CLOEXEC, SOCK_FD + 1);
-                    children.0[slot] = Child { pid, status: kept };
+                // Kept until bash is reaped: its wait status goes there. Taken first, so that
+                // a bash that runs always has somewhere to report to.
+                let kept = libc::fcntl(status, libc::F_DUPFD_CLOEXEC, SOCK_FD + 1);
+                if kept < 0 {
+                    write_record(started, 0, errno());
+                } else {
+                    match start_direct(&mapped, stdout, stderr, status, cgroup_dir, me, scratch) {
+                        Some(pid) => children.0[slot] = Child { pid, status: kept },
+                        None => {
+                            libc::close(kept);
+                        }
+                    }
                 }
             }
             (None, Some(slot)) => match libc::fork() {
