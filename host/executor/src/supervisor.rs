@@ -93,6 +93,7 @@ pub(crate) unsafe fn supervise(
             libc::SIGUSR1,
             libc::SIGUSR2,
             libc::SIGALRM,
+            libc::SIGCONT,
         ] {
             set_handler(sig, wake as extern "C" fn(c_int) as libc::sighandler_t);
         }
@@ -103,9 +104,10 @@ pub(crate) unsafe fn supervise(
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
         // Also fires when the host *thread* that forked us exits, hence the parent re-check.
+        // SIGCONT, so that it also reaches a supervisor a command stopped (`kill -STOP $PPID`).
         libc::prctl(
             libc::PR_SET_PDEATHSIG,
-            libc::SIGTERM as libc::c_ulong,
+            libc::SIGCONT as libc::c_ulong,
             0,
             0,
             0,

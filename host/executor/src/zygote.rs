@@ -28,7 +28,8 @@
 //! - spawner → host: `(pid, wait status)` of every supervisor it reaps; a thread in the host
 //!   hands them to the waiting [`crate::process::ProcTree`].
 //!
-//! The spawner is forked twice, so it is no child of the host. Host death: the spawner sees the
+//! The spawner is the host's child, with SIGCONT as its parent-death signal (a command may have
+//! stopped it), and is reaped by the host once its socket closed. Host death: the spawner sees the
 //! socket's end of file; in cgroup mode it kills the executor's whole cgroup subtree
 //! (`cgroup.kill` on the root), waits until it is empty and removes it; supervisors get their
 //! parent-death signal and kill their trees. Dropping the [`Zygote`] (after every tree holding it)
@@ -80,10 +81,10 @@ struct Waiters {
 /// The host's handle on its spawner.
 pub(crate) struct Zygote {
     sock: OwnedFd,
-    /// The spawner's pid.
+    /// The spawner's pid; its own until `waiters.closed` is set, as only after that is the
+    /// spawner reaped.
     pid: pid_t,
     waiters: Arc<Mutex<Waiters>>,
-    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Zygote {
@@ -140,65 +141,46 @@ impl Zygote {
         // SAFETY: fresh descriptors.
         let (ours, theirs) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        // The middle process tells the spawner's pid through this pipe.
-        let (pid_r, pid_w) = cloexec_pipe()?;
-        // Forked twice, so that the spawner is no child of the host (whose children are only
-        // ever its commands' supervisors, and which need not reap it): the middle process exits
-        // at once, and the spawner is adopted by init (or the nearest subreaper).
-        // SAFETY: the children only make async-signal-safe calls (fork, _exit, and `serve`,
+        // The spawner is the host's child, so that the kernel continues it when the host dies
+        // (its parent-death signal is SIGCONT): a command may have stopped it (it is the `$PPID`
+        // of direct starts), and only a running spawner sees the host's socket close and cleans
+        // up. The host reaps it once its socket closed (see `read_exits`).
+        // SAFETY: the child only makes async-signal-safe calls (prctl, getppid, and `serve`,
         // which never returns).
-        let middle = unsafe { libc::fork() };
-        if middle < 0 {
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
             return Err(io::Error::last_os_error());
         }
-        if middle == 0 {
+        if pid == 0 {
             unsafe {
-                match libc::fork() {
-                    0 => serve(theirs.as_raw_fd(), root),
-                    -1 => libc::_exit(1),
-                    spawner => {
-                        crate::supervisor::write_all(pid_w.as_raw_fd(), &spawner.to_ne_bytes());
-                        libc::_exit(0)
-                    }
-                }
+                libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGCONT as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                );
+                // Should the host have died before the prctl, the socket's end of file says so.
+                serve(theirs.as_raw_fd(), root)
             }
         }
         drop(theirs);
-        drop(pid_w);
-        let mut status: c_int = 0;
-        loop {
-            // SAFETY: reaping our own child.
-            let r = unsafe { libc::waitpid(middle, &mut status, 0) };
-            if r >= 0 || errno() != libc::EINTR {
-                break;
-            }
-        }
-        let mut word = [0u8; 4];
-        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0)
-            || read_exact(pid_r.as_raw_fd(), &mut word).is_err()
-        {
-            return Err(io::Error::other("cannot fork the spawner process"));
-        }
-        let pid = pid_t::from_ne_bytes(word);
         let waiters = Arc::new(Mutex::new(Waiters::default()));
         let reader_fd = ours.as_raw_fd();
         let reader_waiters = waiters.clone();
         let reader = std::thread::Builder::new()
             .name("dsh-spawner".to_string())
-            .spawn(move || read_exits(reader_fd, &reader_waiters));
-        let reader = match reader {
-            Ok(reader) => reader,
-            Err(err) => {
-                // SAFETY: shutting down our socket ends the spawner.
-                unsafe { libc::shutdown(ours.as_raw_fd(), libc::SHUT_RDWR) };
-                return Err(err);
-            }
-        };
+            .spawn(move || read_exits(reader_fd, pid, &reader_waiters));
+        if let Err(err) = reader {
+            // SAFETY: shutting down our socket ends the spawner, which is then reaped here.
+            unsafe { libc::shutdown(ours.as_raw_fd(), libc::SHUT_RDWR) };
+            reap_spawner(pid);
+            return Err(err);
+        }
         Ok(Arc::new(Self {
             sock: ours,
             pid,
             waiters,
-            reader: Some(reader),
         }))
     }
 
@@ -323,27 +305,37 @@ impl Zygote {
     /// Continues the spawner, should a command have stopped it (it is the `$PPID` of direct
     /// starts): before each start, and now and then while a direct start waits for its status.
     pub(crate) fn resume(&self) {
-        if self
-            .waiters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .closed
-        {
-            // Gone: its pid may belong to another process by now.
-            return;
+        let waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        if !waiters.closed {
+            // SAFETY: plain kill(2) on our unreaped child (see `pid`), under the lock that
+            // keeps it unreaped.
+            unsafe { libc::kill(self.pid, libc::SIGCONT) };
         }
-        // SAFETY: plain kill(2) on the spawner, which is alive while its socket is.
-        unsafe { libc::kill(self.pid, libc::SIGCONT) };
     }
 }
 
 impl Drop for Zygote {
     fn drop(&mut self) {
-        // SAFETY: shutting down our socket ends the spawner (and the reader), once it runs.
+        // SAFETY: shutting down our socket ends the spawner, once it runs, and the reader, which
+        // then reaps it (continuing it meanwhile, should it be stopped).
         unsafe { libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR) };
-        self.resume();
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
+    }
+}
+
+/// Reaps the spawner, our child, once its socket closed; continues it while it has not exited
+/// (a command may have stopped it before it could see the end of the socket).
+fn reap_spawner(pid: pid_t) {
+    loop {
+        let mut status: c_int = 0;
+        // SAFETY: waiting for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid || (r < 0 && errno() != libc::EINTR) {
+            return;
+        }
+        if r == 0 {
+            // SAFETY: plain kill(2) on our unreaped child.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }
@@ -409,7 +401,7 @@ fn send_request(sock: RawFd, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
 }
 
 /// The host's reader of supervisor exits.
-fn read_exits(sock: RawFd, waiters: &Mutex<Waiters>) {
+fn read_exits(sock: RawFd, spawner: pid_t, waiters: &Mutex<Waiters>) {
     loop {
         let mut buf = [0u8; 8];
         // SAFETY: reading into a local buffer.
@@ -422,6 +414,8 @@ fn read_exits(sock: RawFd, waiters: &Mutex<Waiters>) {
             waiters.closed = true;
             waiters.pending.clear();
             waiters.early.clear();
+            drop(waiters);
+            reap_spawner(spawner);
             return;
         }
         let pid = pid_t::from_ne_bytes(buf[..4].try_into().unwrap_or_default());
