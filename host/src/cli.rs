@@ -215,6 +215,29 @@ pub async fn build_host(common: &CommonArgs) -> Result<(ToolHost, Arc<LocalExecu
     Ok((host, local))
 }
 
+/// Cancels `abort` on SIGINT. The handler is in place when this returns, before the call starts:
+/// on a single-threaded runtime a spawned task would only install it once the call first waits.
+fn abort_on_interrupt(abort: CancellationToken) -> Result<tokio::task::JoinHandle<()>, CliError> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut interrupt = signal(SignalKind::interrupt()).map_err(anyhow::Error::from)?;
+        Ok(tokio::spawn(async move {
+            if interrupt.recv().await.is_some() {
+                abort.cancel();
+            }
+        }))
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                abort.cancel();
+            }
+        }))
+    }
+}
+
 /// Run the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> Result<i32, CliError> {
     let cwd = cli.common.session_cwd()?;
@@ -229,12 +252,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Call { tool, args, json } => {
             let session = host.open_session(cwd);
             let abort = CancellationToken::new();
-            let on_signal = abort.clone();
-            let watcher = tokio::spawn(async move {
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    on_signal.cancel();
-                }
-            });
+            let watcher = abort_on_interrupt(abort.clone())?;
             let result = host.call(&tool, &args, &session.caller(), abort).await;
             watcher.abort();
             if json {

@@ -259,18 +259,15 @@ pub(crate) fn spawn_via(
     // The status pipe carries bash's wait status, then the supervisor's word that its tree is
     // empty: the tree need not wait for the spawner to reap and report the supervisor.
     // A stopped supervisor (`kill -STOP $PPID`) reports nothing: it is continued now and then
-    // meanwhile (its pid is its own until the spawner reports it reaped, which ends the wait).
-    let supervisor = started.pid;
-    let resume = move || {
-        // SAFETY: plain kill(2).
-        unsafe { libc::kill(supervisor, libc::SIGCONT) };
-    };
+    // meanwhile.
+    let (supervisor, spawner) = (started.pid, zygote.clone());
+    let resume = move || spawner.resume_supervisor(supervisor);
     let tree_empty = async move {
-        let Some(leader) = read_word(&mut status, resume).await else {
+        let Some(leader) = read_word(&mut status, &resume).await else {
             return false;
         };
         let _ = leader_tx.send(leader);
-        read_word(&mut status, resume).await == Some(crate::supervisor::TREE_EMPTY)
+        read_word(&mut status, &resume).await == Some(crate::supervisor::TREE_EMPTY)
     };
     let tree = ProcTree::watch_pid(
         started.pid,

@@ -247,9 +247,9 @@ impl Zygote {
         let (pid, exit) = match started {
             None => {
                 // Direct: bash's pid, then 0 or an error code, on the status pipe.
-                self.read_answer(status_r.as_raw_fd(), &mut word)?;
+                self.read_answer(status_r.as_raw_fd(), &mut word, None)?;
                 let pid = pid_t::from_ne_bytes(word);
-                self.read_answer(status_r.as_raw_fd(), &mut word)?;
+                self.read_answer(status_r.as_raw_fd(), &mut word, None)?;
                 let err = c_int::from_ne_bytes(word);
                 if err != 0 {
                     return Err(io::Error::from_raw_os_error(err));
@@ -258,12 +258,16 @@ impl Zygote {
             }
             Some((started_r, started_w)) => {
                 drop(started_w);
-                self.read_answer(started_r.as_raw_fd(), &mut word)?;
+                self.read_answer(started_r.as_raw_fd(), &mut word, None)?;
                 let pid = pid_t::from_ne_bytes(word);
                 let exit = (pid > 0).then(|| self.register(pid));
                 // End of file once bash's exec closed the last copy of the write end; a code
                 // otherwise.
-                if self.read_answer(started_r.as_raw_fd(), &mut word).is_ok() {
+                let supervisor = (pid > 0).then_some(pid);
+                if self
+                    .read_answer(started_r.as_raw_fd(), &mut word, supervisor)
+                    .is_ok()
+                {
                     return Err(io::Error::from_raw_os_error(c_int::from_ne_bytes(word)));
                 }
                 (pid, exit)
@@ -285,7 +289,9 @@ impl Zygote {
 impl Zygote {
     /// Reads the spawner's answer to a start. A command could stop the spawner meanwhile: it is
     /// continued whenever the answer is late.
-    fn read_answer(&self, fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
+    /// The supervisor of a supervised start, once known, is continued too: the command's first
+    /// act can stop it before it finished the start.
+    fn read_answer(&self, fd: RawFd, buf: &mut [u8], supervisor: Option<pid_t>) -> io::Result<()> {
         loop {
             let mut poll = libc::pollfd {
                 fd,
@@ -294,11 +300,27 @@ impl Zygote {
             };
             // SAFETY: poll on one descriptor we own.
             match unsafe { libc::poll(&mut poll, 1, ANSWER_PATIENCE_MS) } {
-                0 => self.resume(),
+                0 => {
+                    self.resume();
+                    if let Some(pid) = supervisor {
+                        self.resume_supervisor(pid);
+                    }
+                }
                 n if n < 0 && errno() != libc::EINTR => return Err(io::Error::last_os_error()),
                 n if n < 0 => {}
                 _ => return read_exact(fd, buf),
             }
+        }
+    }
+
+    /// Continues the supervisor `pid`, should its command have stopped it, unless its exit was
+    /// reported (until then its pid is its own: the spawner reaps it, then reports it).
+    pub(crate) fn resume_supervisor(&self, pid: pid_t) {
+        let waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        if !waiters.closed && waiters.pending.contains_key(&pid) {
+            // SAFETY: plain kill(2) on a live or unreaped process, under the lock that keeps
+            // its exit from being reported meanwhile.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
         }
     }
 
