@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 
 use libc::c_int;
 
+use crate::supervisor::errno;
+
 /// Most empty command cgroups kept for reuse.
 const SPARE: usize = 8;
 
@@ -556,12 +558,6 @@ fn parse_pids(text: &str) -> Vec<i32> {
 
 // ---------------------------------------------------------------------------------------------
 // Async-signal-safe helpers for forked children: raw libc on prepared paths, no allocation.
-
-fn errno() -> c_int {
-    io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
 
 /// Writes `bytes` to the file at `path` in one `write`.
 ///

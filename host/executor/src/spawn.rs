@@ -56,13 +56,8 @@ impl Leader {
     /// SIGKILL it), its own end stands for the leader's.
     pub(crate) async fn wait(self, tree: Arc<ProcTree>) -> Exit {
         let status = match self.status {
-            LeaderStatus::Pipe(mut pipe) => {
-                let mut raw = [0u8; 4];
-                pipe.read_exact(&mut raw)
-                    .await
-                    .ok()
-                    .map(|_| i32::from_ne_bytes(raw))
-            }
+            // A supervisor the host forked itself (no spawner).
+            LeaderStatus::Pipe(mut pipe) => read_word(&mut pipe, || {}).await,
             LeaderStatus::Relayed(status) => status.await.ok(),
             LeaderStatus::Root => None,
         };
@@ -188,13 +183,7 @@ async fn read_word(pipe: &mut ChildStdout, resume: impl Fn()) -> Option<i32> {
 /// A close-on-exec pipe whose ends are at fd 3 or above, so that the supervisor's stdio setup
 /// cannot clobber them.
 fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills `fds` with two new descriptors on success.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors are fresh and owned by nothing else.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read, write) = crate::zygote::cloexec_pipe()?;
     Ok((above_stdio(read)?, above_stdio(write)?))
 }
 

@@ -573,7 +573,7 @@ pub(crate) unsafe fn start_bash<'a>(
             child.errors = -1;
             // End of file: bash's exec closed the last copy. Otherwise its error code.
             let mut word = [0u8; 4];
-            if result.is_ok() && read_full(errors[0], &mut word) {
+            if result.is_ok() && read_full(errors[0], &mut word).is_ok() {
                 child.failed = c_int::from_ne_bytes(word);
             }
             libc::close(errors[0]);
@@ -582,19 +582,22 @@ pub(crate) unsafe fn start_bash<'a>(
     }
 }
 
-/// Reads exactly `buf.len()` bytes; false at end of file or on error.
-unsafe fn read_full(fd: c_int, buf: &mut [u8]) -> bool {
+/// Reads exactly `buf.len()` bytes; the error is the errno, or 0 at end of file.
+/// Async-signal-safe.
+pub(crate) fn read_full(fd: c_int, buf: &mut [u8]) -> Result<(), c_int> {
     let mut got = 0;
     while got < buf.len() {
         // SAFETY: reading into the rest of a live buffer.
         let n = unsafe { libc::read(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
         if n > 0 {
             got += n as usize;
-        } else if n == 0 || errno() != libc::EINTR {
-            return false;
+        } else if n == 0 {
+            return Err(0);
+        } else if errno() != libc::EINTR {
+            return Err(errno());
         }
     }
-    true
+    Ok(())
 }
 
 /// A supervisor forked by the spawner ([`crate::zygote`]): sets itself up, starts bash as the

@@ -52,7 +52,8 @@ use tokio::sync::oneshot;
 
 use crate::cgroup::{RootPaths, TaskCgroup};
 use crate::supervisor::{
-    BashChild, RawCgroup, close_from, map_anonymous, set_handler, start_bash, write_all,
+    BashChild, RawCgroup, close_from, errno, map_anonymous, read_full, set_handler, start_bash,
+    write_all,
 };
 
 /// Most descriptors passed with a request: stdout, stderr, status, then the start pipe
@@ -105,13 +106,8 @@ pub(crate) struct Started {
     pub(crate) status: OwnedFd,
 }
 
-fn errno() -> c_int {
-    io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
-
-fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+/// A pipe whose ends close on exec.
+pub(crate) fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills `fds` with two new descriptors on success.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
@@ -370,22 +366,14 @@ pub(crate) fn spawner_gone(err: &io::Error) -> bool {
     ) || err.raw_os_error() == Some(libc::ENOTCONN)
 }
 
-fn read_exact(fd: RawFd, mut buf: &mut [u8]) -> io::Result<()> {
-    while !buf.is_empty() {
-        // SAFETY: reading into a live buffer.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        if n > 0 {
-            buf = &mut buf[n as usize..];
-        } else if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the command spawner went away",
-            ));
-        } else if errno() != libc::EINTR {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
+fn read_exact(fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
+    read_full(fd, buf).map_err(|err| match err {
+        0 => io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the command spawner went away",
+        ),
+        err => io::Error::from_raw_os_error(err),
+    })
 }
 
 fn send_request(sock: RawFd, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
