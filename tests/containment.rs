@@ -406,6 +406,28 @@ fn route_dirs(h: &Harness) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Runs every route in the foreground side by side, each with the spec `spec` makes for it in its
+/// directory; each run yields its result and how long it took.
+fn run_each_route(
+    h: &Harness,
+    dirs: &[PathBuf],
+    spec: impl Fn(&Route, &Path) -> Spec,
+) -> Vec<tokio::task::JoinHandle<(RunResult, Duration)>> {
+    ROUTES
+        .iter()
+        .zip(dirs)
+        .map(|(route, dir)| {
+            let spec = spec(route, dir);
+            let exec = h.exec.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let result = exec.run(spec, CancellationToken::new()).await.unwrap();
+                (result, started.elapsed())
+            })
+        })
+        .collect()
+}
+
 // ---------------------------------------------------------------------------------------------
 // The matrix: escape routes × how a command is stopped
 
@@ -441,22 +463,10 @@ async fn timeout_leaves_nothing_of_any_escape_route(mode: Mode) {
         return;
     };
     let dirs = route_dirs(&h);
-    let runs: Vec<_> = ROUTES
-        .iter()
-        .zip(&dirs)
-        .map(|(route, dir)| {
-            let spec = Spec {
-                timeout_ms: TIMEOUT_MS,
-                ..h.spec(&format!("{}; sleep 30", route.command(dir)))
-            };
-            let exec = h.exec.clone();
-            tokio::spawn(async move {
-                let started = Instant::now();
-                let result = exec.run(spec, CancellationToken::new()).await.unwrap();
-                (result, started.elapsed())
-            })
-        })
-        .collect();
+    let runs = run_each_route(&h, &dirs, |route, dir| Spec {
+        timeout_ms: TIMEOUT_MS,
+        ..h.spec(&format!("{}; sleep 30", route.command(dir)))
+    });
     for ((route, dir), run) in ROUTES.iter().zip(&dirs).zip(runs) {
         let (r, elapsed) = run.await.unwrap();
         // The run returned: nothing of it may be left.
@@ -473,19 +483,9 @@ async fn foreground_end_leaves_nothing_of_any_escape_route(mode: Mode) {
         return;
     };
     let dirs = route_dirs(&h);
-    let runs: Vec<_> = ROUTES
-        .iter()
-        .zip(&dirs)
-        .map(|(route, dir)| {
-            let spec = h.spec(&format!("{}; echo started", route.command(dir)));
-            let exec = h.exec.clone();
-            tokio::spawn(async move {
-                let started = Instant::now();
-                let result = exec.run(spec, CancellationToken::new()).await.unwrap();
-                (result, started.elapsed())
-            })
-        })
-        .collect();
+    let runs = run_each_route(&h, &dirs, |route, dir| {
+        h.spec(&format!("{}; echo started", route.command(dir)))
+    });
     for ((route, dir), run) in ROUTES.iter().zip(&dirs).zip(runs) {
         let (r, elapsed) = run.await.unwrap();
         route.assert_none_survives(&route.pids(dir), mode, "its foreground call");
