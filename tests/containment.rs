@@ -12,6 +12,8 @@
 
 #[path = "support/procs.rs"]
 mod procs;
+#[path = "support/requests.rs"]
+mod requests;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -19,8 +21,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use dsh_executor::{
-    Config, Containment, ContainmentPreference, Executor, LocalExecutor, Request, RunResult, Spec,
-    Task, TaskState,
+    Config, Containment, ContainmentPreference, Executor, LocalExecutor, RunResult, Spec, Task,
+    TaskState,
 };
 use tokio::sync::mpsc::{UnboundedReceiver, error::TryRecvError, unbounded_channel};
 use tokio_util::sync::CancellationToken;
@@ -184,14 +186,7 @@ impl Harness {
     }
 
     fn spec(&self, command: &str) -> Spec {
-        self.exec
-            .resolve(Request {
-                command: command.to_string(),
-                workdir: None,
-                timeout_ms: None,
-                owner: None,
-            })
-            .unwrap()
+        requests::spec(self.exec.as_ref(), command)
     }
 
     async fn run(&self, command: &str) -> RunResult {

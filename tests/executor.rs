@@ -5,6 +5,8 @@
 
 #[path = "support/procs.rs"]
 mod procs;
+#[path = "support/requests.rs"]
+mod requests;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -54,14 +56,7 @@ fn harness(edit: impl FnOnce(&mut Config)) -> Harness {
 
 impl Harness {
     fn spec(&self, command: &str) -> Spec {
-        self.exec
-            .resolve(Request {
-                command: command.to_string(),
-                workdir: None,
-                timeout_ms: None,
-                owner: None,
-            })
-            .unwrap()
+        requests::spec(self.exec.as_ref(), command)
     }
 
     async fn run(&self, command: &str) -> RunResult {
