@@ -10,10 +10,10 @@
 //! `subreaper` (forced fallback). Survivors are found through pid files the processes write
 //! themselves. Grace periods are short; timing checks have margins of seconds.
 
+#[path = "support/exec.rs"]
+mod exec;
 #[path = "support/procs.rs"]
 mod procs;
-#[path = "support/requests.rs"]
-mod requests;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -186,7 +186,7 @@ impl Harness {
     }
 
     fn spec(&self, command: &str) -> Spec {
-        requests::spec(self.exec.as_ref(), command)
+        exec::spec(self.exec.as_ref(), command)
     }
 
     async fn run(&self, command: &str) -> RunResult {
@@ -201,10 +201,7 @@ impl Harness {
     }
 
     async fn next_event(&mut self) -> Task {
-        tokio::time::timeout(Duration::from_secs(20), self.events.recv())
-            .await
-            .expect("a task-done event in time")
-            .expect("channel open")
+        exec::next_event(&mut self.events).await
     }
 
     async fn assert_no_more_events(&mut self) {

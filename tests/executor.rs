@@ -3,10 +3,10 @@
 //! Grace periods and caps are small so the suite is quick; timing checks only bound from below or
 //! with margins of seconds, because CI machines are small and noisy.
 
+#[path = "support/exec.rs"]
+mod exec;
 #[path = "support/procs.rs"]
 mod procs;
-#[path = "support/requests.rs"]
-mod requests;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -56,7 +56,7 @@ fn harness(edit: impl FnOnce(&mut Config)) -> Harness {
 
 impl Harness {
     fn spec(&self, command: &str) -> Spec {
-        requests::spec(self.exec.as_ref(), command)
+        exec::spec(self.exec.as_ref(), command)
     }
 
     async fn run(&self, command: &str) -> RunResult {
@@ -83,10 +83,7 @@ impl Harness {
     }
 
     async fn next_event(&mut self) -> Task {
-        tokio::time::timeout(Duration::from_secs(20), self.events.recv())
-            .await
-            .expect("a task-done event in time")
-            .expect("channel open")
+        exec::next_event(&mut self.events).await
     }
 
     /// Reads a task's stdout until `done(accumulated)` holds.
