@@ -645,7 +645,6 @@ pub(crate) unsafe fn start(
             envp: request.envp,
             joined_late: None,
         };
-        let cgroup = request.cgroup;
         // Supervised starts have no cgroup (cgroup mode starts bash directly).
         let bash = match start_bash(&mut child, None, None) {
             Ok(bash) => bash,
@@ -654,6 +653,6 @@ pub(crate) unsafe fn start(
         libc::close(started);
         libc::close(stdout);
         libc::close(stderr);
-        supervise(bash, status, spawner, cgroup)
+        supervise(bash, status, spawner, None)
     }
 }

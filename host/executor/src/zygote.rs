@@ -52,8 +52,7 @@ use tokio::sync::oneshot;
 
 use crate::cgroup::{RootPaths, TaskCgroup};
 use crate::supervisor::{
-    BashChild, RawCgroup, close_from, errno, map_anonymous, read_full, set_handler, start_bash,
-    write_all,
+    BashChild, close_from, errno, map_anonymous, read_full, set_handler, start_bash, write_all,
 };
 
 /// Most descriptors passed with a request: stdout, stderr, status, then the start pipe
@@ -446,7 +445,8 @@ fn read_exits(sock: RawFd, spawner: pid_t, waiters: &Mutex<Waiters>) {
 }
 
 /// The request: `u32` counts of arguments and variables and a cgroup flag, then NUL-terminated
-/// strings: program, workdir, the five cgroup paths if any, the arguments, `NAME=value` pairs.
+/// strings: program, workdir, the cgroup's `cgroup.procs` if any (for a start that must join it
+/// late; the cgroup itself comes as its open directory), the arguments, `NAME=value` pairs.
 fn encode(
     program: &OsStr,
     command: &str,
@@ -477,10 +477,7 @@ fn encode(
     push(&[program.as_bytes()])?;
     push(&[workdir.as_os_str().as_bytes()])?;
     if let Some(cgroup) = cgroup {
-        let p = cgroup.paths();
-        for path in [&p.procs, &p.kill, &p.events, &p.dir, &p.root] {
-            push(&[path.to_bytes()])?;
-        }
+        push(&[cgroup.paths().procs.to_bytes()])?;
     }
     for arg in args {
         push(&[arg])?;
@@ -565,7 +562,7 @@ impl Scratch {
 pub(crate) struct Mapped<'a> {
     pub(crate) program: &'a CStr,
     pub(crate) workdir: &'a CStr,
-    pub(crate) cgroup: Option<RawCgroup<'a>>,
+    /// The command's `cgroup.procs`: a direct start's cgroup.
     pub(crate) cgroup_procs: Option<&'a CStr>,
     pub(crate) argv: *const *const libc::c_char,
     pub(crate) envp: *const *const libc::c_char,
@@ -578,7 +575,7 @@ pub(crate) struct Mapped<'a> {
 impl Mapped<'_> {
     /// Direct starts are those with a cgroup.
     fn direct(&self) -> bool {
-        self.cgroup.is_some()
+        self.cgroup_procs.is_some()
     }
 
     unsafe fn unmap(self) {
@@ -671,20 +668,12 @@ unsafe fn parse_request(bytes: &'static [u8], scratch: &Scratch) -> Result<Mappe
         let (Some(program), Some(workdir)) = (next(), next()) else {
             return fail(libc::EINVAL);
         };
-        let (mut cgroup, mut cgroup_procs) = (None, None);
+        let mut cgroup_procs = None;
         if has_cgroup {
-            let (Some(procs), Some(kill), Some(events), Some(dir), Some(root)) =
-                (next(), next(), next(), next(), next())
-            else {
+            let Some(procs) = next() else {
                 return fail(libc::EINVAL);
             };
             cgroup_procs = Some(procs);
-            cgroup = Some(RawCgroup {
-                kill,
-                events,
-                dir,
-                root,
-            });
         }
         for slot in &mut ptrs[..nargs] {
             let Some(arg) = next() else {
@@ -703,7 +692,6 @@ unsafe fn parse_request(bytes: &'static [u8], scratch: &Scratch) -> Result<Mappe
         Ok(Mapped {
             program,
             workdir,
-            cgroup,
             cgroup_procs,
             argv: ptrs.as_ptr(),
             envp: ptrs[nargs + 1..].as_ptr(),
