@@ -349,7 +349,7 @@ impl ProcTree {
             if self.signal_members(libc::SIGKILL) == 0 {
                 let since = *empty_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= STUCK_SUPERVISOR && !self.is_reaped() {
-                    // SAFETY: the supervisor is our child and not yet reaped, so the pid is its.
+                    // SAFETY: the root was not reported reaped yet (by us or by the spawner), so the pid is its.
                     unsafe { libc::kill(self.pid, libc::SIGKILL) };
                 }
             } else {
