@@ -231,6 +231,8 @@ fn bad_flag_values_exit_2_naming_the_flag() {
         ("--grace-ms", "inf"),
         ("--max-output-bytes", "0"),
         ("--max-spill-bytes", "x"),
+        ("--max-spill-total-bytes", "0"),
+        ("--max-spill-total-bytes", "-1"),
         ("--max-tasks", "-1"),
     ] {
         let o = run(&[flag, value, "tools"]);

@@ -91,6 +91,10 @@ pub struct CommonArgs {
     /// Cap of one spill file.
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "BYTES", value_parser = positive_u64)]
     pub max_spill_bytes: Option<u64>,
+    /// Total bytes all spill files may hold together; a file that would go beyond it is
+    /// withdrawn like a capped one (background tasks' files are deleted when the task is evicted).
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "BYTES", value_parser = positive_u64)]
+    pub max_spill_total_bytes: Option<u64>,
     /// Keep spill files when the host exits (they are removed on a clean shutdown otherwise).
     #[arg(long, global = true)]
     pub keep_spill: bool,
@@ -148,6 +152,9 @@ impl CommonArgs {
         }
         if let Some(v) = self.max_spill_bytes {
             c.max_spill_bytes = v;
+        }
+        if let Some(v) = self.max_spill_total_bytes {
+            c.max_spill_total_bytes = v;
         }
         if let Some(v) = self.max_tasks {
             c.max_tasks = v;

@@ -2,6 +2,8 @@ use clap::Parser;
 use dsh_host::cli::{Cli, run};
 
 fn main() {
+    // First: when started as a command's spawn helper, this process is that and nothing else.
+    dsh_executor::spawn_helper::dispatch();
     // Parse before anything else: a bad flag exits 2 with clap's message naming it.
     let cli = Cli::parse();
     tracing_subscriber::fmt()

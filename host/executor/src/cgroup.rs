@@ -1,55 +1,36 @@
 //! cgroup v2 containment: one cgroup per command, under one parent cgroup per executor.
 //!
 //! Layout: `<cgroup2 mount><the host's own cgroup>/dsh-<host pid>-<12 hex>/cmd-<n>`. The parent
-//! (the executor's root) is created when the executor is built, after which a probe moves a forked
-//! child into a test cgroup, kills it through `cgroup.kill` and waits for `populated 0`; any failure
-//! means subreaper containment instead, with the reason. A command's `bash` starts inside its
-//! cgroup (`clone3(CLONE_INTO_CGROUP)`, see [`crate::zygote`]; where that is unavailable it joins
-//! before `exec`), so nothing of the command runs outside it.
-//! No controller is ever enabled, so the "no internal processes" rule does not apply and the host
-//! may stay in its own cgroup, the parent of the root.
+//! (the executor's root) is created when the executor is built, after which a probe starts a
+//! child inside a test cgroup, kills it through `cgroup.kill` and waits for `populated 0`; any
+//! failure means subreaper containment instead, with the reason. A command's bash starts inside
+//! its cgroup (`clone3(CLONE_INTO_CGROUP)`, see [`crate::fork`]), so nothing of the command runs
+//! outside it. No controller is ever enabled, so the "no internal processes" rule does not apply
+//! and the host may stay in its own cgroup, the parent of the root.
 //!
-//! Reuse: a command's cgroup that is empty when the command ends is kept (up to [`SPARE`] of
-//! them) for a later command, because starting a process in a cgroup that has been used before
-//! costs less than in a new one (measured here: a spawn into a fresh cgroup, with its `mkdir`
-//! and `rmdir`, 1.47 ms; into a reused one 1.20 ms; none 1.12 ms).
+//! Every command gets a new cgroup, made ahead with its spawn helper and removed once empty;
+//! none is ever reused. A cgroup that has been killed through `cgroup.kill` kills every process
+//! later started into it with `CLONE_INTO_CGROUP`, and a command can write its own cgroup's
+//! `cgroup.kill`: "empty" is not "fresh". (Measured here: a spawn into a new cgroup with its
+//! `mkdir` and `rmdir` costs ~0.27 ms more than into a reused one; both are off the command's
+//! path, the `mkdir` on the helper's blocking thread, the `rmdir` after the command ended.)
 //!
-//! Who removes what: the host removes a command's cgroup that is not kept, and the root with the
-//! kept ones when the executor is dropped; should the host die, the spawner (or, for commands the
-//! host forked itself, their supervisors) kills the commands' cgroups and removes them and the
-//! root; a new executor removes empty roots of dead hosts it finds next to its own.
+//! Who removes what: the host removes a command's cgroup once it is empty, and the root when the
+//! executor is dropped; should the host die, each command's helper kills its cgroup and removes
+//! it and, if it was the last, the root; a new executor removes empty roots of dead hosts it
+//! finds next to its own.
 
-use std::ffi::{CStr, CString};
 use std::io;
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use libc::c_int;
-
-use crate::supervisor::errno;
-
-/// Most empty command cgroups kept for reuse.
-const SPARE: usize = 8;
+use crate::fork::{self, Forked};
 
 /// How long the probe waits for its child to die and its cgroup to empty.
 const PROBE_WAIT: Duration = Duration::from_secs(2);
-
-/// Added to the errno of a failed join in the forked child, so that the host can tell it from a
-/// failed `exec` (std hands the child's error code to the parent unchanged).
-pub(crate) const JOIN_ERROR_BASE: i32 = 0x4000_0000;
-
-/// The error of a spawn whose child could not join its cgroup, as the plain OS error.
-pub(crate) fn join_error(err: &io::Error) -> Option<io::Error> {
-    match err.raw_os_error() {
-        Some(code) if code >= JOIN_ERROR_BASE => {
-            Some(io::Error::from_raw_os_error(code - JOIN_ERROR_BASE))
-        }
-        _ => None,
-    }
-}
 
 /// The executor's parent cgroup of the per-command cgroups. Removed when dropped (every command
 /// cgroup holds it, so that happens after the last one is gone).
@@ -57,8 +38,6 @@ pub(crate) fn join_error(err: &io::Error) -> Option<io::Error> {
 pub(crate) struct CgroupRoot {
     dir: PathBuf,
     next: AtomicU64,
-    /// Empty command cgroups kept for reuse.
-    spare: Mutex<Vec<(PathBuf, Arc<CgroupFiles>)>>,
 }
 
 /// The files of a command cgroup the host reads, kept open: a read from an open file costs a
@@ -72,12 +51,12 @@ struct CgroupFiles {
 }
 
 impl CgroupFiles {
-    fn open(dir: &Path) -> io::Result<Arc<Self>> {
-        Ok(Arc::new(Self {
+    fn open(dir: &Path) -> io::Result<Self> {
+        Ok(Self {
             events: std::fs::File::open(dir.join("cgroup.events"))?,
             procs: std::fs::File::open(dir.join("cgroup.procs"))?,
             dir: std::fs::File::open(dir)?,
-        }))
+        })
     }
 }
 
@@ -97,14 +76,6 @@ fn read_whole(file: &std::fs::File) -> io::Result<Vec<u8>> {
         }
         len += n;
     }
-}
-
-/// The root's files as C strings, prepared for the spawner, which cleans up if the host dies.
-#[derive(Debug, Clone)]
-pub(crate) struct RootPaths {
-    pub(crate) dir: CString,
-    pub(crate) kill: CString,
-    pub(crate) events: CString,
 }
 
 impl CgroupRoot {
@@ -133,7 +104,6 @@ impl CgroupRoot {
         let root = Arc::new(Self {
             dir,
             next: AtomicU64::new(1),
-            spare: Mutex::new(Vec::new()),
         });
         if !root.dir.join("cgroup.kill").exists() {
             return Err(format!(
@@ -149,53 +119,8 @@ impl CgroupRoot {
         &self.dir
     }
 
-    pub(crate) fn raw_paths(&self) -> io::Result<RootPaths> {
-        Ok(RootPaths {
-            dir: c_path(&self.dir)?,
-            kill: c_path(&self.dir.join("cgroup.kill"))?,
-            events: c_path(&self.dir.join("cgroup.events"))?,
-        })
-    }
-
-    fn spare(&self) -> MutexGuard<'_, Vec<(PathBuf, Arc<CgroupFiles>)>> {
-        self.spare.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// An empty cgroup for one command: a kept one, else a new one (recreating the root if
-    /// [`release`](Self::release)d).
+    /// A new cgroup for one command (recreating the root if [`release`](Self::release)d).
     pub(crate) fn create_task(self: &Arc<Self>) -> io::Result<TaskCgroup> {
-        let kept = self.spare().pop();
-        let (dir, files) = match kept {
-            Some(kept) => kept,
-            None => {
-                let dir = self.new_task_dir()?;
-                let files = CgroupFiles::open(&dir);
-                match files {
-                    Ok(files) => (dir, files),
-                    Err(err) => {
-                        let _ = std::fs::remove_dir(&dir);
-                        return Err(err);
-                    }
-                }
-            }
-        };
-        let paths = CgroupPaths {
-            procs: c_path(&dir.join("cgroup.procs"))?,
-            kill: c_path(&dir.join("cgroup.kill"))?,
-            events: c_path(&dir.join("cgroup.events"))?,
-            dir: c_path(&dir)?,
-            root: c_path(&self.dir)?,
-        };
-        Ok(TaskCgroup {
-            dir,
-            paths,
-            files,
-            removed: AtomicBool::new(false),
-            _root: self.clone(),
-        })
-    }
-
-    fn new_task_dir(&self) -> io::Result<PathBuf> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let dir = self.dir.join(format!("cmd-{n}"));
         if let Err(err) = std::fs::create_dir(&dir) {
@@ -207,30 +132,23 @@ impl CgroupRoot {
                 _ => std::fs::create_dir(&dir)?,
             }
         }
-        Ok(dir)
-    }
-
-    /// Keeps the empty cgroup `dir` for a later command; false if enough are kept.
-    fn keep(&self, dir: &Path, files: &Arc<CgroupFiles>) -> bool {
-        let mut spare = self.spare();
-        if spare.len() >= SPARE {
-            return false;
-        }
-        spare.push((dir.to_path_buf(), files.clone()));
-        true
-    }
-
-    /// Removes the kept cgroups and the root if no other command cgroup is in it (after a
-    /// shutdown, so that a host that exits without dropping its executor leaves nothing); a later
-    /// command recreates it.
-    pub(crate) fn release(&self) {
-        for (dir, _) in self.spare().drain(..) {
-            if let Err(err) = std::fs::remove_dir(&dir)
-                && err.kind() != io::ErrorKind::NotFound
-            {
-                tracing::debug!(dir = %dir.display(), %err, "cannot remove a kept command cgroup");
+        match CgroupFiles::open(&dir) {
+            Ok(files) => Ok(TaskCgroup {
+                dir,
+                files,
+                removed: AtomicBool::new(false),
+                root: self.clone(),
+            }),
+            Err(err) => {
+                let _ = std::fs::remove_dir(&dir);
+                Err(err)
             }
         }
+    }
+
+    /// Removes the root if no command cgroup is in it (after a shutdown, so that a host that
+    /// exits without dropping its executor leaves nothing); a later command recreates it.
+    pub(crate) fn release(&self) {
         match std::fs::remove_dir(&self.dir) {
             Ok(()) => {}
             Err(err) if err.kind() == io::ErrorKind::NotFound => {}
@@ -240,7 +158,7 @@ impl CgroupRoot {
         }
     }
 
-    /// Moves a forked child into a test cgroup, kills it with `cgroup.kill` and waits until the
+    /// Starts a child inside a test cgroup, kills it with `cgroup.kill` and waits until the
     /// cgroup is empty: the whole mechanism, end to end.
     fn probe(&self) -> Result<(), String> {
         let dir = self.dir.join("probe");
@@ -260,104 +178,29 @@ impl Drop for CgroupRoot {
     }
 }
 
-fn c_path(path: &Path) -> io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)
-}
-
 fn probe_in(dir: &Path) -> Result<(), String> {
-    let procs = c_path(&dir.join("cgroup.procs")).map_err(|e| e.to_string())?;
-    let mut fds = [0 as c_int; 2];
-    // SAFETY: pipe2 fills `fds` on success.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(format!("probe: {}", io::Error::last_os_error()));
-    }
-    let [read_fd, write_fd] = fds;
-    // SAFETY: getpid has no preconditions.
-    let parent = unsafe { libc::getpid() };
-    // Start the probe inside its cgroup as commands are started; where clone3 cannot do that,
-    // fork and let the child join through cgroup.procs.
-    let dir_c = c_path(dir).map_err(|e| e.to_string())?;
-    // SAFETY: opening a directory we own; the descriptor is closed below.
-    let dirfd = unsafe {
-        libc::open(
-            dir_c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    // SAFETY: the child only makes async-signal-safe calls (prctl, getppid, open, write, close,
-    // pause, _exit) on memory prepared before the fork, and never returns.
-    let (child, joined) = unsafe {
-        match if dirfd >= 0 {
-            crate::supervisor::fork_into_cgroup(dirfd)
-        } else {
-            -libc::EBADF
-        } {
-            pid if pid >= 0 => (pid, true),
-            _ => (libc::fork(), false),
-        }
-    };
-    if child == 0 {
-        unsafe {
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            );
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            let code: u8 = match if joined { Ok(()) } else { join(&procs) } {
-                Ok(()) => 0,
-                Err(errno) => errno.clamp(1, 255) as u8,
-            };
-            libc::write(write_fd, (&code as *const u8).cast(), 1);
-            if code != 0 {
-                libc::_exit(1);
-            }
-            loop {
-                libc::pause();
-            }
-        }
-    }
-    // SAFETY: closing our copy of the write end and the directory, which we own.
-    unsafe {
-        libc::close(write_fd);
-        if dirfd >= 0 {
-            libc::close(dirfd);
-        }
-    }
-    if child < 0 {
-        // SAFETY: closing the read end, which we own.
-        unsafe { libc::close(read_fd) };
-        return Err(format!(
-            "probe: cannot fork: {}",
-            io::Error::last_os_error()
-        ));
-    }
-    let mut code = [0u8; 1];
-    let got = loop {
-        // SAFETY: reading one byte into a local buffer.
-        let n = unsafe { libc::read(read_fd, code.as_mut_ptr().cast(), 1) };
-        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
-        }
-        break n;
-    };
-    // SAFETY: closing the read end, which we own.
-    unsafe { libc::close(read_fd) };
-
-    let outcome = (|| {
-        if got != 1 {
-            return Err("the probe process ended before joining its cgroup".to_string());
-        }
-        if code[0] != 0 {
-            return Err(format!(
-                "cannot move a process into a cgroup: {}",
-                io::Error::from_raw_os_error(i32::from(code[0]))
+    let dir_file = std::fs::File::open(dir).map_err(|err| format!("probe: {err}"))?;
+    let host = std::process::id() as i32;
+    // SAFETY: the child only makes raw system calls (prctl, getppid, pause, _exit): safe in the
+    // fork of a multi-threaded process.
+    let (child, pidfd) = match unsafe { fork::fork_into(Some(dir_file.as_fd())) } {
+        Ok(Forked::Child) => {
+            let _ = rustix::process::set_parent_process_death_signal(Some(
+                rustix::process::Signal::KILL,
             ));
+            if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) == Some(host) {
+                loop {
+                    // SAFETY: pause has no preconditions.
+                    unsafe { libc::pause() };
+                }
+            }
+            // SAFETY: ends the child at once.
+            unsafe { libc::_exit(1) }
         }
+        Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd),
+        Err(err) => return Err(format!("probe: cannot start a process: {err}")),
+    };
+    let outcome = (|| {
         let listed = std::fs::read_to_string(dir.join("cgroup.procs"))
             .map_err(|err| format!("cannot read cgroup.procs: {err}"))?;
         if !parse_pids(&listed).contains(&child) {
@@ -368,58 +211,34 @@ fn probe_in(dir: &Path) -> Result<(), String> {
         Ok(())
     })();
     // The child should die of cgroup.kill; if it does not in time, it is killed directly.
-    let deadline = Instant::now() + PROBE_WAIT;
     let mut killed_directly = outcome.is_err();
     if killed_directly {
-        // SAFETY: `child` is our unreaped child.
-        unsafe { libc::kill(child, libc::SIGKILL) };
+        let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
     }
-    // Woken by the child's death through a pidfd where there is one, else polled.
-    // SAFETY: pidfd_open on our unreaped child; the result is ours.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child, 0) } as c_int;
+    let mut fds = [rustix::event::PollFd::new(
+        &pidfd,
+        rustix::event::PollFlags::IN,
+    )];
+    let wait = rustix::event::Timespec {
+        tv_sec: PROBE_WAIT.as_secs() as i64,
+        tv_nsec: 0,
+    };
+    if !matches!(rustix::event::poll(&mut fds, Some(&wait)), Ok(n) if n > 0) {
+        let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
+        killed_directly = true;
+    }
     let status = loop {
-        let mut status: c_int = 0;
-        // SAFETY: waiting for our own child only.
-        let pid = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
-        if pid == child {
-            break Some(status);
-        }
-        if pid < 0 {
-            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            break None;
-        }
-        let now = Instant::now();
-        if !killed_directly && now >= deadline {
-            // SAFETY: as above.
-            unsafe { libc::kill(child, libc::SIGKILL) };
-            killed_directly = true;
-        }
-        if pidfd >= 0 {
-            let mut poll = libc::pollfd {
-                fd: pidfd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let wait = deadline
-                .saturating_duration_since(now)
-                .as_millis()
-                .clamp(1, 1000) as c_int;
-            // SAFETY: polling one valid descriptor.
-            unsafe { libc::poll(&mut poll, 1, wait) };
-        } else {
-            std::thread::sleep(Duration::from_millis(1));
+        match rustix::process::waitpid(
+            rustix::process::Pid::from_raw(child),
+            rustix::process::WaitOptions::empty(),
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Ok(Some((_, status))) => break Some(status),
+            _ => break None,
         }
     };
-    if pidfd >= 0 {
-        // SAFETY: closing the pidfd we opened.
-        unsafe { libc::close(pidfd) };
-    }
     outcome?;
-    if killed_directly
-        || !status.is_some_and(|s| libc::WIFSIGNALED(s) && libc::WTERMSIG(s) == libc::SIGKILL)
-    {
+    if killed_directly || status.is_none_or(|s| s.terminating_signal() != Some(libc::SIGKILL)) {
         return Err("cgroup.kill did not kill the probe process".to_string());
     }
     let events = dir.join("cgroup.events");
@@ -433,36 +252,19 @@ fn probe_in(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The cgroup files of one command as C strings, prepared before `fork` for the child (which
-/// joins) and the supervisor (which cleans up if the host dies).
-#[derive(Debug, Clone)]
-pub(crate) struct CgroupPaths {
-    pub(crate) procs: CString,
-    pub(crate) kill: CString,
-    pub(crate) events: CString,
-    pub(crate) dir: CString,
-    pub(crate) root: CString,
-}
-
 /// One command's cgroup.
 #[derive(Debug)]
 pub(crate) struct TaskCgroup {
     dir: PathBuf,
-    paths: CgroupPaths,
-    files: Arc<CgroupFiles>,
+    files: CgroupFiles,
     removed: AtomicBool,
     /// Keeps the root until this cgroup is gone.
-    _root: Arc<CgroupRoot>,
+    root: Arc<CgroupRoot>,
 }
 
 impl TaskCgroup {
-    pub(crate) fn paths(&self) -> &CgroupPaths {
-        &self.paths
-    }
-
     /// The cgroup's directory, open.
     pub(crate) fn dir_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        use std::os::fd::AsFd;
         self.files.dir.as_fd()
     }
 
@@ -493,54 +295,64 @@ impl TaskCgroup {
         read_whole(&self.files.events).is_ok_and(|text| says_populated(&text))
     }
 
-    /// Done with the (empty) cgroup: kept for a later command, or removed.
+    /// Removes a cgroup no process was ever started in, now.
+    pub(crate) fn remove_unused(self) {
+        self.removed.store(true, Ordering::Relaxed);
+        if let Err(err) = std::fs::remove_dir(&self.dir) {
+            tracing::debug!(dir = %self.dir.display(), %err, "cannot remove an unused cgroup");
+        }
+    }
+
+    /// Done with the cgroup: removed once empty, off the async runtime.
     pub(crate) fn retire(&self) {
         if self.removed.swap(true, Ordering::Relaxed) {
             return;
         }
-        if !self.populated() && self._root.keep(&self.dir, &self.files) {
-            return;
-        }
-        match std::fs::remove_dir(&self.dir) {
-            Ok(()) => {}
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-            Err(err) => {
-                tracing::warn!(dir = %self.dir.display(), %err, "cannot remove a command's cgroup")
+        let dir = self.dir.clone();
+        let root = self.root.clone();
+        let remove = move || {
+            let events = dir.join("cgroup.events");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while populated_at(&events) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            match std::fs::remove_dir(&dir) {
+                Ok(()) => {}
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                Err(err) => {
+                    tracing::warn!(dir = %dir.display(), %err, "cannot remove a command's cgroup")
+                }
+            }
+            drop(root);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn_blocking(remove);
+            }
+            Err(_) => {
+                if let Err(err) = std::thread::Builder::new()
+                    .name("dsh-cgroup-cleanup".to_string())
+                    .spawn(remove)
+                {
+                    tracing::debug!(%err, "cannot start a cgroup cleanup thread");
+                }
             }
         }
     }
 }
 
 impl Drop for TaskCgroup {
-    /// Normally the cgroup was removed once empty. Dropped while still populated, nothing drives
-    /// the command any more (its runtime went away): kill what is left, and remove the cgroup
-    /// once it is empty, off this thread.
+    /// Normally the cgroup was retired once empty. Dropped while still populated, nothing drives
+    /// the command any more (its runtime went away): kill what is left and remove the cgroup
+    /// once it is empty.
     fn drop(&mut self) {
         if self.removed.load(Ordering::Relaxed) {
             return;
         }
-        if !self.populated() {
-            self.retire();
-            return;
+        if self.populated() {
+            self.kill();
         }
-        self.kill();
-        self.removed.store(true, Ordering::Relaxed);
-        let dir = self.dir.clone();
-        let root = self._root.clone();
-        let spawned = std::thread::Builder::new()
-            .name("dsh-cgroup-cleanup".to_string())
-            .spawn(move || {
-                let events = dir.join("cgroup.events");
-                let deadline = Instant::now() + Duration::from_secs(10);
-                while populated_at(&events) && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                let _ = std::fs::remove_dir(&dir);
-                drop(root);
-            });
-        if let Err(err) = spawned {
-            tracing::debug!(%err, "cannot start a cgroup cleanup thread");
-        }
+        self.retire();
     }
 }
 
@@ -548,119 +360,12 @@ fn populated_at(events: &Path) -> bool {
     std::fs::read(events).is_ok_and(|text| says_populated(&text))
 }
 
-fn says_populated(events: &[u8]) -> bool {
+pub(crate) fn says_populated(events: &[u8]) -> bool {
     events.split(|&b| b == b'\n').any(|l| l == b"populated 1")
 }
 
 fn parse_pids(text: &str) -> Vec<i32> {
     text.lines().filter_map(|l| l.trim().parse().ok()).collect()
-}
-
-// ---------------------------------------------------------------------------------------------
-// Async-signal-safe helpers for forked children: raw libc on prepared paths, no allocation.
-
-/// Writes `bytes` to the file at `path` in one `write`.
-///
-/// # Safety
-/// Async-signal-safe; may be called between `fork` and `exec`.
-pub(crate) unsafe fn write_file(path: &CStr, bytes: &[u8]) -> Result<(), c_int> {
-    unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return Err(errno());
-        }
-        let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
-        let result = if n == bytes.len() as isize {
-            Ok(())
-        } else {
-            Err(errno())
-        };
-        libc::close(fd);
-        result
-    }
-}
-
-/// Moves the calling process into the cgroup whose `cgroup.procs` is `procs`.
-///
-/// # Safety
-/// Async-signal-safe; may be called between `fork` and `exec`.
-pub(crate) unsafe fn join(procs: &CStr) -> Result<(), c_int> {
-    unsafe { write_file(procs, b"0") }
-}
-
-/// [`join`] for the spawn hook: the error as an `io::Error` the host recognises ([`join_error`]).
-///
-/// # Safety
-/// Async-signal-safe; may be called between `fork` and `exec`.
-pub(crate) unsafe fn join_for_spawn(paths: &CgroupPaths) -> io::Result<()> {
-    unsafe { join(&paths.procs) }.map_err(|e| io::Error::from_raw_os_error(JOIN_ERROR_BASE + e))
-}
-
-/// Removes every (empty) cgroup under `dir`, then `dir` itself; populated ones stay, and so
-/// does `dir` then.
-///
-/// # Safety
-/// Async-signal-safe.
-pub(crate) unsafe fn remove_raw(dir: &CStr) {
-    unsafe {
-        let fd = libc::open(
-            dir.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        );
-        if fd >= 0 {
-            // `struct linux_dirent64`: inode (8), offset (8), record length (2), type (1), name.
-            let mut buf = [0u64; 512];
-            loop {
-                let n = libc::syscall(
-                    libc::SYS_getdents64,
-                    fd,
-                    buf.as_mut_ptr(),
-                    std::mem::size_of_val(&buf),
-                );
-                if n <= 0 {
-                    break;
-                }
-                let bytes = std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize);
-                let mut at = 0;
-                while at + 19 < bytes.len() {
-                    let reclen = u16::from_ne_bytes([bytes[at + 16], bytes[at + 17]]) as usize;
-                    let kind = bytes[at + 18];
-                    let name = bytes[at + 19..].as_ptr().cast::<libc::c_char>();
-                    if kind == libc::DT_DIR && *name != b'.' as libc::c_char {
-                        libc::unlinkat(fd, name, libc::AT_REMOVEDIR);
-                    }
-                    if reclen == 0 {
-                        break;
-                    }
-                    at += reclen;
-                }
-            }
-            libc::close(fd);
-        }
-        libc::rmdir(dir.as_ptr());
-    }
-}
-
-/// Whether `cgroup.events` at `events` says populated; unreadable counts as empty.
-///
-/// # Safety
-/// Async-signal-safe.
-pub(crate) unsafe fn populated_raw(events: &CStr) -> bool {
-    unsafe {
-        let fd = libc::open(events.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return false;
-        }
-        let mut buf = [0u8; 256];
-        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-        libc::close(fd);
-        if n <= 0 {
-            return false;
-        }
-        let text = &buf[..n as usize];
-        let needle = b"populated 1";
-        text.windows(needle.len()).any(|w| w == needle)
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -851,72 +556,39 @@ mod tests {
         assert_eq!(stale_root_pid("other"), None);
     }
 
-    #[test]
-    fn recognises_join_errors() {
-        let err = io::Error::from_raw_os_error(JOIN_ERROR_BASE + libc::ENOENT);
-        assert_eq!(join_error(&err).unwrap().raw_os_error(), Some(libc::ENOENT));
-        assert!(join_error(&io::Error::from_raw_os_error(libc::ENOENT)).is_none());
-        assert!(join_error(&io::Error::other("x")).is_none());
-    }
-
     /// Where this machine allows cgroups: the whole life of a command cgroup, and a join that
     /// fails in the child being told apart from a failed exec.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn command_cgroups_live_and_die_with_their_command() {
-        let Ok(root) = CgroupRoot::create() else {
-            eprintln!("NOTICE: no cgroup v2 can be created here");
-            return;
+    #[test]
+    fn every_command_gets_a_fresh_cgroup_removed_after_it() {
+        let root = match CgroupRoot::create() {
+            Ok(root) => root,
+            Err(reason) => {
+                assert!(
+                    std::env::var_os("DSH_REQUIRE_CGROUPS").is_none(),
+                    "cgroups are required here: {reason}"
+                );
+                eprintln!("NOTICE: no cgroup v2 can be created here: {reason}");
+                return;
+            }
         };
-        assert!(root.dir().join("cgroup.kill").exists());
-        let cg = root.create_task().unwrap();
-        let dir = cg.dir().to_path_buf();
-        assert!(!cg.populated());
-        let spawned = crate::spawn::spawn(
-            std::ffi::OsStr::new("sleep"),
-            "unused",
-            Path::new("/"),
-            &[],
-            Some(cg),
-        );
-        // `sleep -c unused` fails at once; that is fine, it ran inside the cgroup.
-        assert!(spawned.is_ok());
-        drop(spawned);
-        // Once empty, the cgroup is kept for the next command.
+        let a = root.create_task().unwrap();
+        let b = root.create_task().unwrap();
+        assert_ne!(a.dir(), b.dir(), "no two commands share a cgroup");
+        assert!(!a.populated());
+        let dir = a.dir().to_path_buf();
+        a.retire();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !root.spare().iter().any(|(kept, _)| *kept == dir) {
-            assert!(Instant::now() < deadline, "{dir:?} was not kept");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        assert!(!populated_at(&dir.join("cgroup.events")));
-
-        let cg = root.create_task().unwrap();
-        assert_eq!(cg.dir(), dir, "the kept cgroup is reused");
-        std::fs::remove_dir(cg.dir()).unwrap();
-        match crate::spawn::spawn(
-            std::ffi::OsStr::new("bash"),
-            "true",
-            Path::new("/"),
-            &[],
-            Some(cg),
-        ) {
-            Ok(_) => panic!("joined a removed cgroup"),
-            Err(err) => assert_eq!(
-                join_error(&err).and_then(|e| e.raw_os_error()),
-                Some(libc::ENOENT),
-                "{err}"
-            ),
-        }
-        // The root goes with its last holder, kept cgroups and all.
-        for _ in 0..3 {
-            let kept = root.create_task().unwrap();
-            drop(kept);
-        }
-        assert!(!root.spare().is_empty());
-        let dir = root.dir().to_path_buf();
-        drop(root);
         while dir.exists() {
             assert!(Instant::now() < deadline, "{dir:?} was not removed");
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(a);
+        drop(b);
+        let root_dir = root.dir().to_path_buf();
+        drop(root);
+        while root_dir.exists() {
+            assert!(Instant::now() < deadline, "{root_dir:?} was not removed");
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 }

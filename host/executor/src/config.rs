@@ -25,6 +25,7 @@ impl Config {
         positive_count("max-output-bytes", self.max_output_bytes)?;
         positive_ms("grace-ms", self.grace_ms)?;
         positive_count("max-spill-bytes", self.max_spill_bytes)?;
+        positive_count("max-spill-total-bytes", self.max_spill_total_bytes)?;
         positive_count("max-tasks", self.max_tasks as u64)?;
         positive_count("max-finished-tasks", self.max_finished_tasks as u64)?;
         // A missing default cwd would fail every call without a workdir: refuse it up front.
@@ -89,7 +90,7 @@ mod tests {
     #[test]
     fn each_bad_setting_is_named() {
         type Edit = fn(&mut Config);
-        let cases: [(Edit, &str); 11] = [
+        let cases: [(Edit, &str); 12] = [
             (|c| c.default_timeout_ms = 0.0, "timeout-ms"),
             (|c| c.default_timeout_ms = f64::NAN, "timeout-ms"),
             (|c| c.max_timeout_ms = f64::INFINITY, "max-timeout-ms"),
@@ -98,6 +99,7 @@ mod tests {
             (|c| c.max_output_bytes = 0, "max-output-bytes"),
             (|c| c.grace_ms = f64::NEG_INFINITY, "grace-ms"),
             (|c| c.max_spill_bytes = 0, "max-spill-bytes"),
+            (|c| c.max_spill_total_bytes = 0, "max-spill-total-bytes"),
             (|c| c.max_tasks = 0, "max-tasks"),
             (|c| c.max_finished_tasks = 0, "max-finished-tasks"),
             (|c| c.cwd = Some("/definitely/not/here".into()), "cwd"),

@@ -12,18 +12,20 @@ use tokio_util::sync::CancellationToken;
 mod cgroup;
 mod config;
 mod env;
+mod fork;
+mod launcher;
 mod lifecycle;
 mod local;
 mod process;
 mod signal;
 mod spawn;
+pub mod spawn_helper;
 mod spill;
 mod stream;
-mod supervisor;
 mod tail;
 mod tasks;
+mod wire;
 mod workdir;
-mod zygote;
 
 pub use local::LocalExecutor;
 
@@ -148,6 +150,12 @@ pub struct Config {
     pub spill_dir: Option<PathBuf>,
     /// Cap of one spill file, in bytes.
     pub max_spill_bytes: u64,
+    /// Bytes all spill files of this executor may hold together. A spill file whose write would
+    /// go beyond it is treated like one at its cap: it stops growing and is withdrawn (output
+    /// continues in memory only). Bytes count until their file is deleted: when its background
+    /// task is evicted from the finished list, or at shutdown unless kept (a foreground command's
+    /// files stay until then, as their paths were shown to the model).
+    pub max_spill_total_bytes: u64,
     /// Running background tasks allowed at once.
     pub max_tasks: usize,
     /// Finished tasks retained for reads.
@@ -159,6 +167,10 @@ pub struct Config {
     pub containment: ContainmentPreference,
     /// Keep the spill directory and its files at shutdown (normally removed).
     pub keep_spill: bool,
+    /// The spawn helper program that starts each command (see [`spawn_helper`]); `None` finds
+    /// it: this executable when it called [`spawn_helper::dispatch`], else a
+    /// `dsh-spawn-helper` next to this executable or one directory up.
+    pub spawn_helper: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -170,11 +182,13 @@ impl Default for Config {
             grace_ms: 3_000.0,
             spill_dir: None,
             max_spill_bytes: 64 * 1024 * 1024,
+            max_spill_total_bytes: 1024 * 1024 * 1024,
             max_tasks: 64,
             max_finished_tasks: 1024,
             cwd: None,
             containment: ContainmentPreference::Auto,
             keep_spill: false,
+            spawn_helper: None,
         }
     }
 }
@@ -191,18 +205,19 @@ pub enum ContainmentPreference {
 
 /// The containment in force: how a command's process tree is found, stopped and awaited.
 ///
-/// In both modes each command runs under its own supervisor process (a child subreaper that is
-/// `$PPID` of the command), so orphans stay in the tree and signals aimed at `$PPID` miss the host.
+/// In both modes each command is started by its own, freshly exec'd spawn helper (a child
+/// subreaper that is `$PPID` of the command and is never reused), so orphans stay in the tree,
+/// signals aimed at `$PPID` miss the host, and nothing done to `$PPID` reaches a later command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Containment {
     /// Each command runs in its own cgroup under `root`, joined before `exec`; the tree is the
-    /// cgroup (plus the supervisor's descendants), killed with `cgroup.kill` and awaited until the
+    /// cgroup (plus the helper's descendants), killed with `cgroup.kill` and awaited until the
     /// cgroup is unpopulated.
     Cgroup {
         /// The host's parent cgroup of the per-command cgroups.
         root: PathBuf,
     },
-    /// The tree is the supervisor's descendants (and, once the supervisor is gone, its session).
+    /// The tree is the helper's descendants (and, once the helper is gone, bash's session).
     Subreaper {
         /// Why no cgroup is used.
         reason: String,
@@ -229,7 +244,8 @@ pub struct ConfigError {
 
 /// Runs commands for the tools. Implementations keep the executor contract.
 ///
-/// Only `run` and `shutdown` wait; every other operation returns at once.
+/// Only `run`, `start` (until the command has started) and `shutdown` wait; every other
+/// operation returns at once.
 pub trait Executor: Send + Sync + 'static {
     fn limits(&self) -> Limits;
     fn resolve(&self, req: Request) -> Result<Spec, ExecError>;
@@ -240,7 +256,9 @@ pub trait Executor: Send + Sync + 'static {
         spec: Spec,
         abort: CancellationToken,
     ) -> BoxFuture<'_, Result<RunResult, ExecError>>;
-    fn start(&self, spec: Spec) -> Result<Task, ExecError>;
+    /// Background start. Resolves once the command has started (or failed to), without waiting
+    /// for it to end.
+    fn start(&self, spec: Spec) -> BoxFuture<'_, Result<Task, ExecError>>;
     fn read_output(&self, id: &str) -> Result<Read, ExecError>;
     fn kill(&self, id: &str) -> Result<bool, ExecError>;
     fn owner_of(&self, id: &str) -> Option<String>;

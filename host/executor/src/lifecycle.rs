@@ -53,7 +53,7 @@ pub(crate) async fn drive(
         Some(tokio::spawn(pump(stdout, outputs[0].clone()))),
         Some(tokio::spawn(pump(stderr, outputs[1].clone()))),
     ];
-    let leader = leader.wait(tree.clone());
+    let leader = leader.wait();
     tokio::pin!(leader, stop);
 
     let mut cause = None;

@@ -1,25 +1,24 @@
 //! [`LocalExecutor`]: the executor contract on this machine's processes.
 
 use std::ffi::{OsStr, OsString};
-use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::runtime::Handle;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
-use crate::cgroup::{self, CgroupRoot};
+use crate::cgroup::CgroupRoot;
 use crate::config::duration_ms;
+use crate::launcher::Launcher;
 use crate::lifecycle::{self, Stop};
-use crate::spawn::Spawned;
+use crate::spawn::{Spawned, StartError};
 use crate::spill::SpillDir;
 use crate::stream::Output;
 use crate::tasks::{End, Tasks};
-use crate::zygote::Zygote;
+use crate::wire::Step;
 use crate::{
     BoxFuture, Config, ConfigError, Containment, ContainmentPreference, ExecError, Executor,
-    Limits, Read, Request, RunResult, Spec, Task, env, signal, spawn, spill, workdir,
+    Limits, Read, Request, RunResult, Spec, Task, env, signal, spawn, spawn_helper, spill, workdir,
 };
 
 /// The shell every command runs in, looked up on PATH.
@@ -29,8 +28,6 @@ const SHELL: &str = "bash";
 #[derive(Debug)]
 pub struct LocalExecutor {
     shared: Arc<Shared>,
-    /// The runtime current at construction, for background work started from outside one.
-    runtime: Option<Handle>,
 }
 
 #[derive(Debug)]
@@ -46,13 +43,8 @@ struct Shared {
     /// [`SHELL`] as found on PATH when the executor was built (a lookup per command costs a
     /// failed `exec` per PATH entry before it); the bare name if it was not found then.
     shell: OsString,
-    /// Every command's environment: the host's as it was when the executor was built (see
-    /// [`env`]); computed once, as it is the same for every command.
-    child_env: Vec<(OsString, OsString)>,
-    /// The spawner that starts commands, so that the (large) host is not forked per command;
-    /// none if it could not be started (then the host forks supervisors itself). Replaced once
-    /// should a command kill it.
-    spawner: Mutex<Option<Arc<Zygote>>>,
+    /// Fresh spawn helpers, one per command.
+    launcher: Arc<Launcher>,
 }
 
 impl Shared {
@@ -73,16 +65,21 @@ impl Shared {
 }
 
 impl LocalExecutor {
-    /// Validates `config`, sets up containment (see [`LocalExecutor::containment`]);
-    /// `task_done` receives one event per background task when it ends.
+    /// Validates `config`, finds the spawn helper, sets up containment (see
+    /// [`LocalExecutor::containment`]); `task_done` receives one event per background task when
+    /// it ends.
     ///
-    /// Call from within a tokio runtime (multi-threaded, as the host uses) or make sure one is
-    /// current whenever [`Executor::start`] is called.
+    /// Commands run on the tokio runtime that calls [`Executor::run`] or [`Executor::start`].
     pub fn new(
         config: Config,
         task_done: UnboundedSender<Task>,
     ) -> Result<Arc<LocalExecutor>, ConfigError> {
         config.validate()?;
+        let helper =
+            spawn_helper::locate(config.spawn_helper.as_deref()).map_err(|reason| ConfigError {
+                setting: "spawn-helper",
+                reason,
+            })?;
         let tasks = Tasks::new(config.max_tasks, config.max_finished_tasks);
         let (containment, cgroups) = match config.containment {
             ContainmentPreference::Subreaper => (
@@ -107,8 +104,9 @@ impl LocalExecutor {
                 tracing::debug!(%containment, reason = %reason, "process containment")
             }
         }
-        let spill = SpillDir::new(config.spill_dir.clone());
-        let spawner = start_spawner(cgroups.as_deref());
+        let spill = SpillDir::with_budget(config.spill_dir.clone(), config.max_spill_total_bytes);
+        let launcher = Launcher::new(helper, env::host_child_env(), cgroups.clone());
+        launcher.refill();
         Ok(Arc::new(Self {
             shared: Arc::new(Shared {
                 grace: duration_ms(config.grace_ms),
@@ -119,10 +117,8 @@ impl LocalExecutor {
                 cgroups,
                 spill,
                 shell: find_on_path(SHELL),
-                child_env: env::host_child_env(),
-                spawner: Mutex::new(spawner),
+                launcher,
             }),
-            runtime: Handle::try_current().ok(),
         }))
     }
 
@@ -137,13 +133,6 @@ impl LocalExecutor {
         self.shared.spill.path()
     }
 
-    fn runtime(&self) -> Result<Handle, ExecError> {
-        Handle::try_current()
-            .ok()
-            .or_else(|| self.runtime.clone())
-            .ok_or_else(|| ExecError::Internal("no tokio runtime to run commands on".to_string()))
-    }
-
     /// Fresh stdout and stderr buffers for one command.
     fn outputs(&self) -> [Arc<Output>; 2] {
         let config = &self.shared.config;
@@ -154,88 +143,27 @@ impl LocalExecutor {
         ]
     }
 
-    /// Starts a command in its own cgroup (cgroup mode) or under subreaper tracking only. A
-    /// cgroup that cannot be created or joined costs the command its cgroup, not its run: it
-    /// falls back to subreaper tracking, with a warning.
-    fn spawn(&self, program: &OsStr, spec: &Spec) -> std::io::Result<Spawned> {
-        let start = |cgroup: Option<cgroup::TaskCgroup>| {
-            let with_cgroup = cgroup.is_some();
-            let spawner = self.spawner();
-            match self.start_once(spawner.as_ref(), program, spec, cgroup) {
-                Err(err) if crate::zygote::spawner_gone(&err) && spawner.is_some() => {
-                    tracing::warn!(%err, "the spawner process is gone; starting another");
-                    if let Some(dead) = &spawner {
-                        self.replace_spawner(dead);
-                    }
-                    // The cgroup went with the failed attempt.
-                    let cgroup = match &self.shared.cgroups {
-                        Some(root) if with_cgroup => root.create_task().ok(),
-                        _ => None,
-                    };
-                    self.start_once(self.spawner().as_ref(), program, spec, cgroup)
-                }
-                started => started,
-            }
+    /// Starts a command on a fresh spawn helper. Never retried: an error means it did not run.
+    async fn spawn(&self, program: &OsStr, spec: &Spec) -> Result<Spawned, ExecError> {
+        let cannot = |err: &dyn std::fmt::Display| {
+            ExecError::SpawnFailed(format!("cannot start {SHELL}: {err}"))
         };
-        let Some(root) = &self.shared.cgroups else {
-            return start(None);
-        };
-        let cgroup = match root.create_task() {
-            Ok(cgroup) => cgroup,
-            Err(err) => {
-                tracing::warn!(root = %root.dir().display(), %err, "cannot create a cgroup for a command; it runs under subreaper tracking only");
-                return start(None);
-            }
-        };
-        match start(Some(cgroup)) {
-            Err(err) => match cgroup::join_error(&err) {
-                Some(err) => {
-                    tracing::warn!(root = %root.dir().display(), %err, "a command could not join its cgroup; it runs under subreaper tracking only");
-                    start(None)
-                }
-                None => Err(err),
-            },
-            started => started,
-        }
-    }
-
-    /// One attempt at starting: through `spawner`, or where there is none by forking a
-    /// supervisor from the host.
-    fn start_once(
-        &self,
-        spawner: Option<&Arc<Zygote>>,
-        program: &OsStr,
-        spec: &Spec,
-        cgroup: Option<cgroup::TaskCgroup>,
-    ) -> std::io::Result<Spawned> {
-        let (workdir, env) = (Path::new(&spec.workdir), &self.shared.child_env);
-        match spawner {
-            Some(spawner) => {
-                spawn::spawn_via(spawner, program, &spec.command, workdir, env, cgroup)
-            }
-            None => spawn::spawn(program, &spec.command, workdir, env, cgroup),
-        }
-    }
-
-    fn spawner(&self) -> Option<Arc<Zygote>> {
-        self.shared
-            .spawner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Replaces the spawner `dead` (unless another call did so already). The new one is forked
-    /// from the host as it is now, which costs more than the first, once.
-    fn replace_spawner(&self, dead: &Arc<Zygote>) {
-        let mut slot = self
+        let helper = self
             .shared
-            .spawner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, dead)) {
-            *slot = start_spawner(self.shared.cgroups.as_deref());
-        }
+            .launcher
+            .take()
+            .await
+            .map_err(|err| cannot(&format!("no spawn helper: {err}")))?;
+        spawn::spawn(helper, program, &spec.command, &spec.workdir)
+            .await
+            .map_err(|err| match err {
+                StartError::Workdir(message) => ExecError::WorkdirUnusable(message),
+                StartError::Failed {
+                    step: Step::Chdir,
+                    err,
+                } => workdir::unusable(&spec.workdir, &err),
+                StartError::Failed { err, .. } | StartError::Helper(err) => cannot(&err),
+            })
     }
 
     fn timeout_ms(&self, requested: f64) -> Result<f64, ExecError> {
@@ -258,11 +186,11 @@ impl LocalExecutor {
             return Err(ExecError::Aborted);
         }
         let timeout_ms = self.timeout_ms(spec.timeout_ms)?;
-        workdir::check(&spec.workdir)?;
         let outputs = self.outputs();
-        let spawned = self
-            .spawn(program, &spec)
-            .map_err(|err| spawn_error(&spec.workdir, &err))?;
+        let spawned = tokio::select! {
+            spawned = self.spawn(program, &spec) => spawned?,
+            () = abort.cancelled() => return Err(ExecError::Aborted),
+        };
         let stop = async {
             tokio::select! {
                 () = tokio::time::sleep(duration_ms(timeout_ms)) => Stop::Timeout,
@@ -283,24 +211,27 @@ impl LocalExecutor {
     }
 
     /// [`Executor::start`] with the shell program as a parameter, so tests can make spawning fail.
-    fn start_program(&self, program: &OsStr, spec: Spec) -> Result<Task, ExecError> {
-        let runtime = self.runtime()?;
-        if self.shared.tasks().is_shut_down() {
-            return Err(crate::tasks::shutting_down());
-        }
-        // Checked before an id is taken, so a bad workdir leaves no trace.
-        workdir::check(&spec.workdir)?;
+    async fn start_program(&self, program: &OsStr, spec: Spec) -> Result<Task, ExecError> {
+        // A slot first, so that a full table starts nothing; the id only once the command has
+        // started, so that an unusable workdir leaves no trace.
+        self.shared.tasks().reserve()?;
         let outputs = self.outputs();
+        let spawned = match self.spawn(program, &spec).await {
+            Err(ExecError::WorkdirUnusable(message)) => {
+                self.shared.tasks().unreserve();
+                return Err(ExecError::WorkdirUnusable(message));
+            }
+            other => other,
+        };
         let (task, control) =
             self.shared
                 .tasks()
-                .insert(&spec.command, spec.owner.clone(), outputs.clone())?;
-        let _context = runtime.enter();
-        match self.spawn(program, &spec) {
+                .insert_reserved(&spec.command, spec.owner.clone(), outputs.clone());
+        match spawned {
             Ok(spawned) => {
                 let shared = self.shared.clone();
                 let base = task.clone();
-                runtime.spawn(async move {
+                tokio::spawn(async move {
                     let stop = async {
                         control.kill.cancelled().await;
                         Stop::Kill
@@ -315,8 +246,8 @@ impl LocalExecutor {
                 });
             }
             Err(err) => {
-                let reason = match spawn_error(&spec.workdir, &err) {
-                    ExecError::WorkdirUnusable(msg) | ExecError::SpawnFailed(msg) => msg,
+                let reason = match err {
+                    ExecError::SpawnFailed(msg) => msg,
                     other => other.to_string(),
                 };
                 outputs[1].write(format!("spawn failed: {reason}").as_bytes());
@@ -328,25 +259,6 @@ impl LocalExecutor {
             }
         }
         Ok(task)
-    }
-}
-
-/// Starts the spawner process; none if it cannot be started (then the host forks each
-/// supervisor itself).
-fn start_spawner(cgroups: Option<&CgroupRoot>) -> Option<Arc<Zygote>> {
-    let root = match cgroups.map(CgroupRoot::raw_paths).transpose() {
-        Ok(root) => root,
-        Err(err) => {
-            tracing::debug!(%err, "the executor's cgroup path is not usable by the spawner");
-            return None;
-        }
-    };
-    match Zygote::start(root.as_ref()) {
-        Ok(spawner) => Some(spawner),
-        Err(err) => {
-            tracing::debug!(%err, "no spawner process; the host forks each supervisor itself");
-            None
-        }
     }
 }
 
@@ -371,15 +283,6 @@ fn find_on_path(name: &str) -> OsString {
         }
     }
     name.into()
-}
-
-/// A failed spawn: the workdir may have become unusable since it was checked; otherwise the
-/// shell could not be started.
-fn spawn_error(dir: &str, err: &std::io::Error) -> ExecError {
-    match workdir::check(dir) {
-        Err(unusable) => unusable,
-        Ok(()) => ExecError::SpawnFailed(format!("cannot start {SHELL}: {err}")),
-    }
 }
 
 impl Executor for LocalExecutor {
@@ -420,8 +323,8 @@ impl Executor for LocalExecutor {
         Box::pin(self.run_program(&self.shared.shell, spec, abort))
     }
 
-    fn start(&self, spec: Spec) -> Result<Task, ExecError> {
-        self.start_program(&self.shared.shell, spec)
+    fn start(&self, spec: Spec) -> BoxFuture<'_, Result<Task, ExecError>> {
+        Box::pin(self.start_program(&self.shared.shell, spec))
     }
 
     fn read_output(&self, id: &str) -> Result<Read, ExecError> {
@@ -446,10 +349,16 @@ impl Executor for LocalExecutor {
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            let live = self.shared.tasks().begin_shutdown();
+            self.shared.tasks().begin_shutdown();
+            // A start in progress becomes a task (killed at once) or nothing.
+            while self.shared.tasks().reserved() > 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let live = self.shared.tasks().live();
             for control in live {
                 control.ended.cancelled().await;
             }
+            self.shared.launcher.clear().await;
             if let Some(root) = &self.shared.cgroups {
                 root.release();
             }
@@ -500,6 +409,7 @@ mod tests {
         let exec = LocalExecutor::new(Config::default(), tx).unwrap();
         let task = exec
             .start_program(OsStr::new(MISSING), spec("true"))
+            .await
             .unwrap();
         assert_eq!(task.id, "bash-1");
         assert_eq!(task.owner.as_deref(), Some("me"));

@@ -1,27 +1,29 @@
 //! A running command's process tree, seen from the host: who is in it, how to stop it, and when
 //! it is gone.
 //!
-//! The tree's root (`pid`) is bash itself in cgroup mode, started directly by the spawner: the
-//! command's cgroup holds every process of the command, orphans included, and the tree is gone
-//! once bash was reaped and the cgroup is unpopulated.
+//! The tree's root is the command's spawn helper ([`crate::spawn_helper`]), the host's own child
+//! and bash's parent. It is a child subreaper, so orphans (double forks, `setsid` daemons) are
+//! re-parented to it and stay below it; it exits 0 once no descendant is left. In cgroup mode the
+//! command's cgroup holds every process of the command as well, escapees included.
 //!
-//! In subreaper mode the root is the command's supervisor. Because the supervisor is a child
-//! subreaper, orphans (double forks, `setsid` daemons) are re-parented to it and stay in the tree;
-//! the process group is only where the tree starts. The supervisor exits when no descendant is
-//! left, so its exit is normally the moment the tree is gone. What can outlive the supervisor is
-//! what it lost when the command killed it (`kill -9 $PPID`): orphans then go to init; the host
-//! still finds those that stayed in the supervisor's session (a session id is not reused while
-//! the session has members).
+//! What can outlive the helper is what it lost when the command killed it (`kill -9 $PPID`):
+//! in cgroup mode the cgroup still holds it; in subreaper mode orphans then go to init, and the
+//! host still finds those that stayed in bash's session (bash leads it; a session id is not
+//! reused while the session has members).
 //!
-//! Below, "supervisor" names the root either way: the root leads the session and process group.
+//! Signals go through pidfds opened for members found in the cgroup or below the helper, and only
+//! to those still found there after the pidfd was opened: a member that ended meanwhile (its pid
+//! possibly reused) is never hit.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Read as _;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use rustix::process::{Pid, PidfdFlags, Signal};
 use tokio_util::sync::CancellationToken;
 
 use crate::cgroup::TaskCgroup;
@@ -62,70 +64,53 @@ impl Exit {
 
 /// Poll period while waiting for SIGKILLed processes to be reaped.
 const KILL_POLL: Duration = Duration::from_millis(20);
-/// Longest pause between checks for what outlived the supervisor.
+/// Longest pause between checks for what outlived the helper.
 const GONE_POLL: Duration = Duration::from_millis(25);
-/// How long the tree may look empty while the supervisor still has not exited before the
-/// supervisor itself is killed (it was stopped or killed by the command).
-const STUCK_SUPERVISOR: Duration = Duration::from_secs(3);
+/// How long the tree may look empty while the helper still has not exited before the helper
+/// itself is killed (it was stopped by the command).
+const STUCK_HELPER: Duration = Duration::from_secs(3);
 
 /// The process tree of one command.
 #[derive(Debug)]
 pub(crate) struct ProcTree {
-    /// The supervisor: root of the tree, and leader of its session and process group.
+    /// The spawn helper: root of the tree, our child.
     pid: i32,
+    /// The helper's pidfd.
+    pidfd: OwnedFd,
+    /// bash's pid, the id of the session it leads (none if the helper died before telling it).
+    session: Option<i32>,
     /// The command's cgroup (cgroup mode).
     cgroup: Option<TaskCgroup>,
-    /// The supervisor was reaped: its pid may be reused from now on.
+    /// The helper was reaped.
     reaped: CancellationToken,
     exit: Arc<OnceLock<Exit>>,
-    /// Nothing of the command is left (and its cgroup is removed).
+    /// Nothing of the command is left.
     gone: CancellationToken,
     /// Set just before `gone` is cancelled.
     ended: AtomicBool,
     terminating: AtomicBool,
-    /// Subreaper mode: no process of the supervisor's session was left at some scan after the
-    /// supervisor died, so the session id (reusable from then on) is not looked at again.
+    /// Subreaper mode: no process of bash's session was left at some scan after the helper
+    /// died, so the session id (reusable from then on) is not looked at again.
     session_over: AtomicBool,
-    /// The spawner that reaps the supervisor, if not this process.
-    _spawner: Option<Arc<crate::zygote::Zygote>>,
 }
 
 impl ProcTree {
-    /// Takes ownership of the spawned supervisor (and the command's cgroup) and reaps it in the
-    /// background.
+    /// Takes ownership of the helper `child` (pid `pid`, pidfd `pidfd`) and the command's cgroup,
+    /// and watches them in the background. `tree_empty` resolves to true when the helper says it
+    /// has no descendant left and is exiting: then the tree may be gone before the helper was
+    /// reaped.
     pub(crate) fn watch(
         mut child: tokio::process::Child,
-        cgroup: Option<TaskCgroup>,
-    ) -> Option<Arc<Self>> {
-        let pid = i32::try_from(child.id()?).ok()?;
-        let exit = async move {
-            match child.wait().await {
-                Ok(status) => Exit::from_status(status),
-                Err(_) => Exit::default(),
-            }
-        };
-        Some(Self::watch_pid(
-            pid,
-            exit,
-            None::<std::future::Ready<bool>>,
-            cgroup,
-            None,
-        ))
-    }
-
-    /// Watches the supervisor `pid`, whose end `exit` reports once it was reaped; `spawner` (the
-    /// process that reaps it) is kept as long as the tree. `tree_empty`, if given, resolves to
-    /// true when the supervisor says it has no descendant left and is exiting: then the tree
-    /// may be gone before the supervisor was reaped.
-    pub(crate) fn watch_pid(
         pid: i32,
-        exit: impl std::future::Future<Output = Exit> + Send + 'static,
-        tree_empty: Option<impl std::future::Future<Output = bool> + Send + 'static>,
+        pidfd: OwnedFd,
+        session: Option<i32>,
+        tree_empty: impl std::future::Future<Output = bool> + Send + 'static,
         cgroup: Option<TaskCgroup>,
-        spawner: Option<Arc<crate::zygote::Zygote>>,
     ) -> Arc<Self> {
         let tree = Arc::new(Self {
             pid,
+            pidfd,
+            session,
             cgroup,
             reaped: CancellationToken::new(),
             exit: Arc::new(OnceLock::new()),
@@ -133,56 +118,46 @@ impl ProcTree {
             ended: AtomicBool::new(false),
             terminating: AtomicBool::new(false),
             session_over: AtomicBool::new(false),
-            _spawner: spawner,
         });
         let watcher = tree.clone();
         tokio::spawn(async move {
             // Holds only what it sets, so that the tree (and its cgroup) can go before it ends.
             let (exit_slot, reaped_token) = (watcher.exit.clone(), watcher.reaped.clone());
             let reap = async move {
-                let exit = exit.await;
+                let exit = match child.wait().await {
+                    Ok(status) => Exit::from_status(status),
+                    Err(_) => Exit::default(),
+                };
                 let _ = exit_slot.set(exit);
                 reaped_token.cancel();
             };
-            tokio::pin!(reap);
+            tokio::pin!(reap, tree_empty);
             let mut reaped = false;
-            match tree_empty {
-                Some(tree_empty) => {
-                    tokio::pin!(tree_empty);
-                    tokio::select! {
-                        () = &mut reap => {
-                            reaped = true;
-                            // It also relays bash's status: let it finish (the pipe is closed).
-                            let _ = tokio::time::timeout(Duration::from_secs(1), &mut tree_empty)
-                                .await;
-                        }
-                        empty = &mut tree_empty => {
-                            // Checked too: the word comes through a pipe the command could reach.
-                            if !empty || !watcher.members().is_empty() {
-                                (&mut reap).await;
-                                reaped = true;
-                            }
-                        }
+            tokio::select! {
+                () = &mut reap => {
+                    reaped = true;
+                    // It may still be relaying: let it finish (the socket is closed).
+                    let _ = tokio::time::timeout(Duration::from_secs(1), &mut tree_empty).await;
+                }
+                empty = &mut tree_empty => {
+                    // Checked too: a command could have written to the helper's socket.
+                    if !empty || !watcher.members().is_empty() {
+                        (&mut reap).await;
+                        reaped = true;
                     }
                 }
-                None => {
-                    (&mut reap).await;
-                    reaped = true;
-                }
             }
-            // Usually nothing is left at this point; what is left escaped the supervisor and is
+            // Usually nothing is left at this point; what is left escaped the helper and is
             // stopped by whoever drives the command, while this only watches.
             let mut pause = Duration::from_millis(1);
-            while watcher.outlived_supervisor() {
+            while watcher.outlived_helper() {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(GONE_POLL);
             }
+            watcher.ended.store(true, Ordering::SeqCst);
             if let Some(cgroup) = &watcher.cgroup {
                 cgroup.retire();
             }
-            // Let go of the tree (and so of the cgroup root, which goes with its last command
-            // when the executor is gone) before anyone hears that it is gone.
-            watcher.ended.store(true, Ordering::SeqCst);
             let gone = watcher.gone.clone();
             drop(watcher);
             gone.cancel();
@@ -202,33 +177,23 @@ impl ProcTree {
         self.gone.cancelled().await;
     }
 
-    /// Waits until the supervisor has exited and was reaped.
-    pub(crate) async fn wait_reaped(&self) {
-        self.reaped.cancelled().await;
-    }
-
-    /// How the supervisor itself ended; only meaningful once reaped.
-    pub(crate) fn supervisor_exit(&self) -> Exit {
-        self.exit.get().copied().unwrap_or_default()
-    }
-
     fn is_reaped(&self) -> bool {
         self.reaped.is_cancelled()
     }
 
-    /// The supervisor was reaped without having finished its job (it exits 0 only once it has
-    /// no descendant left): something may have escaped it.
-    fn supervisor_lost_track(&self) -> bool {
+    /// The helper was reaped without having finished its job (it exits 0 only once it has no
+    /// descendant left): something may have escaped it.
+    fn helper_lost_track(&self) -> bool {
         self.is_reaped()
-            && self.supervisor_exit()
+            && self.exit.get().copied().unwrap_or_default()
                 != (Exit {
                     code: Some(0),
                     signal: None,
                 })
     }
 
-    /// After the supervisor was reaped: whether any process of the command is still alive.
-    fn outlived_supervisor(&self) -> bool {
+    /// After the helper was reaped: whether any process of the command is still alive.
+    fn outlived_helper(&self) -> bool {
         match &self.cgroup {
             Some(cgroup) => cgroup.populated(),
             None if self.session_scan_needed() => !self.session_members(&snapshot()).is_empty(),
@@ -238,25 +203,26 @@ impl ProcTree {
 
     fn session_scan_needed(&self) -> bool {
         self.cgroup.is_none()
-            && self.supervisor_lost_track()
+            && self.session.is_some()
+            && self.helper_lost_track()
             && !self.session_over.load(Ordering::Relaxed)
     }
 
-    /// Subreaper mode, after the supervisor died: live processes still in its session.
-    /// `procs` must be a snapshot taken after the supervisor was reaped.
+    /// Subreaper mode, after the helper died: live processes still in bash's session. `procs`
+    /// must be a snapshot taken after the helper was reaped.
     fn session_members(&self, procs: &[ProcInfo]) -> Vec<i32> {
-        if !self.session_scan_needed() {
+        let Some(session) = self.session.filter(|_| self.session_scan_needed()) else {
             return Vec::new();
-        }
-        // While the session has members its id (the supervisor's pid) cannot be reused, so a
-        // process holding that pid means the session is over.
-        let reused = procs.iter().any(|p| p.pid == self.pid);
+        };
+        // While the session has members its id cannot be reused, so a process holding that pid
+        // outside the session means the session is over.
+        let reused = procs.iter().any(|p| p.pid == session && p.sid != session);
         let found: Vec<i32> = if reused {
             Vec::new()
         } else {
             procs
                 .iter()
-                .filter(|p| p.alive && p.sid == self.pid)
+                .filter(|p| p.alive && p.sid == session)
                 .map(|p| p.pid)
                 .collect()
         };
@@ -266,71 +232,61 @@ impl ProcTree {
         found
     }
 
-    /// Live members, and the `/proc` snapshot they were found in (empty when none was needed).
-    fn collect(&self) -> (Vec<i32>, Vec<ProcInfo>) {
+    /// Live members of the tree (zombies excluded: they are already dead).
+    pub(crate) fn members(&self) -> Vec<i32> {
         if self.is_gone() {
-            // The supervisor's pid may have been reused: never look under it again.
-            return (Vec::new(), Vec::new());
+            // The pids may have been reused: never look again.
+            return Vec::new();
         }
         let mut found = self
             .cgroup
             .as_ref()
             .map(TaskCgroup::procs)
             .unwrap_or_default();
-        // Decided before the snapshot, so that a session scan never sees the supervisor itself.
-        let reaped = self.is_reaped();
-        let procs = if !reaped {
-            subtree(self.pid)
-        } else if self.session_scan_needed() {
-            snapshot()
+        // Decided before the snapshot, so that a session scan never sees the helper itself.
+        if self.is_reaped() {
+            if self.session_scan_needed() {
+                found.extend(self.session_members(&snapshot()));
+            }
         } else {
-            Vec::new()
-        };
-        if reaped {
-            found.extend(self.session_members(&procs));
-        } else {
-            found.extend(procs.iter().filter(|p| p.alive).map(|p| p.pid));
+            found.extend(subtree(self.pid).iter().filter(|p| p.alive).map(|p| p.pid));
         }
         found.sort_unstable();
         found.dedup();
-        (found, procs)
-    }
-
-    /// Live members of the tree (zombies excluded: they are already dead).
-    pub(crate) fn members(&self) -> Vec<i32> {
-        self.collect().0
+        found
     }
 
     /// Sends `sig` to every live member; returns how many there were.
     ///
-    /// The process group (the supervisor's: the command's session started with it) is signalled
-    /// as one, which is atomic against members forking meanwhile and gives each member exactly
-    /// one signal; members that left the group get theirs one by one. SIGKILL cannot use the
-    /// group, which holds the supervisor, so it goes through `cgroup.kill` (atomic) where there
-    /// is a cgroup, and one by one in any case; callers repeat it.
-    fn signal_members(&self, sig: i32) -> usize {
+    /// Each member gets a pidfd first, and the signal only if it is still a member after that:
+    /// a pid that ended meanwhile (and may belong to someone else now) is never signalled.
+    /// SIGKILL also goes through `cgroup.kill` where there is a cgroup, which is atomic against
+    /// members forking meanwhile; callers repeat it.
+    fn signal_members(&self, sig: Signal) -> usize {
         if self.is_gone() {
             return 0;
         }
-        if sig == libc::SIGKILL
+        if sig == Signal::KILL
             && let Some(cgroup) = &self.cgroup
         {
             cgroup.kill();
         }
-        let (members, procs) = self.collect();
-        let by_group = sig != libc::SIGKILL && !self.is_reaped();
-        if by_group && !members.is_empty() {
-            // SAFETY: plain kill(2) on our live supervisor's group; the supervisor ignores it.
-            unsafe { libc::kill(-self.pid, sig) };
-        }
-        for &pid in &members {
-            let in_group = procs.iter().any(|p| p.pid == pid && p.pgid == self.pid);
-            if !(by_group && in_group) {
-                // SAFETY: plain kill(2); ESRCH for a process that just exited is fine.
-                unsafe { libc::kill(pid, sig) };
+        let first = self.members();
+        let opened: Vec<(i32, OwnedFd)> = first
+            .iter()
+            .filter_map(|&pid| {
+                let fd = rustix::process::pidfd_open(Pid::from_raw(pid)?, PidfdFlags::empty());
+                fd.ok().map(|fd| (pid, fd))
+            })
+            .collect();
+        let still = self.members();
+        for (pid, fd) in &opened {
+            if still.contains(pid) {
+                // ESRCH for a member that just ended is fine.
+                let _ = rustix::process::pidfd_send_signal(fd, sig);
             }
         }
-        members.len()
+        first.len()
     }
 
     /// SIGTERM to the whole tree, SIGKILL after `grace` to whatever is left, until it is gone.
@@ -340,17 +296,33 @@ impl ProcTree {
             self.wait_gone().await;
             return;
         }
-        self.signal_members(libc::SIGTERM);
-        if tokio::time::timeout(grace, self.wait_gone()).await.is_ok() {
-            return;
+        self.signal_members(Signal::TERM);
+        // A member forked while the first round was sent gets its TERM from a second one.
+        let mut termed = self.members();
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            if tokio::time::timeout(KILL_POLL, self.wait_gone())
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            let now = self.members();
+            if now.iter().any(|pid| !termed.contains(pid)) {
+                self.signal_members(Signal::TERM);
+                termed.extend(now);
+            }
         }
         let mut empty_since: Option<Instant> = None;
         loop {
-            if self.signal_members(libc::SIGKILL) == 0 {
+            if self.signal_members(Signal::KILL) == 0 {
                 let since = *empty_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= STUCK_SUPERVISOR && !self.is_reaped() {
-                    // SAFETY: the root was not reported reaped yet (by us or by the spawner), so the pid is its.
-                    unsafe { libc::kill(self.pid, libc::SIGKILL) };
+                if since.elapsed() >= STUCK_HELPER {
+                    // Our child, through its pidfd: safe whatever happened to it.
+                    let _ = rustix::process::pidfd_send_signal(&self.pidfd, Signal::KILL);
                 }
             } else {
                 empty_since = None;
@@ -375,13 +347,11 @@ impl ProcTree {
 
 impl Drop for ProcTree {
     /// Normally the tree is gone before its last holder lets go. If not, nothing drives the
-    /// command any more (its runtime went away): SIGKILL what is left, once. In cgroup mode that
-    /// is complete (`cgroup.kill`, and the cgroup is removed once empty); in subreaper mode it is
-    /// a best effort against members forking at that moment, which the supervisor then keeps
-    /// until the host exits.
+    /// command any more (its runtime went away): SIGKILL what is left, once. The helper, whose
+    /// socket closes with it, kills the rest.
     fn drop(&mut self) {
         if !self.is_gone() {
-            self.signal_members(libc::SIGKILL);
+            self.signal_members(Signal::KILL);
         }
     }
 }

@@ -1,281 +1,242 @@
-//! Starting a command: `bash -c <command>` in a new session, stdin `/dev/null`, stdout and stderr
-//! on separate pipes, and a status pipe for bash's wait status.
+//! Starting one command on a fresh spawn helper ([`crate::spawn_helper`]) and following it:
+//! host → helper (our child; bash's `$PPID`) → bash (leader of its own session, in the command's
+//! cgroup in cgroup mode).
 //!
-//! Normally the spawner starts it ([`spawn_via`], see [`crate::zygote`]): directly in cgroup mode,
-//! under a supervisor otherwise. [`spawn`] is the fallback where the host has no spawner, and
-//! forks the supervisor itself.
-//!
-//! Process layout of [`spawn`]: host → supervisor (session and group leader, child subreaper; see
-//! [`crate::supervisor`]) → bash. Both are created by the one `fork` std performs plus a second
-//! `fork` in the `pre_exec` hook; only bash execs. In cgroup mode bash joins the command's cgroup
-//! before it execs, so the cgroup holds every process of the command and never the supervisor,
-//! which therefore survives `cgroup.kill`, reaps, and reports how bash ended.
+//! Nothing here blocks: the request goes out on a non-blocking socket, the outcome and the
+//! helper's reports are awaited. A start is never retried, so a command runs at most once; it is
+//! reported as not started only when that is certain (the helper refused the workdir, or bash's
+//! `exec` or the steps before it failed, as the outcome pipe says).
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::Path;
-use std::process::Stdio;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
-use tokio::process::{ChildStderr, ChildStdout};
+use rustix::pipe::PipeFlags;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe::Receiver;
 use tokio::sync::oneshot;
 
-use crate::cgroup::TaskCgroup;
+use crate::launcher::Helper;
 use crate::process::{Exit, ProcTree};
+use crate::wire::{self, Report, Step};
 
-/// How often a start that waits for its status continues the process that reports it.
-const RESUME_SPAWNER: Duration = Duration::from_secs(1);
+/// How often a start waiting for a report continues the helper (a command may stop it).
+const RESUME_HELPER: Duration = Duration::from_secs(1);
 
 /// A started command.
 pub(crate) struct Spawned {
     pub(crate) tree: Arc<ProcTree>,
-    pub(crate) stdout: ChildStdout,
-    pub(crate) stderr: ChildStderr,
+    pub(crate) stdout: Receiver,
+    pub(crate) stderr: Receiver,
     pub(crate) leader: Leader,
+}
+
+/// Why a command did not start. In each case it certainly did not run.
+#[derive(Debug)]
+pub(crate) enum StartError {
+    /// The helper found the workdir unusable; the tools' message.
+    Workdir(String),
+    /// Entering the workdir, setting up or `exec`ing bash failed.
+    Failed { step: Step, err: io::Error },
+    /// The helper could not be reached or started.
+    Helper(io::Error),
 }
 
 /// Reports how bash (the tree's leader) ended.
 pub(crate) struct Leader {
-    status: LeaderStatus,
-}
-
-enum LeaderStatus {
-    /// The status pipe itself.
-    Pipe(ChildStdout),
-    /// Bash's wait status as read from the status pipe by the tree's watcher.
-    Relayed(oneshot::Receiver<i32>),
-    /// Bash is the tree's root (a direct start): its end is the tree's.
-    Root,
+    status: oneshot::Receiver<i32>,
+    /// bash's pidfd, readable once bash has ended.
+    pidfd: Option<OwnedFd>,
 }
 
 impl Leader {
-    /// Waits for bash to end. Should the supervisor die without reporting (the command can
-    /// SIGKILL it), its own end stands for the leader's.
-    pub(crate) async fn wait(self, tree: Arc<ProcTree>) -> Exit {
-        let status = match self.status {
-            // A supervisor the host forked itself (no spawner).
-            LeaderStatus::Pipe(mut pipe) => read_word(&mut pipe, || {}).await,
-            LeaderStatus::Relayed(status) => status.await.ok(),
-            LeaderStatus::Root => None,
-        };
-        match status {
-            Some(status) => Exit::from_wait_status(status),
-            None => {
-                tree.wait_reaped().await;
-                tree.supervisor_exit()
+    /// Waits for bash to end. If the helper died without reporting it (a command can SIGKILL
+    /// its parent), bash was killed with it (its parent-death signal): wait until it is gone.
+    pub(crate) async fn wait(self) -> Exit {
+        if let Ok(status) = self.status.await {
+            return Exit::from_wait_status(status);
+        }
+        if let Some(pidfd) = self.pidfd {
+            // SAFETY: an OwnedFd, moved in: it stays open and the same until the AsyncFd drops.
+            let registered = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(
+                    pidfd,
+                    tokio::io::Interest::READABLE,
+                )
+            };
+            if let Ok(fd) = registered {
+                let _ = fd.readable().await;
             }
+        }
+        Exit {
+            code: None,
+            signal: Some(libc::SIGKILL),
         }
     }
 }
 
-/// Starts `<program> -c <command>` in `workdir` with exactly `env`, in `cgroup` if given. Must run
-/// inside a tokio runtime context. A failure to join the cgroup is an error that
-/// [`crate::cgroup::join_error`] recognises.
-pub(crate) fn spawn(
+/// Starts `<program> -c <command>` in `workdir` on `helper`.
+pub(crate) async fn spawn(
+    helper: Helper,
     program: &OsStr,
     command: &str,
-    workdir: &Path,
-    env: &[(OsString, OsString)],
-    cgroup: Option<TaskCgroup>,
-) -> io::Result<Spawned> {
-    let (status_read, status_write) = status_pipe()?;
-    let status = ChildStdout::from_std(std::process::ChildStdout::from(status_read))?;
-
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(workdir)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let host = std::process::id() as libc::pid_t;
-    let status_fd = status_write.as_raw_fd();
-    let cgroup_paths = cgroup.as_ref().map(|c| c.paths().clone());
-    // SAFETY: the hook runs between fork and exec and only makes async-signal-safe calls (see
-    // `supervisor` and `cgroup`) on data prepared before the fork; io::Error::last_os_error and
-    // io::Error::from_raw_os_error do not allocate.
-    unsafe {
-        cmd.pre_exec(move || {
-            // A new session: own process group, no controlling terminal.
-            if libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let supervisor = libc::getpid();
-            // Every signal stays blocked until the supervisor has its handlers, so that the
-            // command cannot kill it (`kill $PPID` as its first act) before it is ready; bash
-            // unblocks them before it execs.
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
-            match libc::fork() {
-                -1 => Err(io::Error::last_os_error()),
-                0 => {
-                    let mut none: libc::sigset_t = std::mem::zeroed();
-                    libc::sigemptyset(&mut none);
-                    libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-                    // bash: dies with its supervisor, then std execs it.
-                    libc::prctl(
-                        libc::PR_SET_PDEATHSIG,
-                        libc::SIGKILL as libc::c_ulong,
-                        0,
-                        0,
-                        0,
-                    );
-                    if libc::getppid() != supervisor {
-                        libc::_exit(127);
-                    }
-                    // Into the command's cgroup before the first instruction of the command.
-                    if let Some(paths) = &cgroup_paths {
-                        crate::cgroup::join_for_spawn(paths)?;
-                    }
-                    Ok(())
-                }
-                bash => crate::supervisor::supervise(
-                    bash,
-                    status_fd,
-                    host,
-                    cgroup_paths.as_ref().map(Into::into),
-                ),
-            }
-        });
-    }
-    let mut child = cmd.spawn()?;
-    // Our copy must go, or the status pipe would never report EOF.
-    drop(status_write);
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    let tree = ProcTree::watch(child, cgroup);
-    match (tree, stdout, stderr) {
-        (Some(tree), Some(stdout), Some(stderr)) => Ok(Spawned {
-            tree,
-            stdout,
-            stderr,
-            leader: Leader {
-                status: LeaderStatus::Pipe(status),
-            },
-        }),
-        _ => Err(io::Error::other("the started process has no pid or pipes")),
-    }
-}
-
-/// Reads one word from the status pipe (none at its end), calling `resume` every
-/// [`RESUME_SPAWNER`] meanwhile.
-async fn read_word(pipe: &mut ChildStdout, resume: impl Fn()) -> Option<i32> {
-    let mut raw = [0u8; 4];
-    let read = pipe.read_exact(&mut raw);
-    tokio::pin!(read);
-    loop {
-        tokio::select! {
-            read = &mut read => return read.ok().map(|_| i32::from_ne_bytes(raw)),
-            () = tokio::time::sleep(RESUME_SPAWNER) => resume(),
-        }
-    }
-}
-
-/// A close-on-exec pipe whose ends are at fd 3 or above, so that the supervisor's stdio setup
-/// cannot clobber them.
-fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let (read, write) = crate::zygote::cloexec_pipe()?;
-    Ok((above_stdio(read)?, above_stdio(write)?))
-}
-
-fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
-    if fd.as_raw_fd() > 2 {
-        return Ok(fd);
-    }
-    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor, which we then own.
-    let dup = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
-    if dup < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `dup` is fresh.
-    Ok(unsafe { OwnedFd::from_raw_fd(dup) })
-}
-
-/// [`spawn`] through the spawner process ([`crate::zygote`]) instead of a fork of the host: in
-/// cgroup mode bash is started directly (the cgroup holds its tree), else under a supervisor.
-pub(crate) fn spawn_via(
-    zygote: &Arc<crate::zygote::Zygote>,
-    program: &OsStr,
-    command: &str,
-    workdir: &Path,
-    env: &[(OsString, OsString)],
-    cgroup: Option<TaskCgroup>,
-) -> io::Result<Spawned> {
-    let started = zygote.spawn(program, command, workdir, env, cgroup.as_ref())?;
-    let stdout = ChildStdout::from_std(std::process::ChildStdout::from(started.stdout))?;
-    let stderr = ChildStderr::from_std(std::process::ChildStderr::from(started.stderr))?;
-    let mut status = ChildStdout::from_std(std::process::ChildStdout::from(started.status))?;
-    let Some(exit) = started.exit else {
-        // Direct: the spawner writes bash's wait status to the status pipe once it reaped it.
-        // Without it, the spawner died (SIGKILLed by a command), and bash with it. A stopped
-        // spawner (`kill -STOP $PPID`) reaps nothing: it is continued now and then meanwhile.
-        let spawner = zygote.clone();
-        let exit = async move {
-            match read_word(&mut status, || spawner.resume()).await {
-                Some(status) => Exit::from_wait_status(status),
-                None => Exit {
-                    code: None,
-                    signal: Some(libc::SIGKILL),
-                },
-            }
-        };
-        let tree = ProcTree::watch_pid(
-            started.pid,
-            exit,
-            None::<std::future::Ready<bool>>,
-            cgroup,
-            Some(zygote.clone()),
-        );
-        return Ok(Spawned {
-            tree,
-            stdout,
-            stderr,
-            leader: Leader {
-                status: LeaderStatus::Root,
-            },
-        });
-    };
-    let (leader_tx, leader_rx) = oneshot::channel();
-    // The status pipe carries bash's wait status, then the supervisor's word that its tree is
-    // empty: the tree need not wait for the spawner to reap and report the supervisor.
-    // A stopped supervisor (`kill -STOP $PPID`) reports nothing: it is continued now and then
-    // meanwhile.
-    let (supervisor, spawner) = (started.pid, zygote.clone());
-    let resume = move || spawner.resume_supervisor(supervisor);
-    let tree_empty = async move {
-        let Some(leader) = read_word(&mut status, &resume).await else {
-            return false;
-        };
-        let _ = leader_tx.send(leader);
-        read_word(&mut status, &resume).await == Some(crate::supervisor::TREE_EMPTY)
-    };
-    let tree = ProcTree::watch_pid(
-        started.pid,
-        async move {
-            match exit.await {
-                Ok(status) => Exit::from_wait_status(status),
-                Err(_) => Exit::default(),
-            }
-        },
-        Some(tree_empty),
+    workdir: &str,
+) -> Result<Spawned, StartError> {
+    let Helper {
+        child,
+        pid,
+        pidfd,
+        sock,
         cgroup,
-        Some(zygote.clone()),
-    );
+    } = helper;
+    let pipe =
+        || rustix::pipe::pipe_with(PipeFlags::CLOEXEC).map_err(|e| StartError::Helper(e.into()));
+    let (stdout_r, stdout_w) = pipe()?;
+    let (stderr_r, stderr_w) = pipe()?;
+    let (started_r, started_w) = pipe()?;
+    let frame = wire::Request {
+        program: program.as_bytes().to_vec(),
+        command: command.as_bytes().to_vec(),
+        workdir: workdir.as_bytes().to_vec(),
+    }
+    .encode();
+    sock.set_nonblocking(true).map_err(StartError::Helper)?;
+    let mut fds = vec![stdout_w.as_fd(), stderr_w.as_fd(), started_w.as_fd()];
+    if let Some(cgroup) = &cgroup {
+        fds.push(cgroup.dir_fd());
+    }
+    let sent = wire::send_with_fds(sock.as_fd(), &frame, &fds).map_err(StartError::Helper)?;
+    drop(fds);
+    // Only bash keeps the write ends.
+    drop((stdout_w, stderr_w, started_w));
+    let mut sock = tokio::net::UnixStream::from_std(sock).map_err(StartError::Helper)?;
+    sock.write_all(&frame[sent..])
+        .await
+        .map_err(StartError::Helper)?;
+
+    // Nothing on the outcome pipe at its end: bash was exec'd (or died before, killed with its
+    // helper). A record: it was not.
+    let mut outcome = Vec::new();
+    let mut started = receiver(started_r)?;
+    let resume = || {
+        let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::CONT);
+    };
+    with_resume(started.read_to_end(&mut outcome), resume)
+        .await
+        .map_err(StartError::Helper)?;
+    if outcome.len() >= 8 {
+        let step = Step::from_u32(u32::from_ne_bytes(
+            outcome[..4].try_into().expect("4 bytes"),
+        ));
+        let errno = i32::from_ne_bytes(outcome[4..8].try_into().expect("4 bytes"));
+        return Err(StartError::Failed {
+            step,
+            err: io::Error::from_raw_os_error(errno),
+        });
+    }
+    let mut reports = Reports::new(sock);
+    let (bash, bash_pidfd) = match with_resume(reports.next(), resume).await {
+        Ok(Some(Report::Refused(message))) => return Err(StartError::Workdir(message)),
+        Ok(Some(Report::Started(bash))) => (Some(bash), reports.fd.take()),
+        // The helper died right after starting bash (the command killed it): bash ran.
+        _ => (None, None),
+    };
+
+    let (leader_tx, leader_rx) = oneshot::channel();
+    // The helper reports bash's status, then that its tree is empty, so the tree need not wait
+    // for the helper's own exit. Dropping the reports (and so the socket) makes the helper kill
+    // the tree: the watcher holds them until the end.
+    let resume_pidfd = rustix::io::dup(&pidfd).ok();
+    let tree_empty = async move {
+        let resume = || {
+            if let Some(pidfd) = &resume_pidfd {
+                let _ = rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::CONT);
+            }
+        };
+        let mut leader_tx = Some(leader_tx);
+        loop {
+            match with_resume(reports.next(), resume).await {
+                Ok(Some(Report::Exited(status))) => {
+                    if let Some(tx) = leader_tx.take() {
+                        let _ = tx.send(status);
+                    }
+                }
+                Ok(Some(Report::TreeEmpty)) => return true,
+                _ => return false,
+            }
+        }
+    };
+    let tree = ProcTree::watch(child, pid, pidfd, bash, tree_empty, cgroup);
     Ok(Spawned {
         tree,
-        stdout,
-        stderr,
+        stdout: receiver(stdout_r)?,
+        stderr: receiver(stderr_r)?,
         leader: Leader {
-            status: LeaderStatus::Relayed(leader_rx),
+            status: leader_rx,
+            pidfd: bash_pidfd,
         },
     })
+}
+
+fn receiver(fd: OwnedFd) -> Result<Receiver, StartError> {
+    Receiver::from_owned_fd(fd).map_err(StartError::Helper)
+}
+
+/// Awaits `fut`, calling `resume` every [`RESUME_HELPER`] meanwhile.
+async fn with_resume<T>(fut: impl std::future::Future<Output = T>, resume: impl Fn()) -> T {
+    tokio::pin!(fut);
+    loop {
+        tokio::select! {
+            out = &mut fut => return out,
+            () = tokio::time::sleep(RESUME_HELPER) => resume(),
+        }
+    }
+}
+
+/// The helper's reports, read from the socket.
+struct Reports {
+    sock: tokio::net::UnixStream,
+    buf: Vec<u8>,
+    /// A descriptor that came with a report (bash's pidfd).
+    fd: Option<OwnedFd>,
+}
+
+impl Reports {
+    fn new(sock: tokio::net::UnixStream) -> Self {
+        Self {
+            sock,
+            buf: Vec::new(),
+            fd: None,
+        }
+    }
+
+    /// The next report; `None` at the end of the stream.
+    async fn next(&mut self) -> io::Result<Option<Report>> {
+        loop {
+            if let Some((report, len)) = Report::decode(&self.buf)? {
+                self.buf.drain(..len);
+                return Ok(Some(report));
+            }
+            self.sock.readable().await?;
+            let mut chunk = [0u8; 512];
+            let got = self.sock.try_io(tokio::io::Interest::READABLE, || {
+                let (n, fd) = wire::recv_some(self.sock.as_fd(), &mut chunk)?;
+                Ok((n, fd))
+            });
+            match got {
+                Ok((0, _)) => return Ok(None),
+                Ok((n, fd)) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    if fd.is_some() {
+                        self.fd = fd;
+                    }
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+                Err(err) => return Err(err),
+            }
+        }
+    }
 }

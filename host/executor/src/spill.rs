@@ -5,6 +5,14 @@
 //! `dsh-bash-<host pid>-<counter>-<12 hex>-<stdout|stderr>.log`, created exclusively with `0600`.
 //! A file is only ever presented while it holds every byte of its stream: one that hit its cap,
 //! failed to write or was removed at shutdown is withdrawn, and output continues in memory only.
+//!
+//! Disk is bounded per executor: every byte written to any of its spill files counts against one
+//! total budget ([`crate::Config::max_spill_total_bytes`]). A file whose write would exceed the
+//! budget is treated exactly like one that hit its own cap (it keeps what fit, stops growing and
+//! is withdrawn). Bytes return to the budget when a file is deleted: a failed file at once, a
+//! background task's files when the task is evicted from the finished list ([`Spill::discard`]),
+//! everything at shutdown. A foreground command's files are presented to the model by path, so
+//! they stay until shutdown and stay counted: the budget is what bounds them.
 
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
@@ -16,7 +24,47 @@ use std::sync::{Arc, Mutex};
 /// Numbers the commands of this process in spill file names.
 static COUNTER: AtomicU64 = AtomicU64::new(1);
 
-/// An executor's spill directory.
+/// The bytes all spill files of one executor may hold together.
+#[derive(Debug)]
+struct Budget {
+    total: u64,
+    /// Bytes written to spill files that have not been deleted since.
+    used: AtomicU64,
+}
+
+impl Budget {
+    /// Takes up to `want` bytes; returns how many were granted (less once the budget runs out).
+    fn reserve(&self, want: u64) -> u64 {
+        let mut granted = 0;
+        // Never fails: the closure always returns `Some`.
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                granted = want.min(self.total.saturating_sub(used));
+                Some(used + granted)
+            });
+        granted
+    }
+
+    /// Gives back the bytes of a deleted file.
+    fn release(&self, bytes: u64) {
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                Some(used.saturating_sub(bytes))
+            });
+    }
+
+    fn used(&self) -> u64 {
+        self.used.load(Ordering::Acquire)
+    }
+
+    fn exhausted(&self) -> bool {
+        self.used() >= self.total
+    }
+}
+
+/// An executor's spill directory, and the budget its files share.
 #[derive(Debug)]
 pub(crate) struct SpillDir {
     /// `None`: the system temp dir.
@@ -25,15 +73,35 @@ pub(crate) struct SpillDir {
     path: Mutex<Option<PathBuf>>,
     /// Removed at shutdown: no file is presented or created any more.
     removed: AtomicBool,
+    budget: Budget,
 }
 
 impl SpillDir {
+    /// A spill directory with the default total budget ([`crate::Config`]'s default
+    /// `max_spill_total_bytes`); see [`SpillDir::with_budget`]. The executor passes its
+    /// configured budget; this is for tests.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn new(parent: Option<PathBuf>) -> Arc<Self> {
+        Self::with_budget(parent, crate::Config::default().max_spill_total_bytes)
+    }
+
+    /// A spill directory whose files may hold `total_bytes` together.
+    pub(crate) fn with_budget(parent: Option<PathBuf>, total_bytes: u64) -> Arc<Self> {
         Arc::new(Self {
             parent,
             path: Mutex::new(None),
             removed: AtomicBool::new(false),
+            budget: Budget {
+                total: total_bytes,
+                used: AtomicU64::new(0),
+            },
         })
+    }
+
+    /// Bytes currently counted against the total budget.
+    #[cfg(test)]
+    pub(crate) fn used_bytes(&self) -> u64 {
+        self.budget.used()
     }
 
     fn parent(&self) -> PathBuf {
@@ -156,10 +224,15 @@ enum State {
     Closed {
         path: PathBuf,
     },
-    /// Hit its cap: the file stays, but it is not the full output.
-    Capped,
+    /// Hit its cap or the executor's budget: the file stays (still counted), but it is not the
+    /// full output. No file when the budget was exhausted before it was created.
+    Capped {
+        path: Option<PathBuf>,
+    },
     /// Could not be created or written: memory only.
     Failed,
+    /// Deleted with its task (or never started and not wanted any more): memory only.
+    Discarded,
 }
 
 /// The spill file of one stream.
@@ -183,12 +256,21 @@ impl Spill {
         !matches!(self.state, State::NotStarted)
     }
 
-    /// Creates the file. On failure the stream stays memory-only for good.
+    /// Creates the file. On failure the stream stays memory-only for good; with the budget used
+    /// up no file is created at all, and the stream is treated as capped.
     pub(crate) fn begin(&mut self) {
         if self.started() {
             return;
         }
         let dir = &self.target.dir;
+        if dir.budget.exhausted() {
+            tracing::debug!(
+                total = dir.budget.total,
+                "the spill budget is used up; output stays in memory only"
+            );
+            self.state = State::Capped { path: None };
+            return;
+        }
         let created = create_file(dir, &self.target.file_name).or_else(|err| {
             if err.kind() == io::ErrorKind::NotFound {
                 dir.forget();
@@ -206,23 +288,65 @@ impl Spill {
         };
     }
 
-    /// Appends to the file, up to the cap.
+    /// Appends to the file, up to its cap and as far as the executor's budget allows.
     pub(crate) fn write(&mut self, data: &[u8]) {
         let State::Open { file, path } = &mut self.state else {
             return;
         };
+        let budget = &self.target.dir.budget;
         let room = self.target.cap - self.written;
-        let take = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        let want = (data.len() as u64).min(room);
+        let granted = budget.reserve(want);
+        // `granted <= data.len()`, so this never truncates.
+        let take = usize::try_from(granted).unwrap_or(usize::MAX);
         if let Err(err) = file.write_all(&data[..take]) {
             tracing::warn!(path = %path.display(), %err, "spill write failed; output stays in memory only");
             // A partial file must not pass for the full output, nor fill the disk further.
-            let _ = std::fs::remove_file(&*path);
+            let path = path.clone();
+            self.written += granted;
             self.state = State::Failed;
+            self.delete(&path);
             return;
         }
-        self.written += take as u64;
+        self.written += granted;
         if take < data.len() {
-            self.state = State::Capped;
+            if granted < want {
+                tracing::debug!(
+                    path = %path.display(),
+                    total = budget.total,
+                    "the spill budget is used up; the file stops growing and output stays in memory only"
+                );
+            }
+            self.state = State::Capped {
+                path: Some(path.clone()),
+            };
+        }
+    }
+
+    /// Deletes this stream's file, whatever its state, and returns its bytes to the budget. The
+    /// stream is memory-only from now on: no file is presented, and none is created later. Used
+    /// when the task is evicted from the finished list.
+    pub(crate) fn discard(&mut self) {
+        let path = match std::mem::replace(&mut self.state, State::Discarded) {
+            State::Open { path, .. }
+            | State::Closed { path }
+            | State::Capped { path: Some(path) } => path,
+            _ => return,
+        };
+        self.delete(&path);
+    }
+
+    /// Removes a file of this stream and returns its bytes to the budget. A file that cannot be
+    /// removed stays counted: its bytes are still on disk.
+    fn delete(&mut self, path: &std::path::Path) {
+        match std::fs::remove_file(path) {
+            Err(err) if err.kind() != io::ErrorKind::NotFound => {
+                tracing::warn!(path = %path.display(), %err, "cannot delete a spill file; its bytes stay counted");
+            }
+            _ => {
+                self.target.dir.budget.release(self.written);
+                self.written = 0;
+            }
         }
     }
 
@@ -278,6 +402,140 @@ mod tests {
         spill.write(b"f");
         assert_eq!(spill.complete_path(), None);
         assert_eq!(std::fs::read(&path).unwrap(), b"abcde");
+    }
+
+    fn open_spill(dir: &Arc<SpillDir>, cap: u64) -> Spill {
+        let mut spill = Spill::new(targets(dir, cap).0);
+        spill.begin();
+        spill
+    }
+
+    fn files_in(dir: &SpillDir) -> usize {
+        dir.path()
+            .map_or(0, |d| std::fs::read_dir(d).unwrap().count())
+    }
+
+    #[test]
+    fn the_budget_caps_like_the_per_file_cap() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = SpillDir::with_budget(Some(parent.path().into()), 10);
+        let mut a = open_spill(&dir, 100);
+        a.write(b"abcdef");
+        let mut b = open_spill(&dir, 100);
+        b.write(b"ghij");
+        let b_path = b
+            .complete_path()
+            .expect("exactly at the budget is complete");
+        assert_eq!(dir.used_bytes(), 10);
+        // Over the budget: the file keeps what fit, stops growing and is withdrawn.
+        a.write(b"x");
+        assert_eq!(a.complete_path(), None);
+        a.write(b"more");
+        assert_eq!(dir.used_bytes(), 10);
+        assert_eq!(std::fs::read(&b_path).unwrap(), b"ghij");
+        // With nothing left, a new stream creates no file at all.
+        let mut c = open_spill(&dir, 100);
+        c.write(b"y");
+        c.close();
+        assert!(c.started());
+        assert_eq!(c.complete_path(), None);
+        assert_eq!(files_in(&dir), 2);
+        assert_eq!(dir.used_bytes(), 10);
+    }
+
+    #[test]
+    fn a_write_straddling_the_budget_keeps_what_fit() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = SpillDir::with_budget(Some(parent.path().into()), 4);
+        let mut spill = open_spill(&dir, 100);
+        spill.write(b"ab");
+        let path = spill.complete_path().unwrap();
+        spill.write(b"cdef");
+        assert_eq!(spill.complete_path(), None);
+        assert_eq!(std::fs::read(&path).unwrap(), b"abcd");
+        assert_eq!(dir.used_bytes(), 4);
+    }
+
+    #[test]
+    fn discarding_deletes_the_file_and_frees_its_bytes() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = SpillDir::with_budget(Some(parent.path().into()), 10);
+        // Complete, then closed.
+        let mut closed = open_spill(&dir, 100);
+        closed.write(b"abcd");
+        closed.close();
+        let closed_path = closed.complete_path().unwrap();
+        // Capped by its own cap.
+        let mut capped = open_spill(&dir, 3);
+        capped.write(b"efgh");
+        assert_eq!(capped.complete_path(), None);
+        // Still open.
+        let mut open = open_spill(&dir, 100);
+        open.write(b"ij");
+        let open_path = open.complete_path().unwrap();
+        assert_eq!(dir.used_bytes(), 9);
+        assert_eq!(files_in(&dir), 3);
+        for spill in [&mut closed, &mut capped, &mut open] {
+            spill.discard();
+            assert_eq!(spill.complete_path(), None);
+        }
+        assert_eq!(dir.used_bytes(), 0);
+        assert_eq!(files_in(&dir), 0);
+        assert!(!std::path::Path::new(&closed_path).exists());
+        // A discarded stream stays memory-only: nothing is written or recreated.
+        open.write(b"kl");
+        open.begin();
+        open.write(b"mn");
+        assert_eq!(open.complete_path(), None);
+        assert!(!std::path::Path::new(&open_path).exists());
+        assert_eq!(dir.used_bytes(), 0);
+        // The freed budget is there for the next stream; discarding twice changes nothing.
+        let mut next = open_spill(&dir, 100);
+        next.write(b"0123456789");
+        assert!(next.complete_path().is_some());
+        open.discard();
+        assert_eq!(dir.used_bytes(), 10);
+    }
+
+    #[test]
+    fn a_stream_discarded_before_it_spilled_never_spills() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = SpillDir::with_budget(Some(parent.path().into()), 10);
+        let mut spill = Spill::new(targets(&dir, 100).0);
+        spill.discard();
+        spill.begin();
+        spill.write(b"abc");
+        assert_eq!(spill.complete_path(), None);
+        assert_eq!((files_in(&dir), dir.used_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn a_file_removed_at_shutdown_is_freed_when_discarded() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = SpillDir::with_budget(Some(parent.path().into()), 10);
+        let mut spill = open_spill(&dir, 100);
+        spill.write(b"abc");
+        dir.remove().unwrap();
+        spill.discard();
+        assert_eq!(dir.used_bytes(), 0);
+    }
+
+    #[test]
+    fn a_failed_file_is_deleted_and_freed() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = SpillDir::with_budget(Some(parent.path().into()), 100);
+        let mut spill = open_spill(&dir, 100);
+        spill.write(b"abc");
+        let path = spill.complete_path().unwrap();
+        // Make the next write fail: swap the open file for a read-only descriptor.
+        let State::Open { file, .. } = &mut spill.state else {
+            panic!("open");
+        };
+        *file = File::open(&path).unwrap();
+        spill.write(b"def");
+        assert_eq!(spill.complete_path(), None);
+        assert!(!std::path::Path::new(&path).exists());
+        assert_eq!(dir.used_bytes(), 0);
     }
 
     #[test]

@@ -67,6 +67,13 @@ impl Output {
         inner.tail.shrink();
     }
 
+    /// Deletes the stream's spill file (returning its bytes to the spill budget) and keeps the
+    /// stream memory-only from now on, even if more bytes come. For a task evicted from the
+    /// finished list, whose output nobody can read any more.
+    pub(crate) fn discard_spill(&self) {
+        self.lock().spill.discard();
+    }
+
     /// Everything kept, for a finished foreground command.
     pub(crate) fn snapshot(&self) -> StreamOutput {
         let inner = self.lock();

@@ -48,6 +48,9 @@ pub(crate) struct Tasks {
     max_finished: usize,
     /// Tasks whose processes may still exist, retained or not: shutdown waits for these.
     live: HashMap<String, Arc<Control>>,
+    /// Starts in progress, counted as running: a slot is taken before the command starts and
+    /// becomes a task only once it has (an id is never taken by a start that failed early).
+    reserved: usize,
     shutdown: bool,
 }
 
@@ -61,6 +64,7 @@ impl Tasks {
             max_running,
             max_finished,
             live: HashMap::new(),
+            reserved: 0,
             shutdown: false,
         }
     }
@@ -86,22 +90,58 @@ impl Tasks {
     }
 
     /// Adds a running task, or refuses without any change.
+    #[cfg(test)]
     pub(crate) fn insert(
         &mut self,
         command: &str,
         owner: Option<String>,
         outputs: [Arc<Output>; 2],
     ) -> Result<(Task, Arc<Control>), ExecError> {
+        self.reserve()?;
+        Ok(self.insert_reserved(command, owner, outputs))
+    }
+
+    /// Takes a running slot for a start, or refuses without any change.
+    pub(crate) fn reserve(&mut self) -> Result<(), ExecError> {
         if self.shutdown {
             return Err(shutting_down());
         }
-        if self.running >= self.max_running {
+        if self.running + self.reserved >= self.max_running {
             return Err(ExecError::TaskLimit(format!(
                 "too many background tasks: {} are running, the limit is {}; wait for one to \
                  finish or kill one",
-                self.running, self.max_running
+                self.running + self.reserved,
+                self.max_running
             )));
         }
+        self.reserved += 1;
+        Ok(())
+    }
+
+    /// Gives back a slot taken by [`reserve`](Self::reserve) for a start that did not happen.
+    pub(crate) fn unreserve(&mut self) {
+        self.reserved -= 1;
+    }
+
+    /// Starts in progress.
+    pub(crate) fn reserved(&self) -> usize {
+        self.reserved
+    }
+
+    /// Every task whose processes may still exist.
+    pub(crate) fn live(&self) -> Vec<Arc<Control>> {
+        self.live.values().cloned().collect()
+    }
+
+    /// Turns a slot taken by [`reserve`](Self::reserve) into a running task. Should shutdown
+    /// have begun meanwhile, the task is killed at once (and shutdown waits for it).
+    pub(crate) fn insert_reserved(
+        &mut self,
+        command: &str,
+        owner: Option<String>,
+        outputs: [Arc<Output>; 2],
+    ) -> (Task, Arc<Control>) {
+        self.reserved -= 1;
         let task = Task {
             id: format!("bash-{}", self.next_id),
             command: command.to_string(),
@@ -123,7 +163,10 @@ impl Tasks {
         );
         self.live.insert(task.id.clone(), control.clone());
         self.running += 1;
-        Ok((task, control))
+        if self.shutdown {
+            let _ = self.kill(&task.id);
+        }
+        (task, control)
     }
 
     fn record(&self, id: &str) -> Result<&Record, ExecError> {
@@ -200,12 +243,19 @@ impl Tasks {
         task
     }
 
-    /// Moves a task to the finished list and forgets the oldest beyond the retention limit.
+    /// Moves a task to the finished list and forgets the oldest beyond the retention limit. A
+    /// forgotten task's spill files are deleted with it (their bytes return to the spill budget):
+    /// nobody can read its output any more. Its processes may still be ending after a kill; their
+    /// output then stays in memory only.
     fn retire(&mut self, id: &str) {
         self.finished.push_back(id.to_string());
         while self.finished.len() > self.max_finished {
-            if let Some(old) = self.finished.pop_front() {
-                self.records.remove(&old);
+            if let Some(old) = self.finished.pop_front()
+                && let Some(record) = self.records.remove(&old)
+            {
+                for output in &record.outputs {
+                    output.discard_spill();
+                }
             }
         }
     }
@@ -295,6 +345,48 @@ mod tests {
         );
         assert_eq!(tasks.get("bash-3").unwrap().exit_code, Some(2));
         assert_eq!(tasks.list().len(), 2);
+    }
+
+    #[test]
+    fn evicted_tasks_lose_their_spill_files() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = crate::spill::SpillDir::with_budget(Some(parent.path().into()), 1000);
+        let spilling = || {
+            let (a, b) = crate::spill::targets(&dir, 100);
+            let outputs = [Output::new(4, a), Output::new(4, b)];
+            outputs[0].write(b"0123456789");
+            outputs
+        };
+        let path = |tasks: &mut Tasks, id: &str| {
+            std::path::PathBuf::from(tasks.read(id).unwrap().stdout.spill_path.unwrap())
+        };
+        let mut tasks = Tasks::new(10, 1);
+        let (a, _) = tasks.insert("a", None, spilling()).unwrap();
+        let (b, _) = tasks.insert("b", None, spilling()).unwrap();
+        tasks.insert("c", None, spilling()).unwrap();
+        let a_path = path(&mut tasks, "bash-1");
+        let b_path = path(&mut tasks, "bash-2");
+        let c_path = path(&mut tasks, "bash-3");
+        assert_eq!(dir.used_bytes(), 30);
+        tasks.finish(&a, exited(0));
+        assert!(a_path.exists());
+        // B finishing evicts A: A's file goes, and its bytes with it.
+        tasks.finish(&b, exited(0));
+        assert!(!a_path.exists());
+        assert!(b_path.exists());
+        assert_eq!(dir.used_bytes(), 20);
+        // A kill retires too; the killed task's output keeps coming, in memory only.
+        let c_out = tasks.records["bash-3"].outputs[0].clone();
+        tasks.kill("bash-3").unwrap();
+        assert!(!b_path.exists());
+        assert!(c_path.exists());
+        let (d, _) = tasks.insert("d", None, spilling()).unwrap();
+        tasks.finish(&d, exited(0));
+        assert!(!c_path.exists());
+        c_out.write(b"more");
+        assert_eq!(c_out.snapshot().spill_path, None);
+        assert_eq!(dir.used_bytes(), 10);
+        assert_eq!(std::fs::read_dir(dir.path().unwrap()).unwrap().count(), 1);
     }
 
     #[test]

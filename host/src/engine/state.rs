@@ -75,6 +75,7 @@ impl wit_ex::Host for CallState {
         Ok(self
             .executor
             .start(spec.into())
+            .await
             .map(Into::into)
             .map_err(Into::into))
     }

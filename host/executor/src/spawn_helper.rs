@@ -1,0 +1,345 @@
+//! The spawn helper: a small single-threaded process, exec'd fresh for every command, that
+//! starts bash and stays its parent until nothing of the command is left.
+//!
+//! Why a process of its own, and a fresh one each time:
+//! - bash's `$PPID` must not be the host (`kill -TERM $PPID` must hit the command, not the host),
+//!   and whatever a command does to its parent (`kill -9`, `kill -STOP`, `renice`, `prlimit`,
+//!   `oom_score_adj`) must not reach the next command: each command gets its own parent, made
+//!   from the host as it is, and never reused;
+//! - it is a child subreaper, so what the command orphans (double forks, `setsid` daemons) stays
+//!   in the tree the host can see;
+//! - it reports bash's wait status and then that no descendant is left;
+//! - should the host die or drop it, it kills the tree (and, in cgroup mode, the command's
+//!   cgroup) and removes the cgroup.
+//!
+//! The host keeps a few helpers started ahead ([`crate::launcher`]), so exec'ing one is not on
+//! a command's path. A helper runs one request and exits.
+//!
+//! Embedding: a program that uses the executor either calls [`dispatch`] first thing in `main`
+//! (then it is its own helper, re-exec'd with [`HELPER_ARG`]) or ships the `dsh-spawn-helper`
+//! binary (see `Config::spawn_helper`).
+
+use std::ffi::{CString, OsString};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::fork::{self, BashExec, Forked};
+use crate::wire::{self, Report};
+
+/// The first argument that makes a program [`dispatch`]ing into the helper.
+pub const HELPER_ARG: &str = "__dsh-spawn-helper";
+
+static DISPATCHES: AtomicBool = AtomicBool::new(false);
+
+/// Runs the spawn helper instead of the program if the program was started as one (its first
+/// argument is [`HELPER_ARG`]); otherwise notes that this program can serve as its own helper
+/// and returns. Call it first thing in `main`, before any thread is started.
+pub fn dispatch() {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().is_some_and(|a| a == HELPER_ARG) {
+        let host = args
+            .next()
+            .and_then(|a| a.into_string().ok())
+            .and_then(|a| a.parse::<i32>().ok());
+        std::process::exit(match host {
+            Some(host) => serve(host),
+            None => {
+                eprintln!("dsh-spawn-helper: internal helper; started by the executor only");
+                2
+            }
+        });
+    }
+    DISPATCHES.store(true, Ordering::Relaxed);
+}
+
+/// Whether [`dispatch`] was called in this process (so it can exec itself as the helper).
+pub(crate) fn dispatches() -> bool {
+    DISPATCHES.load(Ordering::Relaxed)
+}
+
+/// The helper's life; returns its exit code. Descriptor 0 is the socket to the host.
+fn serve(host: i32) -> i32 {
+    block_signals();
+    // SIGCONT: host death then also continues a helper its command stopped, which then sees the
+    // socket closed. (It also fires when the host *thread* that started us ends; harmless.)
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::CONT));
+    if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(host) {
+        return 1;
+    }
+    // SAFETY: descriptor 0 is the socket the host passed as our stdin; nothing else owns it.
+    let sock = UnixStream::from(unsafe { OwnedFd::from_raw_fd(0) });
+    let _ = rustix::io::fcntl_setfd(&sock, rustix::io::FdFlags::CLOEXEC);
+    let (request, fds) = match wire::recv_request(&sock) {
+        Ok(Some(got)) => got,
+        // The host let an idle helper go.
+        Ok(None) => return 0,
+        Err(err) => {
+            eprintln!("dsh-spawn-helper: bad request: {err}");
+            return 1;
+        }
+    };
+    let workdir = String::from_utf8_lossy(&request.workdir).into_owned();
+    if let Err(err) = crate::workdir::check(&workdir) {
+        let _ = wire::send_report(&sock, &Report::Refused(err.to_string()), None);
+        return 0;
+    }
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+    let (Some(program), Some(command), Some(workdir)) = (
+        c_string(request.program),
+        c_string(request.command),
+        c_string(request.workdir),
+    ) else {
+        // Interior NUL bytes: the tools never send them; exec could not take them either.
+        let _ = rustix::io::write(&fds.started, &fail_record(libc::EINVAL));
+        return 1;
+    };
+    let argv = [
+        program.as_ptr(),
+        c"-c".as_ptr(),
+        command.as_ptr(),
+        std::ptr::null(),
+    ];
+    let exec = BashExec {
+        program: &program,
+        argv: &argv,
+        workdir: &workdir,
+        stdout: fds.stdout.as_fd(),
+        stderr: fds.stderr.as_fd(),
+        started: fds.started.as_fd(),
+        parent: rustix::process::getpid().as_raw_nonzero().get(),
+    };
+    let cgroup = fds.cgroup.as_ref().map(AsFd::as_fd);
+    // SAFETY: this process is single-threaded (nothing here starts a thread).
+    let (bash, pidfd) = match unsafe { fork::fork_into(cgroup) } {
+        Ok(Forked::Child) => fork::exec_bash(&exec),
+        Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd),
+        Err(err) => {
+            let _ = rustix::io::write(
+                &fds.started,
+                &fail_record(err.raw_os_error().unwrap_or(libc::EIO)),
+            );
+            return 1;
+        }
+    };
+    // Only bash keeps the command's pipes and the outcome pipe.
+    let wire::RequestFds {
+        stdout,
+        stderr,
+        started,
+        cgroup,
+    } = fds;
+    drop((stdout, stderr, started));
+    if wire::send_report(&sock, &Report::Started(bash), Some(pidfd.as_fd())).is_err() {
+        return host_gone(cgroup);
+    }
+    drop(pidfd);
+    supervise(&sock, bash, cgroup)
+}
+
+fn c_string(bytes: Vec<u8>) -> Option<CString> {
+    CString::new(bytes).ok()
+}
+
+fn fail_record(errno: i32) -> [u8; 8] {
+    let mut record = [0u8; 8];
+    record[..4].copy_from_slice(&(wire::Step::Setup as u32).to_ne_bytes());
+    record[4..].copy_from_slice(&errno.to_ne_bytes());
+    record
+}
+
+/// Every signal blocked: nothing a command sends its `$PPID` ends the helper but SIGKILL; child
+/// exits are read from a signalfd. bash gets its own defaults back ([`fork::exec_bash`]).
+fn block_signals() {
+    // SAFETY: a full set, initialised by sigfillset.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+    }
+}
+
+/// A signalfd for SIGCHLD (blocked, see [`block_signals`]).
+fn child_signals() -> io::Result<OwnedFd> {
+    // SAFETY: a set holding SIGCHLD only; signalfd returns a new descriptor, ours.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// Reaps until no descendant is left, reporting bash's status; kills the tree if the host goes.
+fn supervise(sock: &UnixStream, bash: i32, cgroup: Option<OwnedFd>) -> i32 {
+    let signals = match child_signals() {
+        Ok(fd) => Some(fd),
+        Err(err) => {
+            eprintln!("dsh-spawn-helper: no signalfd ({err}); polling");
+            None
+        }
+    };
+    let mut reported = false;
+    loop {
+        // Reap whatever has ended.
+        loop {
+            match rustix::process::wait(rustix::process::WaitOptions::NOHANG | all_children()) {
+                Ok(Some((pid, status))) => {
+                    if pid.as_raw_nonzero().get() == bash && !reported {
+                        reported = true;
+                        let report = Report::Exited(status.as_raw());
+                        if wire::send_report(sock, &report, None).is_err() {
+                            return host_gone(cgroup);
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => {
+                    // ECHILD: nothing is left.
+                    let _ = wire::send_report(sock, &Report::TreeEmpty, None);
+                    return 0;
+                }
+            }
+        }
+        let mut polls = vec![rustix::event::PollFd::new(
+            sock,
+            rustix::event::PollFlags::IN,
+        )];
+        if let Some(signals) = &signals {
+            polls.push(rustix::event::PollFd::new(
+                signals,
+                rustix::event::PollFlags::IN,
+            ));
+        }
+        let timeout = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 50_000_000,
+        };
+        let timeout = if signals.is_some() {
+            None
+        } else {
+            Some(&timeout)
+        };
+        match rustix::event::poll(&mut polls, timeout) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return host_gone(cgroup),
+        }
+        let host_said_something = !polls[0].revents().is_empty();
+        if let Some(signals) = &signals {
+            let mut drain = [0u8; 128 * 8];
+            while matches!(rustix::io::read(signals, &mut drain), Ok(n) if n > 0) {}
+        }
+        if host_said_something {
+            // The host never writes after the request: this is its end (exit or drop).
+            return host_gone(cgroup);
+        }
+    }
+}
+
+fn all_children() -> rustix::process::WaitOptions {
+    rustix::process::WaitOptions::from_bits_retain(libc::__WALL as u32)
+}
+
+/// The host is gone (or let go of this command): kill the tree, reap it, remove the cgroup.
+fn host_gone(cgroup: Option<OwnedFd>) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(dir) = &cgroup {
+            kill_cgroup(dir);
+        }
+        let mut left = false;
+        for pid in crate::process::subtree(rustix::process::getpid().as_raw_nonzero().get()) {
+            if pid.alive {
+                left = true;
+                // Our own descendants, unreaped (we are their subreaper): the pids are theirs.
+                if let Some(pid) = rustix::process::Pid::from_raw(pid.pid) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+        }
+        while let Ok(Some(_)) =
+            rustix::process::wait(rustix::process::WaitOptions::NOHANG | all_children())
+        {}
+        let populated = cgroup.as_ref().is_some_and(cgroup_populated);
+        if (!left && !populated) || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if let Some(dir) = cgroup {
+        remove_cgroup(dir);
+    }
+    0
+}
+
+fn kill_cgroup(dir: &OwnedFd) {
+    if let Ok(kill) = rustix::fs::openat(
+        dir,
+        c"cgroup.kill",
+        rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) {
+        let _ = rustix::io::write(&kill, b"1");
+    }
+}
+
+fn cgroup_populated(dir: &OwnedFd) -> bool {
+    let Ok(events) = rustix::fs::openat(
+        dir,
+        c"cgroup.events",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) else {
+        return false;
+    };
+    let mut text = [0u8; 256];
+    let n = rustix::io::read(&events, &mut text).unwrap_or(0);
+    crate::cgroup::says_populated(&text[..n])
+}
+
+/// Removes the (empty) command cgroup, and the executor's root above it if that is empty too
+/// (the host is gone, so nobody else will).
+fn remove_cgroup(dir: OwnedFd) {
+    let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())) else {
+        return;
+    };
+    drop(dir);
+    if std::fs::remove_dir(&path).is_ok()
+        && let Some(root) = path.parent()
+    {
+        let _ = std::fs::remove_dir(root);
+    }
+}
+
+/// The executable to start as the helper: `configured`, else this program if it [`dispatch`]es,
+/// else `dsh-spawn-helper` (or a dispatching `dsh-host`) next to this program or one directory
+/// up (where cargo puts binaries, seen from its test programs).
+pub(crate) fn locate(configured: Option<&std::path::Path>) -> Result<OsString, String> {
+    if let Some(path) = configured {
+        return Ok(path.as_os_str().to_owned());
+    }
+    if dispatches() {
+        return Ok("/proc/self/exe".into());
+    }
+    let exe = std::env::current_exe().map_err(|err| format!("cannot find this program: {err}"))?;
+    for dir in exe.ancestors().skip(1).take(2) {
+        for name in ["dsh-spawn-helper", "dsh-host"] {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return Ok(candidate.into_os_string());
+            }
+        }
+    }
+    Err(format!(
+        "no spawn helper: {} does not call dsh_executor::spawn_helper::dispatch() and no \
+         dsh-spawn-helper was found next to it; set the spawn helper's path",
+        exe.display()
+    ))
+}
