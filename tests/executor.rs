@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dsh_executor::{
-    Config, Containment, ContainmentPreference, ExecError, Executor, LocalExecutor, Request,
-    RunResult, Spec, Task, TaskState,
+    Config, ContainmentPreference, ExecError, Executor, LocalExecutor, Request, RunResult, Spec,
+    Task, TaskState,
 };
 use procs::alive;
 use tokio::sync::mpsc::{UnboundedReceiver, error::TryRecvError, unbounded_channel};
@@ -78,8 +78,11 @@ impl Harness {
         self.run_spec(spec).await
     }
 
-    fn start(&self, command: &str) -> Task {
-        self.exec.start(self.spec(command)).expect("start succeeds")
+    async fn start(&self, command: &str) -> Task {
+        self.exec
+            .start(self.spec(command))
+            .await
+            .expect("start succeeds")
     }
 
     async fn next_event(&mut self) -> Task {
@@ -320,29 +323,32 @@ async fn commands_of_any_size_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_in_the_requested_workdir_in_a_new_session() {
-    let h = harness(|_| {});
-    let dir = tempfile::tempdir().unwrap();
-    let spec = Spec {
-        workdir: dir.path().to_str().unwrap().into(),
-        ..h.spec("pwd; ps -o sid= -p $$; ps -o pgid= -p $$; echo $PPID; echo $$; tty || true")
-    };
-    let r = h.run_spec(spec).await;
-    let lines: Vec<&str> = r.stdout.text.lines().map(str::trim).collect();
-    assert_eq!(
-        lines[0],
-        dir.path().canonicalize().unwrap().to_str().unwrap()
-    );
-    let (sid, pgid, ppid, bash) = (lines[1], lines[2], lines[3], lines[4]);
-    // A session and group of its own: led by bash itself where its cgroup holds the tree, by
-    // its supervisor otherwise; bash's parent is never the host.
-    let leader = match h.exec.containment() {
-        Containment::Cgroup { .. } => bash,
-        Containment::Subreaper { .. } => ppid,
-    };
-    assert_eq!(sid, leader);
-    assert_eq!(pgid, leader);
-    assert_ne!(ppid, std::process::id().to_string());
-    assert_eq!(lines[5], "not a tty");
+    for containment in [
+        ContainmentPreference::Auto,
+        ContainmentPreference::Subreaper,
+    ] {
+        let h = harness(|c| c.containment = containment);
+        let dir = tempfile::tempdir().unwrap();
+        let spec = Spec {
+            workdir: dir.path().to_str().unwrap().into(),
+            ..h.spec("pwd; ps -o sid= -p $$; ps -o pgid= -p $$; echo $PPID; echo $$; tty || true")
+        };
+        let r = h.run_spec(spec).await;
+        let lines: Vec<&str> = r.stdout.text.lines().map(str::trim).collect();
+        assert_eq!(
+            lines[0],
+            dir.path().canonicalize().unwrap().to_str().unwrap()
+        );
+        let (sid, pgid, ppid, bash) = (lines[1], lines[2], lines[3], lines[4]);
+        let shown = h.exec.containment();
+        // A session and group of its own, led by bash itself in either containment mode
+        // (changed with the per-command spawn helper: in subreaper mode the supervisor used to
+        // lead it); bash's parent is its spawn helper, never the host.
+        assert_eq!(sid, bash, "{shown}: bash leads its session");
+        assert_eq!(pgid, bash, "{shown}: bash leads its process group");
+        assert_ne!(ppid, std::process::id().to_string(), "{shown}: parent");
+        assert_eq!(lines[5], "not a tty", "{shown}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -538,11 +544,11 @@ async fn unusable_workdir_is_an_error() {
     );
     // Background: refused, no task created, no id used up.
     assert!(matches!(
-        h.exec.start(missing),
+        h.exec.start(missing).await,
         Err(ExecError::WorkdirUnusable(_))
     ));
     assert!(h.exec.list().is_empty());
-    assert_eq!(h.start("true").id, "bash-1");
+    assert_eq!(h.start("true").await.id, "bash-1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -697,7 +703,7 @@ async fn capped_spill_is_not_presented_to_task_reads_either() {
         c.max_output_bytes = 100;
         c.max_spill_bytes = 1000;
     });
-    let task = h.start("seq 1 2000");
+    let task = h.start("seq 1 2000").await;
     h.next_event().await;
     let read = h.exec.read_output(&task.id).unwrap();
     assert!(read.stdout.lossy);
@@ -773,13 +779,14 @@ async fn tasks_get_sequential_ids_and_keep_their_owner() {
             owner: Some("session-a".into()),
             ..h.spec("exit 4")
         })
+        .await
         .unwrap();
     assert_eq!(owned.id, "bash-1");
     assert_eq!(owned.state, TaskState::Running);
     assert_eq!(owned.owner.as_deref(), Some("session-a"));
     assert_eq!(owned.command, "exit 4");
-    assert_eq!(h.start("true").id, "bash-2");
-    assert_eq!(h.start("true").id, "bash-3");
+    assert_eq!(h.start("true").await.id, "bash-2");
+    assert_eq!(h.start("true").await.id, "bash-3");
     assert_eq!(h.exec.owner_of("bash-1").as_deref(), Some("session-a"));
     assert_eq!(h.exec.owner_of("bash-2"), None);
     assert_eq!(h.exec.owner_of("bash-9"), None);
@@ -812,10 +819,12 @@ async fn reads_are_incremental_and_stay_valid_after_the_end() {
     let c_fifo = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: mkfifo on a valid C string.
     assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0);
-    let task = h.start(&format!(
-        "echo one; echo err1 >&2; read line < {}; echo \"two $line\"",
-        fifo.display()
-    ));
+    let task = h
+        .start(&format!(
+            "echo one; echo err1 >&2; read line < {}; echo \"two $line\"",
+            fifo.display()
+        ))
+        .await;
     let first = h.read_until(&task.id, |s| s == "one\n").await;
     assert_eq!(first, "one\n");
     let read = h.exec.read_output(&task.id).unwrap();
@@ -842,7 +851,7 @@ async fn reads_are_incremental_and_stay_valid_after_the_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stderr_is_read_separately() {
     let mut h = harness(|_| {});
-    let task = h.start("echo out; echo err >&2");
+    let task = h.start("echo out; echo err >&2").await;
     h.next_event().await;
     let read = h.exec.read_output(&task.id).unwrap();
     assert_eq!(read.stdout.text, "out\n");
@@ -853,7 +862,7 @@ async fn stderr_is_read_separately() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_that_fell_out_of_the_window_is_lossy() {
     let mut h = harness(|c| c.max_output_bytes = 100);
-    let task = h.start("seq 1 400");
+    let task = h.start("seq 1 400").await;
     h.next_event().await;
     let expected = seq(1, 400);
     let read = h.exec.read_output(&task.id).unwrap();
@@ -869,7 +878,7 @@ async fn a_read_that_fell_out_of_the_window_is_lossy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_running_finished_and_unknown() {
     let mut h = harness(|_| {});
-    let task = h.start("echo $$; sleep 30");
+    let task = h.start("echo $$; sleep 30").await;
     let pid = pids(&h.read_until(&task.id, |s| s.ends_with('\n')).await)[0];
     assert_eq!(h.exec.kill(&task.id), Ok(true));
     // Killed at once, before the process is even gone.
@@ -885,7 +894,7 @@ async fn kill_running_finished_and_unknown() {
     );
     assert!(!alive(pid));
 
-    let quick = h.start("true");
+    let quick = h.start("true").await;
     let done = h.next_event().await;
     assert_eq!(done.id, quick.id);
     assert_eq!(h.exec.kill(&quick.id), Ok(false));
@@ -898,7 +907,7 @@ async fn kill_running_finished_and_unknown() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_escalates_once_to_sigkill() {
     let mut h = harness(|_| {});
-    let task = h.start("trap '' TERM; echo $$; sleep 30 & wait");
+    let task = h.start("trap '' TERM; echo $$; sleep 30 & wait").await;
     let pid = pids(&h.read_until(&task.id, |s| s.ends_with('\n')).await)[0];
     let started = Instant::now();
     assert_eq!(h.exec.kill(&task.id), Ok(true));
@@ -913,7 +922,7 @@ async fn kill_escalates_once_to_sigkill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_dying_of_a_signal_is_killed() {
     let mut h = harness(|_| {});
-    h.start("kill -SEGV $$");
+    h.start("kill -SEGV $$").await;
     let done = h.next_event().await;
     assert_eq!(done.state, TaskState::Killed);
     assert_eq!(done.signal.as_deref(), Some("SIGSEGV"));
@@ -923,8 +932,8 @@ async fn a_task_dying_of_a_signal_is_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn task_done_is_sent_exactly_once_per_task() {
     let mut h = harness(|_| {});
-    let completed = h.start("exit 3");
-    let killed = h.start("sleep 30");
+    let completed = h.start("exit 3").await;
+    let killed = h.start("sleep 30").await;
     assert_eq!(h.exec.kill(&killed.id), Ok(true));
     let mut events = [h.next_event().await, h.next_event().await];
     events.sort_by(|a, b| a.id.cmp(&b.id));
@@ -942,7 +951,7 @@ async fn task_done_is_sent_exactly_once_per_task() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn background_leftovers_are_stopped_when_the_leader_exits() {
     let mut h = harness(|_| {});
-    let task = h.start("sleep 30 & echo $!");
+    let task = h.start("sleep 30 & echo $!").await;
     let done = h.next_event().await;
     assert_eq!(
         (done.state, done.exit_code),
@@ -955,8 +964,10 @@ async fn background_leftovers_are_stopped_when_the_leader_exits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_kills_and_awaits_tasks_and_sends_no_events() {
     let mut h = harness(|_| {});
-    let plain = h.start("echo $$; sleep 30");
-    let stubborn = h.start("trap '' TERM; echo $$; sleep 30 & echo $!; wait");
+    let plain = h.start("echo $$; sleep 30").await;
+    let stubborn = h
+        .start("trap '' TERM; echo $$; sleep 30 & echo $!; wait")
+        .await;
     let mut found = pids(&h.read_until(&plain.id, |s| s.ends_with('\n')).await);
     found.extend(pids(
         &h.read_until(&stubborn.id, |s| s.lines().count() == 2).await,
@@ -972,7 +983,7 @@ async fn shutdown_kills_and_awaits_tasks_and_sends_no_events() {
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(h.events.try_recv().unwrap_err(), TryRecvError::Empty);
-    assert!(h.exec.start(h.spec("true")).is_err());
+    assert!(h.exec.start(h.spec("true")).await.is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -981,17 +992,17 @@ async fn running_limit_refuses_without_change_and_finished_tasks_are_retained() 
         c.max_tasks = 2;
         c.max_finished_tasks = 2;
     });
-    let a = h.start("sleep 30");
-    let b = h.start("sleep 30");
+    let a = h.start("sleep 30").await;
+    let b = h.start("sleep 30").await;
     let before = h.exec.list();
-    match h.exec.start(h.spec("true")) {
+    match h.exec.start(h.spec("true")).await {
         Err(ExecError::TaskLimit(msg)) => assert!(msg.contains('2'), "{msg}"),
         other => panic!("{other:?}"),
     }
     assert_eq!(h.exec.list(), before);
 
     assert_eq!(h.exec.kill(&a.id), Ok(true));
-    let c = h.start("true");
+    let c = h.start("true").await;
     assert_eq!(c.id, "bash-3");
     let mut ids = vec![h.next_event().await.id, h.next_event().await.id];
     ids.sort();

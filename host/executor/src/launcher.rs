@@ -1,30 +1,46 @@
 //! Spawn helpers made ahead: each command takes a fresh, never-used helper (and, in cgroup mode,
 //! a fresh, never-used cgroup made with it), so nothing one command does to its parent or its
-//! cgroup reaches the next; starting the helper (an `exec`) happens off the command's path, on
-//! a blocking thread, never on the async runtime.
+//! cgroup reaches the next. Helpers are forked by the factory ([`crate::spawn_helper`]), which
+//! the host exec's once and again whenever it has died or refused; all of it happens on blocking
+//! threads, off the command's path and never on the async runtime.
 
 use std::ffi::OsString;
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::cgroup::{CgroupRoot, TaskCgroup};
 use crate::spawn_helper::HELPER_ARG;
+use crate::wire::{self, Report};
 
 /// Helpers kept ready: one command at a time takes none from the runtime thread's path; a burst
-/// of background starts spawns the rest on demand.
+/// of background starts forks the rest on demand.
 const READY: usize = 2;
 
-/// A started, idle helper with its command cgroup.
+/// How long the factory may take to answer before it counts as gone (continued meanwhile, in
+/// case a process stopped it).
+const FACTORY_ANSWER: Duration = Duration::from_secs(5);
+
+/// A forked, idle helper with its command cgroup.
 #[derive(Debug)]
 pub(crate) struct Helper {
-    pub(crate) child: tokio::process::Child,
     pub(crate) pid: i32,
-    /// The helper's pidfd, to signal it whatever happens to its pid.
-    pub(crate) pidfd: std::os::fd::OwnedFd,
+    /// The helper's pidfd, to signal it and see it exit whatever happens to its pid.
+    pub(crate) pidfd: OwnedFd,
     pub(crate) sock: UnixStream,
     pub(crate) cgroup: Option<TaskCgroup>,
+}
+
+/// The running factory.
+#[derive(Debug)]
+struct Factory {
+    /// Killed when dropped (it would exit anyway once its socket closes).
+    _child: tokio::process::Child,
+    pidfd: OwnedFd,
+    control: UnixStream,
 }
 
 #[derive(Debug)]
@@ -32,8 +48,9 @@ pub(crate) struct Launcher {
     program: OsString,
     env: Vec<(OsString, OsString)>,
     cgroups: Option<Arc<CgroupRoot>>,
+    factory: Mutex<Option<Factory>>,
     ready: Mutex<Vec<Helper>>,
-    /// Helpers being started for the ready list.
+    /// Helpers being forked for the ready list.
     filling: Mutex<usize>,
 }
 
@@ -47,6 +64,7 @@ impl Launcher {
             program,
             env,
             cgroups,
+            factory: Mutex::new(None),
             ready: Mutex::new(Vec::new()),
             filling: Mutex::new(0),
         })
@@ -114,7 +132,7 @@ impl Launcher {
         }
     }
 
-    /// Starts one helper, with a new cgroup in cgroup mode. Blocking.
+    /// Forks one helper, with a new cgroup in cgroup mode. Blocking.
     fn start_helper(&self) -> io::Result<Helper> {
         let cgroup = match &self.cgroups {
             Some(root) => match root.create_task() {
@@ -126,7 +144,36 @@ impl Launcher {
             },
             None => None,
         };
-        // Both ends close-on-exec; ours stays ours, the helper's becomes its stdin.
+        let mut factory = self.factory.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = None;
+        // A factory that died or refused is replaced once per helper.
+        for _ in 0..2 {
+            if factory.is_none() {
+                *factory = Some(self.start_factory()?);
+            }
+            match factory.as_ref().map(Factory::fork_helper) {
+                Some(Ok((pid, pidfd, sock))) => {
+                    return Ok(Helper {
+                        pid,
+                        pidfd,
+                        sock,
+                        cgroup,
+                    });
+                }
+                Some(Err(err)) => {
+                    tracing::debug!(%err, "the spawn helper factory is gone; starting another");
+                    *factory = None;
+                    last = Some(err);
+                }
+                None => {}
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("no spawn helper factory")))
+    }
+
+    /// Exec's the factory. Blocking.
+    fn start_factory(&self) -> io::Result<Factory> {
+        // Both ends close-on-exec; ours stays ours, the factory's becomes its stdin.
         let (ours, theirs) = UnixStream::pair()?;
         let mut command = tokio::process::Command::new(&self.program);
         command
@@ -134,26 +181,71 @@ impl Launcher {
             .arg(std::process::id().to_string())
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
-            .current_dir("/");
+            .kill_on_drop(true);
         let child = command.spawn()?;
         let pid = child
             .id()
             .and_then(|id| i32::try_from(id).ok())
-            .ok_or_else(|| io::Error::other("the spawn helper has no pid"))?;
+            .and_then(rustix::process::Pid::from_raw)
+            .ok_or_else(|| io::Error::other("the spawn helper factory has no pid"))?;
         // Our unreaped child: the pid is its own.
-        let pidfd = rustix::process::pidfd_open(
-            rustix::process::Pid::from_raw(pid).ok_or_else(|| io::Error::other("pid 0"))?,
-            rustix::process::PidfdFlags::empty(),
-        )?;
-        Ok(Helper {
-            child,
-            pid,
+        let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())?;
+        Ok(Factory {
+            _child: child,
             pidfd,
-            sock: ours,
-            cgroup,
+            control: ours,
         })
+    }
+}
+
+impl Factory {
+    /// Asks for one helper: its pid, pidfd and our end of its socket. Blocking.
+    fn fork_helper(&self) -> io::Result<(i32, OwnedFd, UnixStream)> {
+        let (ours, theirs) = UnixStream::pair()?;
+        wire::send_with_fds(self.control.as_fd(), &[0], &[theirs.as_fd()])?;
+        drop(theirs);
+        let deadline = Instant::now() + FACTORY_ANSWER;
+        let mut answer = Vec::new();
+        let mut pidfd = None;
+        loop {
+            if let Some((report, _)) = Report::decode(&answer)? {
+                return match (report, pidfd) {
+                    (Report::Started(pid), Some(pidfd)) => Ok((pid, pidfd, ours)),
+                    _ => Err(io::Error::other("an unexpected answer from the factory")),
+                };
+            }
+            let mut fds = [rustix::event::PollFd::new(
+                &self.control,
+                rustix::event::PollFlags::IN,
+            )];
+            let wait = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 100_000_000,
+            };
+            if rustix::event::poll(&mut fds, Some(&wait))? == 0 {
+                if Instant::now() >= deadline {
+                    return Err(io::Error::other("the factory did not answer"));
+                }
+                // A process may have stopped it.
+                let _ =
+                    rustix::process::pidfd_send_signal(&self.pidfd, rustix::process::Signal::CONT);
+                continue;
+            }
+            let mut chunk = [0u8; 64];
+            let (n, fd) = match wire::recv_some(self.control.as_fd(), &mut chunk) {
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+                other => other?,
+            };
+            if n == 0 {
+                return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+            }
+            answer.extend_from_slice(&chunk[..n]);
+            if fd.is_some() {
+                pidfd = fd;
+            }
+        }
     }
 }

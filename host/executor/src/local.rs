@@ -24,6 +24,10 @@ use crate::{
 /// The shell every command runs in, looked up on PATH.
 const SHELL: &str = "bash";
 
+/// Helpers tried for one command whose request could not be delivered (the ready ones may all
+/// have been killed; the last attempts start new ones).
+const SPAWN_ATTEMPTS: usize = 4;
+
 /// Runs commands as local processes. See the executor contract.
 #[derive(Debug)]
 pub struct LocalExecutor {
@@ -143,27 +147,39 @@ impl LocalExecutor {
         ]
     }
 
-    /// Starts a command on a fresh spawn helper. Never retried: an error means it did not run.
+    /// Starts a command on a fresh spawn helper. Retried only when the request never reached
+    /// the helper (a command killed idle helpers): an error means the command did not run.
     async fn spawn(&self, program: &OsStr, spec: &Spec) -> Result<Spawned, ExecError> {
         let cannot = |err: &dyn std::fmt::Display| {
             ExecError::SpawnFailed(format!("cannot start {SHELL}: {err}"))
         };
-        let helper = self
-            .shared
-            .launcher
-            .take()
-            .await
-            .map_err(|err| cannot(&format!("no spawn helper: {err}")))?;
-        spawn::spawn(helper, program, &spec.command, &spec.workdir)
-            .await
-            .map_err(|err| match err {
-                StartError::Workdir(message) => ExecError::WorkdirUnusable(message),
-                StartError::Failed {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let helper = self
+                .shared
+                .launcher
+                .take()
+                .await
+                .map_err(|err| cannot(&format!("no spawn helper: {err}")))?;
+            return match spawn::spawn(helper, program, &spec.command, &spec.workdir).await {
+                Ok(spawned) => Ok(spawned),
+                Err(StartError::Undelivered(err)) if attempts < SPAWN_ATTEMPTS => {
+                    tracing::debug!(%err, "a spawn helper died before its request; taking another");
+                    continue;
+                }
+                Err(StartError::Workdir(message)) => Err(ExecError::WorkdirUnusable(message)),
+                Err(StartError::Failed {
                     step: Step::Chdir,
                     err,
-                } => workdir::unusable(&spec.workdir, &err),
-                StartError::Failed { err, .. } | StartError::Helper(err) => cannot(&err),
-            })
+                }) => Err(workdir::unusable(&spec.workdir, &err)),
+                Err(
+                    StartError::Failed { err, .. }
+                    | StartError::Helper(err)
+                    | StartError::Undelivered(err),
+                ) => Err(cannot(&err)),
+            };
+        }
     }
 
     fn timeout_ms(&self, requested: f64) -> Result<f64, ExecError> {

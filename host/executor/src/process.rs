@@ -52,14 +52,6 @@ impl Exit {
             Self::default()
         }
     }
-
-    fn from_status(status: std::process::ExitStatus) -> Self {
-        use std::os::unix::process::ExitStatusExt;
-        Self {
-            code: status.code(),
-            signal: status.signal(),
-        }
-    }
 }
 
 /// Poll period while waiting for SIGKILLed processes to be reaped.
@@ -81,9 +73,10 @@ pub(crate) struct ProcTree {
     session: Option<i32>,
     /// The command's cgroup (cgroup mode).
     cgroup: Option<TaskCgroup>,
-    /// The helper was reaped.
+    /// The helper has exited.
     reaped: CancellationToken,
-    exit: Arc<OnceLock<Exit>>,
+    /// Whether the helper said its tree was empty before it exited (set once known).
+    exit: Arc<OnceLock<bool>>,
     /// Nothing of the command is left.
     gone: CancellationToken,
     /// Set just before `gone` is cancelled.
@@ -95,18 +88,17 @@ pub(crate) struct ProcTree {
 }
 
 impl ProcTree {
-    /// Takes ownership of the helper `child` (pid `pid`, pidfd `pidfd`) and the command's cgroup,
-    /// and watches them in the background. `tree_empty` resolves to true when the helper says it
-    /// has no descendant left and is exiting: then the tree may be gone before the helper was
-    /// reaped.
+    /// Takes over the helper `pid` (whose pidfd is `pidfd`) and the command's cgroup, and
+    /// watches them in the background. `tree_empty` resolves to true when the helper says it has
+    /// no descendant left and is exiting, false if it ends without saying so.
     pub(crate) fn watch(
-        mut child: tokio::process::Child,
         pid: i32,
         pidfd: OwnedFd,
         session: Option<i32>,
         tree_empty: impl std::future::Future<Output = bool> + Send + 'static,
         cgroup: Option<TaskCgroup>,
     ) -> Arc<Self> {
+        let exited = rustix::io::dup(&pidfd);
         let tree = Arc::new(Self {
             pid,
             pidfd,
@@ -122,14 +114,27 @@ impl ProcTree {
         let watcher = tree.clone();
         tokio::spawn(async move {
             // Holds only what it sets, so that the tree (and its cgroup) can go before it ends.
-            let (exit_slot, reaped_token) = (watcher.exit.clone(), watcher.reaped.clone());
+            let (clean_slot, reaped_token) = (watcher.exit.clone(), watcher.reaped.clone());
             let reap = async move {
-                let exit = match child.wait().await {
-                    Ok(status) => Exit::from_status(status),
-                    Err(_) => Exit::default(),
-                };
-                let _ = exit_slot.set(exit);
+                // The helper's pidfd turns readable once it has exited.
+                if let Ok(fd) = exited {
+                    // SAFETY: an OwnedFd, moved in: it stays open and the same until dropped.
+                    let registered = unsafe {
+                        tokio::io::unix::AsyncFd::register_with_interest(
+                            fd,
+                            tokio::io::Interest::READABLE,
+                        )
+                    };
+                    if let Ok(fd) = registered {
+                        let _ = fd.readable().await;
+                    }
+                }
                 reaped_token.cancel();
+            };
+            let tree_empty = async move {
+                let empty = tree_empty.await;
+                let _ = clean_slot.set(empty);
+                empty
             };
             tokio::pin!(reap, tree_empty);
             let mut reaped = false;
@@ -181,15 +186,23 @@ impl ProcTree {
         self.reaped.is_cancelled()
     }
 
-    /// The helper was reaped without having finished its job (it exits 0 only once it has no
-    /// descendant left): something may have escaped it.
+    /// Whether the helper has not exited yet, asked of its pidfd now.
+    fn helper_running(&self) -> bool {
+        let mut fds = [rustix::event::PollFd::new(
+            &self.pidfd,
+            rustix::event::PollFlags::IN,
+        )];
+        let now = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        matches!(rustix::event::poll(&mut fds, Some(&now)), Ok(0))
+    }
+
+    /// The helper exited without having finished its job (saying that no descendant is left):
+    /// something may have escaped it.
     fn helper_lost_track(&self) -> bool {
-        self.is_reaped()
-            && self.exit.get().copied().unwrap_or_default()
-                != (Exit {
-                    code: Some(0),
-                    signal: None,
-                })
+        self.is_reaped() && self.exit.get().copied() != Some(true)
     }
 
     /// After the helper was reaped: whether any process of the command is still alive.
@@ -243,13 +256,15 @@ impl ProcTree {
             .as_ref()
             .map(TaskCgroup::procs)
             .unwrap_or_default();
-        // Decided before the snapshot, so that a session scan never sees the helper itself.
-        if self.is_reaped() {
-            if self.session_scan_needed() {
-                found.extend(self.session_members(&snapshot()));
+        if self.helper_running() {
+            let below = subtree(self.pid);
+            // Still running after the walk, so its pid was its own throughout (a pid is reused
+            // only after its process exited and was reaped).
+            if self.helper_running() {
+                found.extend(below.iter().filter(|p| p.alive).map(|p| p.pid));
             }
-        } else {
-            found.extend(subtree(self.pid).iter().filter(|p| p.alive).map(|p| p.pid));
+        } else if self.session_scan_needed() {
+            found.extend(self.session_members(&snapshot()));
         }
         found.sort_unstable();
         found.dedup();

@@ -1,5 +1,5 @@
 //! Starting one command on a fresh spawn helper ([`crate::spawn_helper`]) and following it:
-//! host → helper (our child; bash's `$PPID`) → bash (leader of its own session, in the command's
+//! host → helper (forked by the factory; bash's `$PPID`) → bash (leader of its own session, in the command's
 //! cgroup in cgroup mode).
 //!
 //! Nothing here blocks: the request goes out on a non-blocking socket, the outcome and the
@@ -41,8 +41,10 @@ pub(crate) enum StartError {
     Workdir(String),
     /// Entering the workdir, setting up or `exec`ing bash failed.
     Failed { step: Step, err: io::Error },
-    /// The helper could not be reached or started.
+    /// The helper could not be started or followed.
     Helper(io::Error),
+    /// The request did not reach the helper (it had died): another helper may take it.
+    Undelivered(io::Error),
 }
 
 /// Reports how bash (the tree's leader) ended.
@@ -86,7 +88,6 @@ pub(crate) async fn spawn(
     workdir: &str,
 ) -> Result<Spawned, StartError> {
     let Helper {
-        child,
         pid,
         pidfd,
         sock,
@@ -103,27 +104,31 @@ pub(crate) async fn spawn(
         workdir: workdir.as_bytes().to_vec(),
     }
     .encode();
-    sock.set_nonblocking(true).map_err(StartError::Helper)?;
+    // A command may have stopped an idle helper: it is continued now and then while we wait.
+    let resume = || {
+        let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::CONT);
+    };
+    sock.set_nonblocking(true)
+        .map_err(StartError::Undelivered)?;
     let mut fds = vec![stdout_w.as_fd(), stderr_w.as_fd(), started_w.as_fd()];
     if let Some(cgroup) = &cgroup {
         fds.push(cgroup.dir_fd());
     }
-    let sent = wire::send_with_fds(sock.as_fd(), &frame, &fds).map_err(StartError::Helper)?;
+    let sent = wire::send_with_fds(sock.as_fd(), &frame, &fds).map_err(StartError::Undelivered)?;
     drop(fds);
     // Only bash keeps the write ends.
     drop((stdout_w, stderr_w, started_w));
-    let mut sock = tokio::net::UnixStream::from_std(sock).map_err(StartError::Helper)?;
-    sock.write_all(&frame[sent..])
+    let mut sock = tokio::net::UnixStream::from_std(sock).map_err(StartError::Undelivered)?;
+    // A helper reads the whole request before it starts anything: a request cut short by the
+    // helper's death started nothing.
+    with_resume(sock.write_all(&frame[sent..]), resume)
         .await
-        .map_err(StartError::Helper)?;
+        .map_err(StartError::Undelivered)?;
 
     // Nothing on the outcome pipe at its end: bash was exec'd (or died before, killed with its
     // helper). A record: it was not.
     let mut outcome = Vec::new();
     let mut started = receiver(started_r)?;
-    let resume = || {
-        let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::CONT);
-    };
     with_resume(started.read_to_end(&mut outcome), resume)
         .await
         .map_err(StartError::Helper)?;
@@ -169,7 +174,7 @@ pub(crate) async fn spawn(
             }
         }
     };
-    let tree = ProcTree::watch(child, pid, pidfd, bash, tree_empty, cgroup);
+    let tree = ProcTree::watch(pid, pidfd, bash, tree_empty, cgroup);
     Ok(Spawned {
         tree,
         stdout: receiver(stdout_r)?,
