@@ -185,7 +185,7 @@ impl Baseline {
                 };
                 // SAFETY: getrlimit fills a valid rlimit; unknown resources fail harmlessly.
                 unsafe { libc::getrlimit(resource as _, &mut limit) };
-                (limit.rlim_cur as u64, limit.rlim_max as u64)
+                (limit.rlim_cur, limit.rlim_max)
             })
             .collect();
         Self {
