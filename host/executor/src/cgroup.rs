@@ -303,10 +303,18 @@ impl TaskCgroup {
         }
     }
 
-    /// Done with the cgroup: removed once empty, off the async runtime.
+    /// Done with the cgroup: removed now if empty, else by a thread of its own once it is.
     pub(crate) fn retire(&self) {
         if self.removed.swap(true, Ordering::Relaxed) {
             return;
+        }
+        // Usually empty by now (the helper, the last in it, has exited): removed at once.
+        if !self.populated() {
+            match std::fs::remove_dir(&self.dir) {
+                Ok(()) => return,
+                Err(err) if err.kind() == io::ErrorKind::NotFound => return,
+                Err(_) => {}
+            }
         }
         let dir = self.dir.clone();
         let root = self.root.clone();
@@ -325,18 +333,13 @@ impl TaskCgroup {
             }
             drop(root);
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn_blocking(remove);
-            }
-            Err(_) => {
-                if let Err(err) = std::thread::Builder::new()
-                    .name("dsh-cgroup-cleanup".to_string())
-                    .spawn(remove)
-                {
-                    tracing::debug!(%err, "cannot start a cgroup cleanup thread");
-                }
-            }
+        // Rare (a command dropped before it ended, or a helper that never got its command):
+        // a thread of its own, which works even while the runtime shuts down.
+        if let Err(err) = std::thread::Builder::new()
+            .name("dsh-cgroup-cleanup".to_string())
+            .spawn(remove)
+        {
+            tracing::debug!(%err, "cannot start a cgroup cleanup thread");
         }
     }
 }

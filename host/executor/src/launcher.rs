@@ -120,10 +120,32 @@ impl Launcher {
     pub(crate) async fn clear(&self) {
         loop {
             let idle: Vec<Helper> = self.ready().drain(..).collect();
-            for helper in idle {
-                if let Some(cgroup) = helper.cgroup {
-                    cgroup.remove_unused();
-                }
+            if !idle.is_empty() {
+                // Each idle helper sits in its cgroup until it has exited.
+                let _ = tokio::task::spawn_blocking(move || {
+                    for helper in idle {
+                        let Helper {
+                            pidfd,
+                            sock,
+                            cgroup,
+                            ..
+                        } = helper;
+                        drop(sock);
+                        let mut fds = [rustix::event::PollFd::new(
+                            &pidfd,
+                            rustix::event::PollFlags::IN,
+                        )];
+                        let wait = rustix::event::Timespec {
+                            tv_sec: 2,
+                            tv_nsec: 0,
+                        };
+                        let _ = rustix::event::poll(&mut fds, Some(&wait));
+                        if let Some(cgroup) = cgroup {
+                            cgroup.remove_unused();
+                        }
+                    }
+                })
+                .await;
             }
             if *self.filling.lock().unwrap_or_else(|e| e.into_inner()) == 0 {
                 break;
@@ -151,7 +173,8 @@ impl Launcher {
             if factory.is_none() {
                 *factory = Some(self.start_factory()?);
             }
-            match factory.as_ref().map(Factory::fork_helper) {
+            let cgroup_dir = cgroup.as_ref().map(TaskCgroup::dir_fd);
+            match factory.as_ref().map(|f| f.fork_helper(cgroup_dir)) {
                 Some(Ok((pid, pidfd, sock))) => {
                     return Ok(Helper {
                         pid,
@@ -202,10 +225,17 @@ impl Launcher {
 }
 
 impl Factory {
-    /// Asks for one helper: its pid, pidfd and our end of its socket. Blocking.
-    fn fork_helper(&self) -> io::Result<(i32, OwnedFd, UnixStream)> {
+    /// Asks for one helper, started inside `cgroup` if given: its pid, pidfd and our end of its
+    /// socket. Blocking.
+    fn fork_helper(
+        &self,
+        cgroup: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> io::Result<(i32, OwnedFd, UnixStream)> {
         let (ours, theirs) = UnixStream::pair()?;
-        wire::send_with_fds(self.control.as_fd(), &[0], &[theirs.as_fd()])?;
+        let mut fds = vec![theirs.as_fd()];
+        fds.extend(cgroup);
+        wire::send_with_fds(self.control.as_fd(), &[0], &fds)?;
+        drop(fds);
         drop(theirs);
         let deadline = Instant::now() + FACTORY_ANSWER;
         let mut answer = Vec::new();
@@ -235,7 +265,7 @@ impl Factory {
                 continue;
             }
             let mut chunk = [0u8; 64];
-            let (n, fd) = match wire::recv_some(self.control.as_fd(), &mut chunk) {
+            let (n, fds) = match wire::recv_some(self.control.as_fd(), &mut chunk) {
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
                 other => other?,
             };
@@ -243,8 +273,8 @@ impl Factory {
                 return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
             }
             answer.extend_from_slice(&chunk[..n]);
-            if fd.is_some() {
-                pidfd = fd;
+            if let Some(fd) = fds.into_iter().next() {
+                pidfd = Some(fd);
             }
         }
     }

@@ -280,7 +280,6 @@ impl LocalExecutor {
 
 /// The first executable `name` in the host's PATH, else `name` itself (to be looked up at spawn).
 fn find_on_path(name: &str) -> OsString {
-    use std::os::unix::ffi::OsStrExt;
     let Some(path) = std::env::var_os("PATH") else {
         return name.into();
     };
@@ -290,11 +289,9 @@ fn find_on_path(name: &str) -> OsString {
             return name.into();
         }
         let candidate = dir.join(name);
-        let Ok(c_path) = std::ffi::CString::new(candidate.as_os_str().as_bytes()) else {
-            continue;
-        };
-        // SAFETY: access(2) on a valid C string.
-        if candidate.is_file() && unsafe { libc::access(c_path.as_ptr(), libc::X_OK) } == 0 {
+        if candidate.is_file()
+            && rustix::fs::access(&candidate, rustix::fs::Access::EXEC_OK).is_ok()
+        {
             return candidate.into_os_string();
         }
     }

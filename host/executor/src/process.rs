@@ -251,11 +251,15 @@ impl ProcTree {
             // The pids may have been reused: never look again.
             return Vec::new();
         }
-        let mut found = self
+        // The helper sits in the command's cgroup too, but is no member of the command.
+        let mut found: Vec<i32> = self
             .cgroup
             .as_ref()
             .map(TaskCgroup::procs)
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|&pid| pid != self.pid)
+            .collect();
         if self.helper_running() {
             let below = subtree(self.pid);
             // Still running after the walk, so its pid was its own throughout (a pid is reused

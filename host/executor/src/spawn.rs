@@ -1,6 +1,6 @@
 //! Starting one command on a fresh spawn helper ([`crate::spawn_helper`]) and following it:
-//! host → helper (forked by the factory; bash's `$PPID`) → bash (leader of its own session, in the command's
-//! cgroup in cgroup mode).
+//! host → helper (forked by the factory, inside the command's cgroup in cgroup mode; bash's
+//! `$PPID`) → bash (leader of its own session).
 //!
 //! Nothing here blocks: the request goes out on a non-blocking socket, the outcome and the
 //! helper's reports are awaited. A start is never retried, so a command runs at most once; it is
@@ -43,7 +43,8 @@ pub(crate) enum StartError {
     Failed { step: Step, err: io::Error },
     /// The helper could not be started or followed.
     Helper(io::Error),
-    /// The request did not reach the helper (it had died): another helper may take it.
+    /// The request did not reach the helper (it had died), or the helper declined it: nothing
+    /// was started, another helper may take it.
     Undelivered(io::Error),
 }
 
@@ -110,12 +111,8 @@ pub(crate) async fn spawn(
     };
     sock.set_nonblocking(true)
         .map_err(StartError::Undelivered)?;
-    let mut fds = vec![stdout_w.as_fd(), stderr_w.as_fd(), started_w.as_fd()];
-    if let Some(cgroup) = &cgroup {
-        fds.push(cgroup.dir_fd());
-    }
+    let fds = [stdout_w.as_fd(), stderr_w.as_fd(), started_w.as_fd()];
     let sent = wire::send_with_fds(sock.as_fd(), &frame, &fds).map_err(StartError::Undelivered)?;
-    drop(fds);
     // Only bash keeps the write ends.
     drop((stdout_w, stderr_w, started_w));
     let mut sock = tokio::net::UnixStream::from_std(sock).map_err(StartError::Undelivered)?;
@@ -145,6 +142,11 @@ pub(crate) async fn spawn(
     let mut reports = Reports::new(sock);
     let (bash, bash_pidfd) = match with_resume(reports.next(), resume).await {
         Ok(Some(Report::Refused(message))) => return Err(StartError::Workdir(message)),
+        Ok(Some(Report::Declined)) => {
+            return Err(StartError::Undelivered(io::Error::other(
+                "the spawn helper declined: its state changed while it waited",
+            )));
+        }
         Ok(Some(Report::Started(bash))) => (Some(bash), reports.fd.take()),
         // The helper died right after starting bash (the command killed it): bash ran.
         _ => (None, None),
@@ -228,8 +230,8 @@ impl Reports {
             self.sock.readable().await?;
             let mut chunk = [0u8; 512];
             let got = self.sock.try_io(tokio::io::Interest::READABLE, || {
-                let (n, fd) = wire::recv_some(self.sock.as_fd(), &mut chunk)?;
-                Ok((n, fd))
+                let (n, fds) = wire::recv_some(self.sock.as_fd(), &mut chunk)?;
+                Ok((n, fds.into_iter().next()))
             });
             match got {
                 Ok((0, _)) => return Ok(None),

@@ -28,6 +28,7 @@ use std::ffi::{CString, OsString};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -80,6 +81,8 @@ fn factory(host: i32) -> i32 {
         return 1;
     }
     let baseline = Baseline::read();
+    // Read once: every helper forked from here has the same dispositions.
+    let changed_signals = fork::changed_signals();
     // SAFETY: descriptor 0 is the socket the host passed as our stdin; nothing else owns it.
     let control = UnixStream::from(unsafe { OwnedFd::from_raw_fd(0) });
     let _ = rustix::io::fcntl_setfd(&control, rustix::io::FdFlags::CLOEXEC);
@@ -109,25 +112,31 @@ fn factory(host: i32) -> i32 {
             continue;
         }
         let mut byte = [0u8; 1];
-        let sock = match wire::recv_some(control.as_fd(), &mut byte) {
+        let (sock, cgroup) = match wire::recv_some(control.as_fd(), &mut byte) {
             Ok((0, _)) | Err(_) => return 0,
-            Ok((_, Some(sock))) => UnixStream::from(sock),
-            Ok((_, None)) => return 1,
+            Ok((_, fds)) => {
+                let mut fds = fds.into_iter();
+                match fds.next() {
+                    Some(sock) => (UnixStream::from(sock), fds.next()),
+                    None => return 1,
+                }
+            }
         };
         if Baseline::read() != baseline {
             // Changed by someone since the start: a helper forked now would inherit it.
             return 3;
         }
+        // The helper starts inside the command's cgroup: bash, started from it, then is too.
         // SAFETY: this process is single-threaded.
-        match unsafe { fork::fork_into(None) } {
+        match unsafe { fork::fork_into(cgroup.as_ref().map(AsFd::as_fd)) } {
             Ok(Forked::Child) => {
                 drop(control);
                 drop(signals);
                 occupy_stdio();
-                std::process::exit(helper(sock));
+                std::process::exit(helper(sock, cgroup, &baseline, &changed_signals));
             }
             Ok(Forked::Parent { pid, pidfd }) => {
-                drop(sock);
+                drop((sock, cgroup));
                 let reply = Report::Started(pid);
                 if wire::send_report(&control, &reply, Some(pidfd.as_fd())).is_err() {
                     return 0;
@@ -171,23 +180,37 @@ fn drain(signals: &OwnedFd) {
 #[derive(Debug, PartialEq, Eq)]
 struct Baseline {
     nice: i32,
-    limits: Vec<(u64, u64)>,
+    limits: Vec<(Option<u64>, Option<u64>)>,
     oom_score_adj: String,
 }
 
 impl Baseline {
     fn read() -> Self {
-        let limits = (0..16)
-            .map(|resource| {
-                let mut limit = libc::rlimit {
-                    rlim_cur: 0,
-                    rlim_max: 0,
-                };
-                // SAFETY: getrlimit fills a valid rlimit; unknown resources fail harmlessly.
-                unsafe { libc::getrlimit(resource as _, &mut limit) };
-                (limit.rlim_cur, limit.rlim_max)
-            })
-            .collect();
+        use rustix::process::Resource;
+        let limits = [
+            Resource::Cpu,
+            Resource::Fsize,
+            Resource::Data,
+            Resource::Stack,
+            Resource::Core,
+            Resource::Rss,
+            Resource::Nproc,
+            Resource::Nofile,
+            Resource::Memlock,
+            Resource::As,
+            Resource::Locks,
+            Resource::Sigpending,
+            Resource::Msgqueue,
+            Resource::Nice,
+            Resource::Rtprio,
+            Resource::Rttime,
+        ]
+        .into_iter()
+        .map(|resource| {
+            let limit = rustix::process::getrlimit(resource);
+            (limit.current, limit.maximum)
+        })
+        .collect();
         Self {
             nice: rustix::process::getpriority_process(None).unwrap_or(0),
             limits,
@@ -197,7 +220,12 @@ impl Baseline {
 }
 
 /// One helper's life, in a fresh fork of the factory; returns its exit code.
-fn helper(sock: UnixStream) -> i32 {
+fn helper(
+    sock: UnixStream,
+    cgroup: Option<OwnedFd>,
+    baseline: &Baseline,
+    changed_signals: &[i32],
+) -> i32 {
     // SIGCONT: host death (through the factory's death) also continues a helper its command
     // stopped, which then sees its socket closed.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::CONT));
@@ -210,6 +238,11 @@ fn helper(sock: UnixStream) -> i32 {
             return 1;
         }
     };
+    if Baseline::read() != *baseline {
+        // Changed by someone while it waited: bash would inherit it.
+        let _ = wire::send_report(&sock, &Report::Declined, None);
+        return 3;
+    }
     let workdir = String::from_utf8_lossy(&request.workdir).into_owned();
     if let Err(err) = crate::workdir::check(&workdir) {
         let _ = wire::send_report(&sock, &Report::Refused(err.to_string()), None);
@@ -239,12 +272,11 @@ fn helper(sock: UnixStream) -> i32 {
         stderr: fds.stderr.as_fd(),
         started: fds.started.as_fd(),
         parent: rustix::process::getpid().as_raw_nonzero().get(),
+        changed_signals,
+        report: sock.as_fd(),
     };
-    let cgroup = fds.cgroup.as_ref().map(AsFd::as_fd);
-    // SAFETY: this process is single-threaded (nothing here starts a thread).
-    let (bash, pidfd) = match unsafe { fork::fork_into(cgroup) } {
-        Ok(Forked::Child) => fork::exec_bash(&exec),
-        Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd),
+    let (bash, pidfd) = match fork::spawn_bash(&exec) {
+        Ok(started) => started,
         Err(err) => {
             let _ = rustix::io::write(
                 &fds.started,
@@ -258,13 +290,11 @@ fn helper(sock: UnixStream) -> i32 {
         stdout,
         stderr,
         started,
-        cgroup,
     } = fds;
     drop((stdout, stderr, started));
-    if wire::send_report(&sock, &Report::Started(bash), Some(pidfd.as_fd())).is_err() {
-        return host_gone(cgroup);
-    }
+    // bash reported itself (Started) before its exec.
     drop(pidfd);
+    let _ = bash;
     supervise(&sock, bash, cgroup)
 }
 
@@ -377,26 +407,30 @@ fn all_children() -> rustix::process::WaitOptions {
 
 /// The host is gone (or let go of this command): kill the tree, reap it, remove the cgroup.
 fn host_gone(cgroup: Option<OwnedFd>) -> i32 {
+    let me = rustix::process::getpid().as_raw_nonzero().get();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if let Some(dir) = &cgroup {
-            kill_cgroup(dir);
-        }
-        let mut left = false;
-        for pid in crate::process::subtree(rustix::process::getpid().as_raw_nonzero().get()) {
-            if pid.alive {
-                left = true;
-                // Our own descendants, unreaped (we are their subreaper): the pids are theirs.
-                if let Some(pid) = rustix::process::Pid::from_raw(pid.pid) {
-                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-                }
+        // Everything below us, and everything else in the command's cgroup (which holds us
+        // too, so no cgroup.kill).
+        let mut targets: Vec<i32> = crate::process::subtree(me)
+            .into_iter()
+            .filter(|p| p.alive)
+            .map(|p| p.pid)
+            .collect();
+        targets.extend(cgroup.as_ref().map(cgroup_procs).unwrap_or_default());
+        targets.retain(|&pid| pid != me);
+        for &pid in &targets {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid)
+                && let Ok(fd) =
+                    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+            {
+                let _ = rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL);
             }
         }
         while let Ok(Some(_)) =
             rustix::process::wait(rustix::process::WaitOptions::NOHANG | all_children())
         {}
-        let populated = cgroup.as_ref().is_some_and(cgroup_populated);
-        if (!left && !populated) || Instant::now() >= deadline {
+        if targets.is_empty() || Instant::now() >= deadline {
             break;
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -407,43 +441,46 @@ fn host_gone(cgroup: Option<OwnedFd>) -> i32 {
     0
 }
 
-fn kill_cgroup(dir: &OwnedFd) {
-    if let Ok(kill) = rustix::fs::openat(
+/// The pids in the cgroup whose directory is `dir`.
+fn cgroup_procs(dir: &OwnedFd) -> Vec<i32> {
+    let Ok(procs) = rustix::fs::openat(
         dir,
-        c"cgroup.kill",
-        rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    ) {
-        let _ = rustix::io::write(&kill, b"1");
-    }
-}
-
-fn cgroup_populated(dir: &OwnedFd) -> bool {
-    let Ok(events) = rustix::fs::openat(
-        dir,
-        c"cgroup.events",
+        c"cgroup.procs",
         rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     ) else {
-        return false;
+        return Vec::new();
     };
-    let mut text = [0u8; 256];
-    let n = rustix::io::read(&events, &mut text).unwrap_or(0);
-    crate::cgroup::says_populated(&text[..n])
+    let mut text = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut std::fs::File::from(procs), &mut text);
+    String::from_utf8_lossy(&text)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
 }
 
 /// Removes the (empty) command cgroup, and the executor's root above it if that is empty too
 /// (the host is gone, so nobody else will).
 fn remove_cgroup(dir: OwnedFd) {
-    let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())) else {
+    let Some(path) = fd_path(&dir) else {
         return;
     };
     drop(dir);
+    // Out of it first, into the host's own cgroup (above the executor's root): slow (a
+    // migration), but this is the end.
+    if let Some(host_cgroup) = path.parent().and_then(Path::parent) {
+        let _ = std::fs::write(host_cgroup.join("cgroup.procs"), b"0");
+    }
     if std::fs::remove_dir(&path).is_ok()
         && let Some(root) = path.parent()
     {
         let _ = std::fs::remove_dir(root);
     }
+}
+
+/// The path a directory descriptor was opened with.
+fn fd_path(dir: &OwnedFd) -> Option<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())).ok()
 }
 
 /// The executable to start as the helper: `configured`, else this program if it [`dispatch`]es,
@@ -452,6 +489,9 @@ fn remove_cgroup(dir: OwnedFd) {
 pub(crate) fn locate(configured: Option<&std::path::Path>) -> Result<OsString, String> {
     if let Some(path) = configured {
         return Ok(path.as_os_str().to_owned());
+    }
+    if let Some(p) = std::env::var_os("DSH_EXPERIMENT_HELPER") {
+        return Ok(p);
     }
     if dispatches() {
         return Ok("/proc/self/exe".into());

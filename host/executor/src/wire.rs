@@ -2,13 +2,16 @@
 //! stream socket pair: one request from the host, then the helper's reports.
 //!
 //! Request (host → helper): a frame `[len: u32][program][command][workdir]`, each field
-//! `[len: u32][bytes]`, with the descriptors `stdout`, `stderr`, `started` and, in cgroup mode,
-//! the command cgroup's directory passed along (`SCM_RIGHTS`) on its first byte.
+//! `[len: u32][bytes]`, with the descriptors `stdout`, `stderr` and `started` passed along
+//! (`SCM_RIGHTS`) on its first byte.
 //!
 //! Reports (helper → host), each `[tag: u8][value: i32]`:
 //! - [`Report::Refused`] (workdir unusable; followed by `[len: u32][message]`), before anything
 //!   was started;
-//! - [`Report::Started`] with bash's pid, and bash's pidfd passed along;
+//! - [`Report::Declined`], before anything was started, when the helper's own state is no longer
+//!   the one it was made with;
+//! - [`Report::Started`] with bash's pid, and bash's pidfd passed along, sent by bash itself
+//!   just before its `exec` (so the host knows bash before any of the command runs);
 //! - [`Report::Exited`] with bash's wait status, once bash was reaped;
 //! - [`Report::TreeEmpty`] once no descendant is left, right before the helper exits 0.
 //!
@@ -47,8 +50,6 @@ pub(crate) struct RequestFds<T> {
     pub(crate) stderr: T,
     /// The write end of the exec-outcome pipe.
     pub(crate) started: T,
-    /// The command cgroup's directory (cgroup mode).
-    pub(crate) cgroup: Option<T>,
 }
 
 impl Request {
@@ -177,16 +178,12 @@ pub(crate) fn recv_request(
             stdout,
             stderr,
             started,
-            cgroup: fds.next(),
         },
     )))
 }
 
-/// One `recvmsg` of up to `buf.len()` bytes, with a descriptor if one came along.
-pub(crate) fn recv_some(
-    sock: BorrowedFd<'_>,
-    buf: &mut [u8],
-) -> io::Result<(usize, Option<OwnedFd>)> {
+/// One `recvmsg` of up to `buf.len()` bytes, with the descriptors that came along.
+pub(crate) fn recv_some(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let got = rustix::net::recvmsg(
@@ -195,15 +192,13 @@ pub(crate) fn recv_some(
         &mut control,
         RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
     )?;
-    let mut fd = None;
+    let mut fds = Vec::new();
     for message in control.drain() {
         if let RecvAncillaryMessage::ScmRights(received) = message {
-            for received in received {
-                fd.get_or_insert(received);
-            }
+            fds.extend(received);
         }
     }
-    Ok((got.bytes, fd))
+    Ok((got.bytes, fds))
 }
 
 /// A helper's report.
@@ -217,20 +212,32 @@ pub(crate) enum Report {
     Exited(i32),
     /// No descendant is left; the helper exits 0 next.
     TreeEmpty,
+    /// The helper will not start the command (its own state is no longer the one it was made
+    /// with): nothing was started, another helper may take it.
+    Declined,
 }
 
 const REFUSED: u8 = b'R';
 const STARTED: u8 = b'S';
 const EXITED: u8 = b'X';
 const TREE_EMPTY: u8 = b'E';
+const DECLINED: u8 = b'D';
 
 impl Report {
+    /// [`Report::Started`] encoded without allocating (for a vfork child).
+    pub(crate) fn started_bytes(pid: i32) -> [u8; 5] {
+        let mut bytes = [STARTED, 0, 0, 0, 0];
+        bytes[1..].copy_from_slice(&pid.to_ne_bytes());
+        bytes
+    }
+
     pub(crate) fn encode(&self) -> Vec<u8> {
         let (tag, value) = match self {
             Report::Refused(_) => (REFUSED, 0),
             Report::Started(pid) => (STARTED, *pid),
             Report::Exited(status) => (EXITED, *status),
             Report::TreeEmpty => (TREE_EMPTY, 0),
+            Report::Declined => (DECLINED, 0),
         };
         let mut bytes = vec![tag];
         bytes.extend_from_slice(&value.to_ne_bytes());
@@ -252,6 +259,7 @@ impl Report {
             STARTED => Report::Started(value),
             EXITED => Report::Exited(value),
             TREE_EMPTY => Report::TreeEmpty,
+            DECLINED => Report::Declined,
             REFUSED => {
                 let Ok((len, rest)) = split_u32(&bytes[5..]) else {
                     return Ok(None);
@@ -334,6 +342,7 @@ mod tests {
             Report::Started(42),
             Report::Exited(9),
             Report::TreeEmpty,
+            Report::Declined,
         ] {
             let bytes = report.encode();
             assert_eq!(

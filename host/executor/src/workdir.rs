@@ -1,8 +1,6 @@
 //! Whether a working directory can be used, with the message the tools show when it cannot.
 
-use std::ffi::CString;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use crate::ExecError;
@@ -13,13 +11,8 @@ pub(crate) fn check(dir: &str) -> Result<(), ExecError> {
     if !meta.is_dir() {
         return Err(unusable(dir, &io::Error::from_raw_os_error(libc::ENOTDIR)));
     }
-    let c_dir = CString::new(Path::new(dir).as_os_str().as_bytes())
-        .map_err(|_| unusable(dir, &io::Error::from_raw_os_error(libc::EINVAL)))?;
-    // SAFETY: access(2) on a valid C string.
-    if unsafe { libc::access(c_dir.as_ptr(), libc::X_OK) } != 0 {
-        return Err(unusable(dir, &io::Error::last_os_error()));
-    }
-    Ok(())
+    rustix::fs::access(Path::new(dir), rustix::fs::Access::EXEC_OK)
+        .map_err(|err| unusable(dir, &err.into()))
 }
 
 /// `workdir "/nope" is not usable: No such file or directory (os error 2)`.
