@@ -21,7 +21,7 @@
 //! finds next to its own.
 
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -303,26 +303,34 @@ impl TaskCgroup {
         }
     }
 
-    /// Done with the cgroup: removed now if empty, else by a thread of its own once it is.
-    pub(crate) fn retire(&self) {
+    /// Done with the cgroup: removed, off the async runtime, once `helper` (the command's
+    /// spawn helper, which may still be in it, exiting) has exited and it is empty.
+    pub(crate) fn retire(&self, helper: Option<OwnedFd>) {
+        self.remove_when_empty(helper, false);
+    }
+
+    fn remove_when_empty(&self, helper: Option<OwnedFd>, dropped: bool) {
         if self.removed.swap(true, Ordering::Relaxed) {
             return;
-        }
-        // Usually empty by now (the helper, the last in it, has exited): removed at once.
-        if !self.populated() {
-            match std::fs::remove_dir(&self.dir) {
-                Ok(()) => return,
-                Err(err) if err.kind() == io::ErrorKind::NotFound => return,
-                Err(_) => {}
-            }
         }
         let dir = self.dir.clone();
         let root = self.root.clone();
         let remove = move || {
-            let events = dir.join("cgroup.events");
             let deadline = Instant::now() + Duration::from_secs(10);
+            if let Some(helper) = &helper {
+                let mut fds = [rustix::event::PollFd::new(
+                    helper,
+                    rustix::event::PollFlags::IN,
+                )];
+                let wait = rustix::event::Timespec {
+                    tv_sec: 10,
+                    tv_nsec: 0,
+                };
+                let _ = rustix::event::poll(&mut fds, Some(&wait));
+            }
+            let events = dir.join("cgroup.events");
             while populated_at(&events) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(Duration::from_millis(1));
             }
             match std::fs::remove_dir(&dir) {
                 Ok(()) => {}
@@ -333,13 +341,20 @@ impl TaskCgroup {
             }
             drop(root);
         };
-        // Rare (a command dropped before it ended, or a helper that never got its command):
-        // a thread of its own, which works even while the runtime shuts down.
-        if let Err(err) = std::thread::Builder::new()
-            .name("dsh-cgroup-cleanup".to_string())
-            .spawn(remove)
-        {
-            tracing::debug!(%err, "cannot start a cgroup cleanup thread");
+        // A dropped cgroup may be dropped with its runtime, whose blocking pool then runs
+        // nothing more: a thread of its own.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if !dropped => {
+                runtime.spawn_blocking(remove);
+            }
+            _ => {
+                if let Err(err) = std::thread::Builder::new()
+                    .name("dsh-cgroup-cleanup".to_string())
+                    .spawn(remove)
+                {
+                    tracing::debug!(%err, "cannot start a cgroup cleanup thread");
+                }
+            }
         }
     }
 }
@@ -355,7 +370,7 @@ impl Drop for TaskCgroup {
         if self.populated() {
             self.kill();
         }
-        self.retire();
+        self.remove_when_empty(None, true);
     }
 }
 
@@ -579,7 +594,7 @@ mod tests {
         assert_ne!(a.dir(), b.dir(), "no two commands share a cgroup");
         assert!(!a.populated());
         let dir = a.dir().to_path_buf();
-        a.retire();
+        a.retire(None);
         let deadline = Instant::now() + Duration::from_secs(10);
         while dir.exists() {
             assert!(Instant::now() < deadline, "{dir:?} was not removed");

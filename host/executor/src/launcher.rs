@@ -74,11 +74,11 @@ impl Launcher {
         self.ready.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A fresh helper: a ready one, else one started now (on a blocking thread). Refills the
-    /// ready list in the background either way.
+    /// A fresh helper: a ready one, else one forked now (on a blocking thread). The caller
+    /// [`refill`](Self::refill)s once its command has started, so that making the next helper
+    /// does not compete with this start for the processor.
     pub(crate) async fn take(self: &Arc<Self>) -> io::Result<Helper> {
         let ready = self.ready().pop();
-        self.refill();
         match ready {
             Some(helper) => Ok(helper),
             None => {
@@ -152,6 +152,13 @@ impl Launcher {
             }
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
+    }
+
+    /// Drops the factory and the helpers it made (their state was changed from outside): the
+    /// next helper comes from a new factory.
+    pub(crate) fn reset(&self) {
+        *self.factory.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.ready().clear();
     }
 
     /// Forks one helper, with a new cgroup in cgroup mode. Blocking.

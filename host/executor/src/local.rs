@@ -162,10 +162,20 @@ impl LocalExecutor {
                 .take()
                 .await
                 .map_err(|err| cannot(&format!("no spawn helper: {err}")))?;
-            return match spawn::spawn(helper, program, &spec.command, &spec.workdir).await {
+            let started = spawn::spawn(helper, program, &spec.command, &spec.workdir).await;
+            self.shared.launcher.refill();
+            return match started {
                 Ok(spawned) => Ok(spawned),
                 Err(StartError::Undelivered(err)) if attempts < SPAWN_ATTEMPTS => {
                     tracing::debug!(%err, "a spawn helper died before its request; taking another");
+                    continue;
+                }
+                Err(StartError::Declined) if attempts < SPAWN_ATTEMPTS => {
+                    tracing::warn!(
+                        "a spawn helper's nice value, limits or OOM score were changed from \
+                         outside; starting a new factory"
+                    );
+                    self.shared.launcher.reset();
                     continue;
                 }
                 Err(StartError::Workdir(message)) => Err(ExecError::WorkdirUnusable(message)),
@@ -178,6 +188,7 @@ impl LocalExecutor {
                     | StartError::Helper(err)
                     | StartError::Undelivered(err),
                 ) => Err(cannot(&err)),
+                Err(StartError::Declined) => Err(cannot(&"every spawn helper declined")),
             };
         }
     }

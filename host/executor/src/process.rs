@@ -161,7 +161,8 @@ impl ProcTree {
             }
             watcher.ended.store(true, Ordering::SeqCst);
             if let Some(cgroup) = &watcher.cgroup {
-                cgroup.retire();
+                // The helper, still in it while it exits, is waited for off this thread.
+                cgroup.retire(rustix::io::dup(&watcher.pidfd).ok());
             }
             let gone = watcher.gone.clone();
             drop(watcher);
@@ -208,7 +209,8 @@ impl ProcTree {
     /// After the helper was reaped: whether any process of the command is still alive.
     fn outlived_helper(&self) -> bool {
         match &self.cgroup {
-            Some(cgroup) => cgroup.populated(),
+            // The helper may still be in it, exiting: it is no member.
+            Some(cgroup) => cgroup.procs().iter().any(|&pid| pid != self.pid),
             None if self.session_scan_needed() => !self.session_members(&snapshot()).is_empty(),
             None => false,
         }
@@ -260,7 +262,10 @@ impl ProcTree {
             .into_iter()
             .filter(|&pid| pid != self.pid)
             .collect();
-        if self.helper_running() {
+        if self.cgroup.is_some() {
+            // The cgroup holds everything below the helper (only a root process can move itself
+            // out of it, see the README's limits): no walk of the process tree.
+        } else if self.helper_running() {
             let below = subtree(self.pid);
             // Still running after the walk, so its pid was its own throughout (a pid is reused
             // only after its process exited and was reaped).

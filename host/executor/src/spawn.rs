@@ -43,9 +43,12 @@ pub(crate) enum StartError {
     Failed { step: Step, err: io::Error },
     /// The helper could not be started or followed.
     Helper(io::Error),
-    /// The request did not reach the helper (it had died), or the helper declined it: nothing
-    /// was started, another helper may take it.
+    /// The request did not reach the helper (it had died): nothing was started, another helper
+    /// may take it.
     Undelivered(io::Error),
+    /// The helper declined (its state, inherited from the factory, was changed): nothing was
+    /// started; a new factory's helper may take it.
+    Declined,
 }
 
 /// Reports how bash (the tree's leader) ended.
@@ -142,11 +145,7 @@ pub(crate) async fn spawn(
     let mut reports = Reports::new(sock);
     let (bash, bash_pidfd) = match with_resume(reports.next(), resume).await {
         Ok(Some(Report::Refused(message))) => return Err(StartError::Workdir(message)),
-        Ok(Some(Report::Declined)) => {
-            return Err(StartError::Undelivered(io::Error::other(
-                "the spawn helper declined: its state changed while it waited",
-            )));
-        }
+        Ok(Some(Report::Declined)) => return Err(StartError::Declined),
         Ok(Some(Report::Started(bash))) => (Some(bash), reports.fd.take()),
         // The helper died right after starting bash (the command killed it): bash ran.
         _ => (None, None),

@@ -71,21 +71,27 @@ pub(crate) fn dispatches() -> bool {
 /// Each message from the host carries one descriptor, a socket end for a new helper: the
 /// factory forks the helper (an ordinary fork: the factory is single-threaded), answers with the
 /// helper's pid and pidfd, and reaps helpers as they exit. It exits when the host closes the
-/// socket, and before it would fork from a state that is no longer the one it started with (a
-/// process that found it could have reniced it or lowered its limits): the host then starts a
-/// new one, from the host's own state.
+/// socket. Its helpers decline a command when their nice value, limits or OOM score are no
+/// longer the ones it started with (a process that found it, or them, changed them): the host
+/// then starts a new factory, from the host's own state.
 fn factory(host: i32) -> i32 {
     block_signals();
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(host) {
         return 1;
     }
-    let baseline = Baseline::read();
+    let baseline = Baseline::read(open_oom_score_adj().as_ref());
     // Read once: every helper forked from here has the same dispositions.
     let changed_signals = fork::changed_signals();
     // SAFETY: descriptor 0 is the socket the host passed as our stdin; nothing else owns it.
-    let control = UnixStream::from(unsafe { OwnedFd::from_raw_fd(0) });
-    let _ = rustix::io::fcntl_setfd(&control, rustix::io::FdFlags::CLOEXEC);
+    let stdin = unsafe { OwnedFd::from_raw_fd(0) };
+    // Off descriptor 0, which /dev/null takes: helpers then receive descriptors above stdio.
+    let Ok(control) = rustix::io::fcntl_dupfd_cloexec(&stdin, 3) else {
+        return 1;
+    };
+    drop(stdin);
+    occupy_stdio();
+    let control = UnixStream::from(control);
     let signals = child_signals().ok();
     loop {
         reap_helpers();
@@ -122,18 +128,16 @@ fn factory(host: i32) -> i32 {
                 }
             }
         };
-        if Baseline::read() != baseline {
-            // Changed by someone since the start: a helper forked now would inherit it.
-            return 3;
-        }
         // The helper starts inside the command's cgroup: bash, started from it, then is too.
         // SAFETY: this process is single-threaded.
         match unsafe { fork::fork_into(cgroup.as_ref().map(AsFd::as_fd)) } {
             Ok(Forked::Child) => {
                 drop(control);
                 drop(signals);
-                occupy_stdio();
-                std::process::exit(helper(sock, cgroup, &baseline, &changed_signals));
+                let code = helper(sock, cgroup, &baseline, &changed_signals);
+                // Nothing to flush or clean up: the process just ends.
+                // SAFETY: _exit ends the process at once.
+                unsafe { libc::_exit(code) }
             }
             Ok(Forked::Parent { pid, pidfd }) => {
                 drop((sock, cgroup));
@@ -147,8 +151,8 @@ fn factory(host: i32) -> i32 {
     }
 }
 
-/// Opens `/dev/null` on whichever of descriptors 0, 1, 2 is free (the factory's socket was 0),
-/// so that descriptors received later never land there, where bash's stdio is set up.
+/// Opens `/dev/null` on whichever of descriptors 0, 1, 2 is free, so that descriptors received
+/// later never land there, where bash's stdio is set up.
 fn occupy_stdio() {
     while let Ok(null) = rustix::fs::open(
         c"/dev/null",
@@ -185,7 +189,8 @@ struct Baseline {
 }
 
 impl Baseline {
-    fn read() -> Self {
+    /// This process's values; `oom_score_adj` is its own `/proc/self/oom_score_adj`, opened.
+    fn read(oom_score_adj: Option<&std::fs::File>) -> Self {
         use rustix::process::Resource;
         let limits = [
             Resource::Cpu,
@@ -214,9 +219,19 @@ impl Baseline {
         Self {
             nice: rustix::process::getpriority_process(None).unwrap_or(0),
             limits,
-            oom_score_adj: std::fs::read_to_string("/proc/self/oom_score_adj").unwrap_or_default(),
+            oom_score_adj: oom_score_adj
+                .and_then(|file| {
+                    let mut text = [0u8; 32];
+                    let n = std::os::unix::fs::FileExt::read_at(file, &mut text, 0).ok()?;
+                    Some(String::from_utf8_lossy(&text[..n]).into_owned())
+                })
+                .unwrap_or_default(),
         }
     }
+}
+
+fn open_oom_score_adj() -> Option<std::fs::File> {
+    std::fs::File::open("/proc/self/oom_score_adj").ok()
 }
 
 /// One helper's life, in a fresh fork of the factory; returns its exit code.
@@ -229,6 +244,8 @@ fn helper(
     // SIGCONT: host death (through the factory's death) also continues a helper its command
     // stopped, which then sees its socket closed.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::CONT));
+    // Opened while idle, read when the request comes: its own (a path, not the factory's file).
+    let oom_score_adj = open_oom_score_adj();
     let (request, fds) = match wire::recv_request(&sock) {
         Ok(Some(got)) => got,
         // The host let an idle helper go.
@@ -238,7 +255,7 @@ fn helper(
             return 1;
         }
     };
-    if Baseline::read() != *baseline {
+    if Baseline::read(oom_score_adj.as_ref()) != *baseline {
         // Changed by someone while it waited: bash would inherit it.
         let _ = wire::send_report(&sock, &Report::Declined, None);
         return 3;
