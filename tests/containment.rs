@@ -156,12 +156,6 @@ impl Harness {
     }
 }
 
-/// Whether the cgroup `dir` holds a process (an unreadable one does not).
-fn populated(dir: &Path) -> bool {
-    std::fs::read_to_string(dir.join("cgroup.events"))
-        .is_ok_and(|events| events.lines().any(|l| l == "populated 1"))
-}
-
 // ---------------------------------------------------------------------------------------------
 // Processes
 
@@ -712,12 +706,18 @@ async fn containment_is_reported_and_commands_run_inside_it(mode: Mode) {
             assert!(cmd.starts_with("cmd-"), "{cmd}");
             // Nothing of the command is left in its cgroup when the call returns; its spawn
             // helper, the last process in it, exits right after, and the cgroup is removed.
-            let procs = std::fs::read_to_string(root.join(cmd).join("cgroup.procs"))
-                .unwrap_or_default();
-            assert!(procs.lines().count() <= 1, "the command's cgroup holds {procs:?}");
+            let procs =
+                std::fs::read_to_string(root.join(cmd).join("cgroup.procs")).unwrap_or_default();
+            assert!(
+                procs.lines().count() <= 1,
+                "the command's cgroup holds {procs:?}"
+            );
             let ended = Instant::now();
             while root.join(cmd).exists() {
-                assert!(ended.elapsed() < PROMPT, "the command's cgroup was not removed");
+                assert!(
+                    ended.elapsed() < PROMPT,
+                    "the command's cgroup was not removed"
+                );
                 std::thread::sleep(Duration::from_millis(2));
             }
             let again = h.run("grep '^0::' /proc/self/cgroup").await;

@@ -303,59 +303,86 @@ impl TaskCgroup {
         }
     }
 
-    /// Done with the cgroup: removed, off the async runtime, once `helper` (the command's
-    /// spawn helper, which may still be in it, exiting) has exited and it is empty.
+    /// Done with the cgroup: removed once `helper` (the command's spawn helper, which may still
+    /// be in it, exiting) has exited and it is empty; waited for on the runtime, without a
+    /// thread.
     pub(crate) fn retire(&self, helper: Option<OwnedFd>) {
-        self.remove_when_empty(helper, false);
-    }
-
-    fn remove_when_empty(&self, helper: Option<OwnedFd>, dropped: bool) {
         if self.removed.swap(true, Ordering::Relaxed) {
             return;
         }
         let dir = self.dir.clone();
         let root = self.root.clone();
-        let remove = move || {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            if let Some(helper) = &helper {
-                let mut fds = [rustix::event::PollFd::new(
-                    helper,
-                    rustix::event::PollFlags::IN,
-                )];
-                let wait = rustix::event::Timespec {
-                    tv_sec: 10,
-                    tv_nsec: 0,
-                };
-                let _ = rustix::event::poll(&mut fds, Some(&wait));
-            }
-            let events = dir.join("cgroup.events");
-            while populated_at(&events) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            match std::fs::remove_dir(&dir) {
-                Ok(()) => {}
-                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                Err(err) => {
-                    tracing::warn!(dir = %dir.display(), %err, "cannot remove a command's cgroup")
-                }
-            }
-            drop(root);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            remove_on_thread(dir, root);
+            return;
         };
-        // A dropped cgroup may be dropped with its runtime, whose blocking pool then runs
-        // nothing more: a thread of its own.
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) if !dropped => {
-                runtime.spawn_blocking(remove);
-            }
-            _ => {
-                if let Err(err) = std::thread::Builder::new()
-                    .name("dsh-cgroup-cleanup".to_string())
-                    .spawn(remove)
-                {
-                    tracing::debug!(%err, "cannot start a cgroup cleanup thread");
+        // Should the runtime go away first, the removal moves to a thread.
+        let mut pending = PendingRemoval(Some((dir, root)));
+        runtime.spawn(async move {
+            if let Some(helper) = helper {
+                // SAFETY: an OwnedFd, moved in: it stays open and the same until dropped.
+                let registered = unsafe {
+                    tokio::io::unix::AsyncFd::register_with_interest(
+                        helper,
+                        tokio::io::Interest::READABLE,
+                    )
+                };
+                if let Ok(helper) = registered {
+                    let _ = tokio::time::timeout(Duration::from_secs(10), helper.readable()).await;
                 }
             }
+            if let Some((dir, _)) = &pending.0 {
+                let events = dir.join("cgroup.events");
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while populated_at(&events) && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                remove(dir);
+            }
+            pending.0.take();
+        });
+    }
+}
+
+/// A cgroup removal still to do; done on a thread if dropped undone.
+struct PendingRemoval(Option<(PathBuf, Arc<CgroupRoot>)>);
+
+impl Drop for PendingRemoval {
+    fn drop(&mut self) {
+        if let Some((dir, root)) = self.0.take() {
+            remove_on_thread(dir, root);
         }
+    }
+}
+
+/// Removes the command cgroup `dir` (empty by now), saying why not if it cannot.
+fn remove(dir: &Path) {
+    match std::fs::remove_dir(dir) {
+        Ok(()) => {}
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        Err(err) => {
+            tracing::warn!(dir = %dir.display(), %err, "cannot remove a command's cgroup")
+        }
+    }
+}
+
+/// Removes the cgroup `dir` once it is empty, on a thread of its own: for a cgroup dropped with
+/// its runtime, whose tasks then run no more.
+fn remove_on_thread(dir: PathBuf, root: Arc<CgroupRoot>) {
+    let work = move || {
+        let events = dir.join("cgroup.events");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while populated_at(&events) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        remove(&dir);
+        drop(root);
+    };
+    if let Err(err) = std::thread::Builder::new()
+        .name("dsh-cgroup-cleanup".to_string())
+        .spawn(work)
+    {
+        tracing::debug!(%err, "cannot start a cgroup cleanup thread");
     }
 }
 
@@ -364,13 +391,13 @@ impl Drop for TaskCgroup {
     /// the command any more (its runtime went away): kill what is left and remove the cgroup
     /// once it is empty.
     fn drop(&mut self) {
-        if self.removed.load(Ordering::Relaxed) {
+        if self.removed.swap(true, Ordering::Relaxed) {
             return;
         }
         if self.populated() {
             self.kill();
         }
-        self.remove_when_empty(None, true);
+        remove_on_thread(self.dir.clone(), self.root.clone());
     }
 }
 

@@ -209,6 +209,7 @@ impl Launcher {
         command
             .arg(HELPER_ARG)
             .arg(std::process::id().to_string())
+            .args(self.cgroups.as_ref().map(|root| root.dir()))
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::from(OwnedFd::from(theirs)))

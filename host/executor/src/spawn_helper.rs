@@ -26,7 +26,7 @@
 
 use std::ffi::{CString, OsString};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,8 +50,10 @@ pub fn dispatch() {
             .next()
             .and_then(|a| a.into_string().ok())
             .and_then(|a| a.parse::<i32>().ok());
+        // In cgroup mode, the executor's cgroup root: the factory cleans it up if the host dies.
+        let root = args.next().map(std::path::PathBuf::from);
         std::process::exit(match host {
-            Some(host) => factory(host),
+            Some(host) => factory(host, root.as_deref()),
             None => {
                 eprintln!("dsh-spawn-helper: internal helper; started by the executor only");
                 2
@@ -74,9 +76,9 @@ pub(crate) fn dispatches() -> bool {
 /// socket. Its helpers decline a command when their nice value, limits or OOM score are no
 /// longer the ones it started with (a process that found it, or them, changed them): the host
 /// then starts a new factory, from the host's own state.
-fn factory(host: i32) -> i32 {
+fn factory(host: i32, root: Option<&Path>) -> i32 {
     block_signals();
-    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    // No death signal: the host's death closes the socket, and the factory then cleans up.
     if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(host) {
         return 1;
     }
@@ -119,7 +121,7 @@ fn factory(host: i32) -> i32 {
         }
         let mut byte = [0u8; 1];
         let (sock, cgroup) = match wire::recv_some(control.as_fd(), &mut byte) {
-            Ok((0, _)) | Err(_) => return 0,
+            Ok((0, _)) | Err(_) => return factory_end(host, root),
             Ok((_, fds)) => {
                 let mut fds = fds.into_iter();
                 match fds.next() {
@@ -149,6 +151,47 @@ fn factory(host: i32) -> i32 {
             Err(_) => return 1,
         }
     }
+}
+
+/// The host closed the socket. If it died: once every helper has exited (each kills
+/// its command's tree when its own socket closes), removes the command cgroups left under the
+/// executor's `root`, and the root. Nothing else would: the host is gone.
+fn factory_end(host: i32, root: Option<&Path>) -> i32 {
+    if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) == Some(host) {
+        // The host lives and let this factory go: the cgroups are its own business.
+        return 0;
+    }
+    let me = rustix::process::getpid().as_raw_nonzero().get();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match rustix::process::wait(rustix::process::WaitOptions::NOHANG | all_children()) {
+            Ok(Some(_)) => continue,
+            Ok(None) if Instant::now() < deadline => {
+                // A helper its command keeps stopping would never see its socket close.
+                for child in crate::process::subtree(me) {
+                    if child.ppid == me
+                        && let Some(pid) = rustix::process::Pid::from_raw(child.pid)
+                    {
+                        // Our unreaped child: the pid is its own.
+                        let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            _ => break,
+        }
+    }
+    if let Some(root) = root
+        && let Ok(entries) = std::fs::read_dir(root)
+    {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = std::fs::remove_dir(entry.path());
+            }
+        }
+        let _ = std::fs::remove_dir(root);
+    }
+    0
 }
 
 /// Opens `/dev/null` on whichever of descriptors 0, 1, 2 is free, so that descriptors received
@@ -452,9 +495,8 @@ fn host_gone(cgroup: Option<OwnedFd>) -> i32 {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    if let Some(dir) = cgroup {
-        remove_cgroup(dir);
-    }
+    // The factory removes the cgroup once this helper, the last process in it, has exited.
+    drop(cgroup);
     0
 }
 
@@ -474,30 +516,6 @@ fn cgroup_procs(dir: &OwnedFd) -> Vec<i32> {
         .lines()
         .filter_map(|l| l.trim().parse().ok())
         .collect()
-}
-
-/// Removes the (empty) command cgroup, and the executor's root above it if that is empty too
-/// (the host is gone, so nobody else will).
-fn remove_cgroup(dir: OwnedFd) {
-    let Some(path) = fd_path(&dir) else {
-        return;
-    };
-    drop(dir);
-    // Out of it first, into the host's own cgroup (above the executor's root): slow (a
-    // migration), but this is the end.
-    if let Some(host_cgroup) = path.parent().and_then(Path::parent) {
-        let _ = std::fs::write(host_cgroup.join("cgroup.procs"), b"0");
-    }
-    if std::fs::remove_dir(&path).is_ok()
-        && let Some(root) = path.parent()
-    {
-        let _ = std::fs::remove_dir(root);
-    }
-}
-
-/// The path a directory descriptor was opened with.
-fn fd_path(dir: &OwnedFd) -> Option<std::path::PathBuf> {
-    std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())).ok()
 }
 
 /// The executable to start as the helper: `configured`, else this program if it [`dispatch`]es,
