@@ -320,16 +320,8 @@ impl TaskCgroup {
         let mut pending = PendingRemoval(Some((dir, root)));
         runtime.spawn(async move {
             if let Some(helper) = helper {
-                // SAFETY: an OwnedFd, moved in: it stays open and the same until dropped.
-                let registered = unsafe {
-                    tokio::io::unix::AsyncFd::register_with_interest(
-                        helper,
-                        tokio::io::Interest::READABLE,
-                    )
-                };
-                if let Ok(helper) = registered {
-                    let _ = tokio::time::timeout(Duration::from_secs(10), helper.readable()).await;
-                }
+                let exit = crate::process::exit_of(helper);
+                let _ = tokio::time::timeout(Duration::from_secs(10), exit).await;
             }
             if let Some((dir, _)) = &pending.0 {
                 let events = dir.join("cgroup.events");

@@ -116,18 +116,8 @@ impl ProcTree {
             // Holds only what it sets, so that the tree (and its cgroup) can go before it ends.
             let (clean_slot, reaped_token) = (watcher.exit.clone(), watcher.reaped.clone());
             let reap = async move {
-                // The helper's pidfd turns readable once it has exited.
                 if let Ok(fd) = exited {
-                    // SAFETY: an OwnedFd, moved in: it stays open and the same until dropped.
-                    let registered = unsafe {
-                        tokio::io::unix::AsyncFd::register_with_interest(
-                            fd,
-                            tokio::io::Interest::READABLE,
-                        )
-                    };
-                    if let Ok(fd) = registered {
-                        let _ = fd.readable().await;
-                    }
+                    exit_of(fd).await;
                 }
                 reaped_token.cancel();
             };
@@ -377,6 +367,18 @@ impl Drop for ProcTree {
         if !self.is_gone() {
             self.signal_members(Signal::KILL);
         }
+    }
+}
+
+/// Resolves once the process whose pidfd is `pidfd` has exited (a pidfd turns readable then);
+/// at once if the pidfd cannot be watched.
+pub(crate) async fn exit_of(pidfd: OwnedFd) {
+    // SAFETY: an OwnedFd, moved in: it stays open and the same until the AsyncFd drops it.
+    let registered = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
+    };
+    if let Ok(fd) = registered {
+        let _ = fd.readable().await;
     }
 }
 

@@ -66,16 +66,7 @@ impl Leader {
             return Exit::from_wait_status(status);
         }
         if let Some(pidfd) = self.pidfd {
-            // SAFETY: an OwnedFd, moved in: it stays open and the same until the AsyncFd drops.
-            let registered = unsafe {
-                tokio::io::unix::AsyncFd::register_with_interest(
-                    pidfd,
-                    tokio::io::Interest::READABLE,
-                )
-            };
-            if let Ok(fd) = registered {
-                let _ = fd.readable().await;
-            }
+            crate::process::exit_of(pidfd).await;
         }
         Exit {
             code: None,
