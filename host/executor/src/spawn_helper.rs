@@ -25,7 +25,7 @@
 //! binary (see `Config::spawn_helper`).
 
 use std::ffi::{CString, OsString};
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -406,26 +406,33 @@ fn supervise(sock: &UnixStream, bash: i32, cgroup: Option<OwnedFd>) -> i32 {
     };
     let mut reported = false;
     loop {
-        // Reap whatever has ended.
+        // Reap whatever has ended; what there is to say goes in one write (usually bash's status
+        // and that nothing is left, together).
+        let mut news = Vec::new();
+        let mut empty = false;
         loop {
             match rustix::process::wait(rustix::process::WaitOptions::NOHANG | all_children()) {
                 Ok(Some((pid, status))) => {
                     if pid.as_raw_nonzero().get() == bash && !reported {
                         reported = true;
-                        let report = Report::Exited(status.as_raw());
-                        if wire::send_report(sock, &report, None).is_err() {
-                            return host_gone(cgroup);
-                        }
+                        news.extend(Report::Exited(status.as_raw()).encode());
                     }
                 }
                 Ok(None) => break,
                 Err(rustix::io::Errno::INTR) => {}
                 Err(_) => {
                     // ECHILD: nothing is left.
-                    let _ = wire::send_report(sock, &Report::TreeEmpty, None);
-                    return 0;
+                    news.extend(Report::TreeEmpty.encode());
+                    empty = true;
+                    break;
                 }
             }
+        }
+        if !news.is_empty() && (&mut &*sock).write_all(&news).is_err() {
+            return host_gone(cgroup);
+        }
+        if empty {
+            return 0;
         }
         let mut polls = vec![rustix::event::PollFd::new(
             sock,
