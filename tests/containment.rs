@@ -140,15 +140,24 @@ impl Harness {
                 .map(|e| e.path())
                 .collect();
             for dir in &left {
-                // A helper forked ahead waits in the cgroup made for its command; nothing else
-                // may be in one.
-                let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-                for pid in procs.lines() {
-                    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                // A helper forked ahead waits in the cgroup made for its command, and a command's
+                // own helper may still be exiting in its cgroup (moments after the command's
+                // end, when its command line reads empty); nothing else may be in one.
+                let since = Instant::now();
+                loop {
+                    let procs =
+                        std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                    let other = procs.lines().find(|pid| {
+                        let cmdline =
+                            std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                        !String::from_utf8_lossy(&cmdline).contains("__dsh-spawn-helper")
+                    });
+                    let Some(pid) = other else { break };
                     assert!(
-                        String::from_utf8_lossy(&cmdline).contains("__dsh-spawn-helper"),
+                        since.elapsed() < Duration::from_secs(2),
                         "{dir:?} still holds a process of a command: {pid}"
                     );
+                    std::thread::sleep(Duration::from_millis(5));
                 }
             }
             assert!(left.len() <= 8, "command cgroups left: {left:?}");
