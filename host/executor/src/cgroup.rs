@@ -215,15 +215,10 @@ fn probe_in(dir: &Path) -> Result<(), String> {
     if killed_directly {
         let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
     }
-    let mut fds = [rustix::event::PollFd::new(
-        &pidfd,
-        rustix::event::PollFlags::IN,
-    )];
-    let wait = rustix::event::Timespec {
-        tv_sec: PROBE_WAIT.as_secs() as i64,
-        tv_nsec: 0,
-    };
-    if !matches!(rustix::event::poll(&mut fds, Some(&wait)), Ok(n) if n > 0) {
+    if !matches!(
+        crate::process::readable_within(&pidfd, PROBE_WAIT),
+        Ok(true)
+    ) {
         let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
         killed_directly = true;
     }

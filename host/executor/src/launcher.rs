@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::cgroup::{CgroupRoot, TaskCgroup};
+use crate::process::readable_within;
 use crate::spawn_helper::HELPER_ARG;
 use crate::wire::{self, Report};
 
@@ -131,15 +132,7 @@ impl Launcher {
                             ..
                         } = helper;
                         drop(sock);
-                        let mut fds = [rustix::event::PollFd::new(
-                            &pidfd,
-                            rustix::event::PollFlags::IN,
-                        )];
-                        let wait = rustix::event::Timespec {
-                            tv_sec: 2,
-                            tv_nsec: 0,
-                        };
-                        let _ = rustix::event::poll(&mut fds, Some(&wait));
+                        let _ = readable_within(&pidfd, Duration::from_secs(2));
                         if let Some(cgroup) = cgroup {
                             cgroup.remove_unused();
                         }
@@ -255,15 +248,7 @@ impl Factory {
                     _ => Err(io::Error::other("an unexpected answer from the factory")),
                 };
             }
-            let mut fds = [rustix::event::PollFd::new(
-                &self.control,
-                rustix::event::PollFlags::IN,
-            )];
-            let wait = rustix::event::Timespec {
-                tv_sec: 0,
-                tv_nsec: 100_000_000,
-            };
-            if rustix::event::poll(&mut fds, Some(&wait))? == 0 {
+            if !readable_within(&self.control, Duration::from_millis(100))? {
                 if Instant::now() >= deadline {
                     return Err(io::Error::other("the factory did not answer"));
                 }

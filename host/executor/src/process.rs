@@ -179,15 +179,7 @@ impl ProcTree {
 
     /// Whether the helper has not exited yet, asked of its pidfd now.
     fn helper_running(&self) -> bool {
-        let mut fds = [rustix::event::PollFd::new(
-            &self.pidfd,
-            rustix::event::PollFlags::IN,
-        )];
-        let now = rustix::event::Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        matches!(rustix::event::poll(&mut fds, Some(&now)), Ok(0))
+        matches!(readable_within(&self.pidfd, Duration::ZERO), Ok(false))
     }
 
     /// The helper exited without having finished its job (saying that no descendant is left):
@@ -368,6 +360,19 @@ impl Drop for ProcTree {
             self.signal_members(Signal::KILL);
         }
     }
+}
+
+/// Whether `fd` turns readable within `wait` (a pidfd: its process has exited). Blocking.
+pub(crate) fn readable_within(fd: impl std::os::fd::AsFd, wait: Duration) -> std::io::Result<bool> {
+    let mut fds = [rustix::event::PollFd::new(
+        &fd,
+        rustix::event::PollFlags::IN,
+    )];
+    let wait = rustix::event::Timespec {
+        tv_sec: i64::try_from(wait.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(wait.subsec_nanos()),
+    };
+    Ok(rustix::event::poll(&mut fds, Some(&wait))? > 0)
 }
 
 /// Resolves once the process whose pidfd is `pidfd` has exited (a pidfd turns readable then);
