@@ -215,10 +215,7 @@ fn probe_in(dir: &Path) -> Result<(), String> {
     if killed_directly {
         let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
     }
-    if !matches!(
-        crate::process::readable_within(&pidfd, PROBE_WAIT),
-        Ok(true)
-    ) {
+    if !matches!(crate::pidfd::readable_within(&pidfd, PROBE_WAIT), Ok(true)) {
         let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
         killed_directly = true;
     }
@@ -315,7 +312,7 @@ impl TaskCgroup {
         let mut pending = PendingRemoval(Some((dir, root)));
         runtime.spawn(async move {
             if let Some(helper) = helper {
-                let exit = crate::process::exit_of(helper);
+                let exit = crate::pidfd::exit_of(helper);
                 let _ = tokio::time::timeout(Duration::from_secs(10), exit).await;
             }
             if let Some((dir, _)) = &pending.0 {

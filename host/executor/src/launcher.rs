@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::cgroup::{CgroupRoot, TaskCgroup};
-use crate::process::readable_within;
+use crate::pidfd::readable_within;
 use crate::spawn_helper::HELPER_ARG;
 use crate::wire::{self, Report};
 

@@ -66,7 +66,7 @@ impl Leader {
             return Exit::from_wait_status(status);
         }
         if let Some(pidfd) = self.pidfd {
-            crate::process::exit_of(pidfd).await;
+            crate::pidfd::exit_of(pidfd).await;
         }
         Exit {
             code: None,

@@ -168,7 +168,7 @@ fn factory_end(host: i32, root: Option<&Path>) -> i32 {
             Ok(Some(_)) => continue,
             Ok(None) if Instant::now() < deadline => {
                 // A helper its command keeps stopping would never see its socket close.
-                for child in crate::process::subtree(me) {
+                for child in crate::procfs::subtree(me) {
                     if child.ppid == me
                         && let Some(pid) = rustix::process::Pid::from_raw(child.pid)
                     {
@@ -479,7 +479,7 @@ fn host_gone(cgroup: Option<OwnedFd>) -> i32 {
     loop {
         // Everything below us, and everything else in the command's cgroup (which holds us
         // too, so no cgroup.kill).
-        let mut targets: Vec<i32> = crate::process::subtree(me)
+        let mut targets: Vec<i32> = crate::procfs::subtree(me)
             .into_iter()
             .filter(|p| p.alive)
             .map(|p| p.pid)

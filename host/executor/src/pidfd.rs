@@ -1,0 +1,29 @@
+//! Waiting on pidfds: a pidfd turns readable once its process has exited.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::Duration;
+
+/// Whether `fd` turns readable within `wait` (a pidfd: its process has exited). Blocking.
+pub(crate) fn readable_within(fd: impl AsFd, wait: Duration) -> std::io::Result<bool> {
+    let mut fds = [rustix::event::PollFd::new(
+        &fd,
+        rustix::event::PollFlags::IN,
+    )];
+    let wait = rustix::event::Timespec {
+        tv_sec: i64::try_from(wait.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(wait.subsec_nanos()),
+    };
+    Ok(rustix::event::poll(&mut fds, Some(&wait))? > 0)
+}
+
+/// Resolves once the process whose pidfd is `pidfd` has exited (a pidfd turns readable then);
+/// at once if the pidfd cannot be watched.
+pub(crate) async fn exit_of(pidfd: OwnedFd) {
+    // SAFETY: an OwnedFd, moved in: it stays open and the same until the AsyncFd drops it.
+    let registered = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
+    };
+    if let Ok(fd) = registered {
+        let _ = fd.readable().await;
+    }
+}
