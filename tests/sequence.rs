@@ -2251,6 +2251,8 @@ struct Sut {
     /// Every process ever seen, for the check after shutdown.
     all_pids: Vec<Tracked>,
     zombies_seen: HashMap<i32, Instant>,
+    /// Tasks running (as last seen) when the current operations were issued.
+    running_before: usize,
     base_fds: usize,
     base_fd_targets: BTreeMap<String, String>,
     base_threads: usize,
@@ -2345,6 +2347,7 @@ impl Sut {
             deadlines: Vec::new(),
             all_pids: Vec::new(),
             zombies_seen: HashMap::new(),
+            running_before: 0,
             base_fds: 0,
             base_fd_targets: BTreeMap::new(),
             base_threads: 0,
@@ -2899,6 +2902,7 @@ impl Sut {
             .filter(|(_, p)| matches!(p, Pending::Kill(_)))
             .count();
         let (ops, pendings): (Vec<Op>, Vec<Pending>) = ops.into_iter().unzip();
+        self.running_before = self.tasks.iter().filter(|t| !t.status.terminal()).count();
         for pending in &pendings {
             if let Pending::Kill(Some(i)) = pending {
                 self.tasks[*i].kill_pending = true;
@@ -2978,6 +2982,12 @@ impl Sut {
                 let Out::Fg(result) = out else {
                     self.violation("shape", format!("{out:?}"))
                 };
+                if std::env::var_os("DSH_SEQUENCE_VERBOSE").is_some() {
+                    match &result {
+                        Ok(fg) => eprintln!("    {cmd_id}: {}", brief(fg)),
+                        Err(f) => eprintln!("    {cmd_id}: {f:?}"),
+                    }
+                }
                 if let Err(e) = check_fg(&expect, &result, requested_ms) {
                     self.violation("shape", format!("{cmd_id}: {e}"));
                 }
@@ -3107,7 +3117,13 @@ impl Sut {
         let Out::Bg(result) = out else {
             self.violation("shape", format!("{out:?}"))
         };
-        let running = self.tasks.iter().filter(|t| !t.status.terminal()).count();
+        // A kill in the same step may have come after this start: count what ran before it.
+        let running = self
+            .tasks
+            .iter()
+            .filter(|t| !t.status.terminal())
+            .count()
+            .max(self.running_before);
         let stuck = self
             .tasks
             .iter()
