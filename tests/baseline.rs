@@ -19,11 +19,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dsh_executor::{
-    Config, Containment, Executor, LocalExecutor, RunResult, Spec, Task, TaskState,
-};
+use dsh_executor::{Config, Executor, LocalExecutor, RunResult, Spec, Task, TaskState};
 use modes::{Mode, own_cgroup_dir};
-use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
 const GRACE_MS: f64 = 200.0;
@@ -74,13 +72,7 @@ fn harness(mode: Mode) -> Option<Harness> {
         containment: mode.preference(),
         ..Config::default()
     };
-    let (tx, events) = unbounded_channel();
-    let exec = LocalExecutor::new(config, tx).expect("valid config");
-    match (mode, exec.containment()) {
-        (Mode::Cgroup, Containment::Cgroup { .. })
-        | (Mode::Subreaper, Containment::Subreaper { .. }) => {}
-        (mode, other) => panic!("{mode:?} mode expected, got {other} ({other:?})"),
-    }
+    let (exec, events) = modes::executor_in(mode, config);
     Some(Harness {
         mode,
         exec,

@@ -27,7 +27,7 @@ use dsh_executor::{
     Config, Containment, Executor, LocalExecutor, RunResult, Spec, Task, TaskState,
 };
 use modes::{Mode, cgroups_available, own_cgroup_dir};
-use tokio::sync::mpsc::{UnboundedReceiver, error::TryRecvError, unbounded_channel};
+use tokio::sync::mpsc::{UnboundedReceiver, error::TryRecvError};
 use tokio_util::sync::CancellationToken;
 
 const GRACE_MS: f64 = 200.0;
@@ -73,13 +73,7 @@ fn harness(mode: Mode, edit: impl FnOnce(&mut Config)) -> Option<Harness> {
         ..Config::default()
     };
     edit(&mut config);
-    let (tx, events) = unbounded_channel();
-    let exec = LocalExecutor::new(config, tx).expect("valid config");
-    match (mode, exec.containment()) {
-        (Mode::Cgroup, Containment::Cgroup { .. })
-        | (Mode::Subreaper, Containment::Subreaper { .. }) => {}
-        (mode, other) => panic!("{mode:?} mode expected, got {other} ({other:?})"),
-    }
+    let (exec, events) = modes::executor_in(mode, config);
     Some(Harness {
         exec,
         events,

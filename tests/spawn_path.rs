@@ -18,9 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dsh_executor::{Config, Containment, Executor, LocalExecutor, TaskState};
+use dsh_executor::{Config, Executor, LocalExecutor, TaskState};
 use modes::Mode;
-use tokio::sync::mpsc::unbounded_channel;
 use tokio_util::sync::CancellationToken;
 
 const HELPER: &str = env!("CARGO_BIN_EXE_dsh-spawn-helper");
@@ -38,23 +37,12 @@ fn wrapper(dir: &Path, prelude: &str) -> PathBuf {
 }
 
 fn executor(mode: Mode, helper: Option<PathBuf>) -> Arc<LocalExecutor> {
-    let (tx, _rx) = unbounded_channel();
-    let exec = LocalExecutor::new(
-        Config {
-            grace_ms: 200.0,
-            containment: mode.preference(),
-            spawn_helper: helper,
-            ..Config::default()
-        },
-        tx,
-    )
-    .expect("valid config");
-    match (mode, exec.containment()) {
-        (Mode::Cgroup, Containment::Cgroup { .. })
-        | (Mode::Subreaper, Containment::Subreaper { .. }) => {}
-        (mode, other) => panic!("{mode:?} mode expected, got {other}"),
-    }
-    exec
+    let config = Config {
+        grace_ms: 200.0,
+        spawn_helper: helper,
+        ..Config::default()
+    };
+    modes::executor_in(mode, config).0
 }
 
 /// One thread runs everything, as in `dsh-host`: if a start waited on it, the timer and the other

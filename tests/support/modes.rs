@@ -4,9 +4,10 @@
 //! Shared through `#[path]`, with `#[macro_use]` for `both_modes!`.
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-use dsh_executor::ContainmentPreference;
+use dsh_executor::{Config, Containment, ContainmentPreference, LocalExecutor, Task};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 /// Where this variable is `1` (`.ci/run` sets it), cgroups must be available: a cgroup-mode test
 /// fails instead of skipping.
@@ -62,6 +63,23 @@ impl Mode {
         eprintln!("NOTICE: no cgroup v2 can be created here; skipping a cgroup-mode test ({why})");
         true
     }
+}
+
+/// An executor built from `config` in `mode` (its containment set here, and checked to be the
+/// one the executor reports), with its task-done events.
+pub fn executor_in(mode: Mode, config: Config) -> (Arc<LocalExecutor>, UnboundedReceiver<Task>) {
+    let (tx, events) = unbounded_channel();
+    let config = Config {
+        containment: mode.preference(),
+        ..config
+    };
+    let exec = LocalExecutor::new(config, tx).expect("valid config");
+    match (mode, exec.containment()) {
+        (Mode::Cgroup, Containment::Cgroup { .. })
+        | (Mode::Subreaper, Containment::Subreaper { .. }) => {}
+        (mode, other) => panic!("{mode:?} mode expected, got {other} ({other:?})"),
+    }
+    (exec, events)
 }
 
 /// Runs `$scenario(mode)` as two tests, `$scenario::cgroup` and `$scenario::subreaper`
