@@ -1,14 +1,16 @@
 //! Black-box tests of `dsh-host mcp`: a real MCP session over the child's stdin/stdout,
 //! newline-delimited JSON-RPC, every read bounded by a timeout.
 
+#[path = "support/mcp_child.rs"]
+mod mcp_child;
 #[path = "support/procs.rs"]
 mod procs;
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::process::{Child, ChildStdin, Command, ExitStatus};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,46 +37,16 @@ struct Mcp {
 
 impl Mcp {
     fn spawn(extra_args: &[&str]) -> Mcp {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dsh-host"))
-            .arg("mcp")
-            .args(["--grace-ms", "200"])
-            .args(extra_args)
-            // One compiled-component cache for every test process: debug builds compile slowly.
-            .env(
-                "DSH_CACHE_DIR",
-                PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache"),
-            )
-            .env("DSH_LOG", "warn")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("dsh-host starts");
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let sink = stderr.clone();
-        let mut err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = std::io::Read::read(&mut err, &mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let mut args = vec!["--grace-ms", "200"];
+        args.extend(extra_args);
+        // One compiled-component cache for every test process: debug builds compile slowly.
+        let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache");
+        let mcp_child::McpChild {
+            child,
+            stdin,
+            lines,
+            stderr,
+        } = mcp_child::spawn(args, &cache);
         Mcp {
             child,
             stdin,

@@ -54,13 +54,16 @@
 //! Shrinking re-runs real processes, and some violations are races: a shorter sequence that
 //! happens to pass is kept out, so a "minimal" sequence may still hold steps that are not needed.
 
+#[path = "support/mcp_child.rs"]
+mod mcp_child;
+
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -1820,41 +1823,12 @@ struct McpClient {
 
 impl McpClient {
     fn spawn(args: &[String]) -> McpClient {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dsh-host"))
-            .arg("mcp")
-            .args(args)
-            .env("DSH_CACHE_DIR", cache_dir())
-            .env("DSH_LOG", "warn")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("dsh-host starts");
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let sink = stderr.clone();
-        let mut err = child.stderr.take().expect("piped stderr");
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = std::io::Read::read(&mut err, &mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let mcp_child::McpChild {
+            child,
+            stdin,
+            lines,
+            stderr,
+        } = mcp_child::spawn(args, &cache_dir());
         McpClient {
             child,
             stdin,
