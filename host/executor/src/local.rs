@@ -163,7 +163,9 @@ impl LocalExecutor {
                 .await
                 .map_err(|err| cannot(&format!("no spawn helper: {err}")))?;
             let started = spawn::spawn(helper, program, &spec.command, &spec.workdir).await;
-            self.shared.launcher.refill();
+            // Once this task next waits (bash is running by then): not on the start's path.
+            let launcher = self.shared.launcher.clone();
+            tokio::spawn(async move { launcher.refill() });
             return match started {
                 Ok(spawned) => Ok(spawned),
                 Err(StartError::Undelivered(err)) if attempts < SPAWN_ATTEMPTS => {

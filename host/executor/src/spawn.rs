@@ -120,6 +120,8 @@ pub(crate) async fn spawn(
     // helper). A record: it was not.
     let mut outcome = Vec::new();
     let mut started = receiver(started_r)?;
+    // Set up while the helper works.
+    let (stdout, stderr) = (receiver(stdout_r)?, receiver(stderr_r)?);
     with_resume(started.read_to_end(&mut outcome), resume)
         .await
         .map_err(StartError::Helper)?;
@@ -169,8 +171,8 @@ pub(crate) async fn spawn(
     let tree = ProcTree::watch(pid, pidfd, bash, tree_empty, cgroup);
     Ok(Spawned {
         tree,
-        stdout: receiver(stdout_r)?,
-        stderr: receiver(stderr_r)?,
+        stdout,
+        stderr,
         leader: Leader {
             status: leader_rx,
             pidfd: bash_pidfd,
