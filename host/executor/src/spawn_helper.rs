@@ -532,9 +532,6 @@ pub(crate) fn locate(configured: Option<&std::path::Path>) -> Result<OsString, S
     if let Some(path) = configured {
         return Ok(path.as_os_str().to_owned());
     }
-    if let Some(p) = std::env::var_os("DSH_EXPERIMENT_HELPER") {
-        return Ok(p);
-    }
     if dispatches() {
         return Ok("/proc/self/exe".into());
     }
