@@ -40,11 +40,18 @@ both_modes!(
     after_a_command_kills_its_own_cgroup,
     only_descriptors_0_1_2_are_open,
     nice_limits_and_oom_score_are_the_hosts,
+    scheduling_and_affinity_are_the_hosts,
     umask_is_the_hosts,
     signal_mask_and_dispositions_are_the_hosts,
     a_killed_parent_ends_only_its_own_command,
 );
 both_modes!(sync: helpers_started_ahead_are_not_poisoned_by_a_command);
+
+/// Cgroup mode only: the settings of a command's own cgroup exist only there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cgroup_settings_are_as_made() {
+    cgroup_settings_are_as_made_in(Mode::Cgroup).await;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Harness
@@ -511,6 +518,118 @@ async fn nice_limits_and_oom_score_are_the_hosts(mode: Mode) {
          64:64 and its oom_score_adj to 900",
     )
     .await;
+}
+
+/// `<policy> <rt priority>` of this process (fields 41 and 40 of /proc/self/stat), its I/O
+/// priority and its CPU affinity mask, as the check command prints them for itself.
+fn host_scheduling() -> String {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .collect();
+    let pid = std::process::id().to_string();
+    let tool = |program: &str, args: &[&str]| {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .unwrap_or_else(|err| panic!("{program}: {err}"));
+        assert!(out.status.success(), "{program} {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let mask = tool("taskset", &["-p", &pid]);
+    format!(
+        "{} {}\n{}{}\n",
+        fields[41 - 3],
+        fields[40 - 3],
+        tool("ionice", &["-p", &pid]),
+        mask.trim_end().rsplit(' ').next().unwrap()
+    )
+}
+
+/// A command moves its parent to the idle scheduling and I/O classes and to one CPU: later
+/// commands still have the host's scheduling, I/O priority and affinity.
+async fn scheduling_and_affinity_are_the_hosts(mode: Mode) {
+    let Some(mut h) = harness(mode) else {
+        return;
+    };
+    let expected = host_scheduling();
+    let check = "s=$(cat /proc/$$/stat); s=${s##*) }; set -- $s; echo \"${39} ${38}\"; \
+                 ionice -p $$; m=$(taskset -p $$); echo \"${m##* }\"";
+    let what = "scheduling policy and priority, I/O priority or CPU affinity";
+    h.assert_prints(check, &expected, what, "nothing (a fresh executor)")
+        .await;
+    let poison = "chrt -i -p 0 $PPID && ionice -c 3 -p $PPID && taskset -p 1 $PPID >/dev/null";
+    let r = h.run(poison).await;
+    assert_eq!(
+        r.exit_code,
+        Some(0),
+        "{mode:?} mode: the command that changes its parent failed: {r:?}"
+    );
+    let after = "a command set its parent's scheduling to SCHED_IDLE, its I/O class to idle and \
+                 its CPU affinity to CPU 0";
+    h.assert_prints(check, &expected, what, after).await;
+    let (done, _) = h.run_background(poison).await;
+    assert_eq!(done.exit_code, Some(0), "{mode:?} mode: {done:?}");
+    h.assert_prints(
+        check,
+        &expected,
+        what,
+        &format!("in the background, {after}"),
+    )
+    .await;
+}
+
+/// A command leaves a sub-cgroup in its cgroup and limits the cgroup's depth and descendants;
+/// another freezes its cgroup and is timed out: later commands find their cgroup with its
+/// defaults and no sub-cgroup, and can make sub-cgroups of their own.
+async fn cgroup_settings_are_as_made_in(mode: Mode) {
+    let Some(mut h) = harness(mode) else {
+        return;
+    };
+    let own = "m=$(awk '$9 == \"cgroup2\" { print $5; exit }' /proc/self/mountinfo); \
+               d=$m$(grep '^0::' /proc/self/cgroup | cut -d: -f3)";
+    let check = format!(
+        "{own}; cat $d/cgroup.max.depth $d/cgroup.max.descendants $d/cgroup.freeze; \
+         grep nr_descendants $d/cgroup.stat; mkdir $d/mine && rmdir $d/mine && echo made"
+    );
+    let expected = "max\nmax\n0\nnr_descendants 0\nmade\n";
+    let what = "the cgroup's depth and descendant limits, freeze state and sub-cgroups";
+    h.assert_prints(&check, expected, what, "nothing (a fresh executor)")
+        .await;
+    let poison = format!(
+        "{own}; mkdir $d/left && echo 1 > $d/cgroup.max.depth && \
+         echo 1 > $d/cgroup.max.descendants"
+    );
+    let r = h.run(&poison).await;
+    assert_eq!(
+        r.exit_code,
+        Some(0),
+        "the command that changes its cgroup failed: {r:?}"
+    );
+    let after = "a command left a sub-cgroup and limited its cgroup's depth and descendants";
+    h.assert_prints(&check, expected, what, after).await;
+    let (done, _) = h.run_background(&poison).await;
+    assert_eq!(done.exit_code, Some(0), "{done:?}");
+    h.assert_prints(
+        &check,
+        expected,
+        what,
+        &format!("in the background, {after}"),
+    )
+    .await;
+    let r = h
+        .run_timeout(
+            &format!("{own}; echo 1 > $d/cgroup.freeze; echo thawed"),
+            500.0,
+        )
+        .await;
+    assert!(
+        r.timed_out,
+        "the command that froze its cgroup was not timed out: {r:?}"
+    );
+    h.assert_prints(&check, expected, what, "a command froze its own cgroup")
+        .await;
+    h.assert_healthy("a command froze its own cgroup").await;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -287,8 +287,55 @@ impl TaskCgroup {
         read_whole(&self.files.events).is_ok_and(|text| says_populated(&text))
     }
 
-    /// Removes a cgroup no process was ever started in, now.
-    pub(crate) fn remove_unused(self) {
+    /// Whether the cgroup holds exactly `helper` and is not frozen: what a helper taken for a
+    /// command must find (anything else was put there, or done to it, from outside).
+    pub(crate) fn holds_only(&self, helper: i32) -> bool {
+        let frozen = read_whole(&self.files.events)
+            .is_ok_and(|text| text.split(|&b| b == b'\n').any(|l| l == b"frozen 1"));
+        !frozen && self.procs() == [helper]
+    }
+
+    /// Whether the cgroup is as it was made, apart from the idle `helper` in it, so that the
+    /// helper may start another command here: nothing else in it, no sub-cgroup, not frozen,
+    /// no controller (so no controller limits), and its core settings at their defaults.
+    /// Reads a few files: blocking.
+    pub(crate) fn as_made(&self, helper: i32) -> Result<(), String> {
+        if !self.holds_only(helper) {
+            return Err("other processes, or a frozen cgroup".to_string());
+        }
+        let read = |name: &str| {
+            std::fs::read_to_string(self.dir.join(name))
+                .map(|text| text.trim().to_string())
+                .map_err(|err| format!("{name}: {err}"))
+        };
+        for (name, default) in [
+            ("cgroup.freeze", "0"),
+            ("cgroup.type", "domain"),
+            ("cgroup.max.depth", "max"),
+            ("cgroup.max.descendants", "max"),
+            ("cgroup.subtree_control", ""),
+            ("cgroup.controllers", ""),
+        ] {
+            let value = read(name)?;
+            if value != default {
+                return Err(format!("{name} is {value:?}"));
+            }
+        }
+        // Pressure accounting may be off for the whole machine, and then the file is missing.
+        if let Ok(value) = read("cgroup.pressure")
+            && value != "1"
+        {
+            return Err(format!("cgroup.pressure is {value:?}"));
+        }
+        let stat = read("cgroup.stat")?;
+        if !stat.lines().any(|l| l == "nr_descendants 0") {
+            return Err("it has sub-cgroups".to_string());
+        }
+        Ok(())
+    }
+
+    /// Removes a cgroup whose processes are gone (or never were), now.
+    pub(crate) fn remove_unused(&self) {
         self.removed.store(true, Ordering::Relaxed);
         if let Err(err) = std::fs::remove_dir(&self.dir) {
             tracing::debug!(dir = %self.dir.display(), %err, "cannot remove an unused cgroup");

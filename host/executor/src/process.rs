@@ -1,10 +1,11 @@
 //! A running command's process tree, seen from the host: who is in it, how to stop it, and when
 //! it is gone.
 //!
-//! The tree's root is the command's spawn helper ([`crate::spawn_helper`]), the host's own child
-//! and bash's parent. It is a child subreaper, so orphans (double forks, `setsid` daemons) are
-//! re-parented to it and stay below it; it exits 0 once no descendant is left. In cgroup mode the
-//! command's cgroup holds every process of the command as well, escapees included.
+//! The tree's root is the command's spawn helper ([`crate::spawn_helper`]), bash's parent. It is
+//! a child subreaper, so orphans (double forks, `setsid` daemons) are re-parented to it and stay
+//! below it; it says so once no descendant is left, and then either waits for another command
+//! (handed back to the launcher) or exits. In cgroup mode the command's cgroup holds every
+//! process of the command as well, escapees included.
 //!
 //! What can outlive the helper is what it lost when the command killed it (`kill -9 $PPID`):
 //! in cgroup mode the cgroup still holds it; in subreaper mode orphans then go to init, and the
@@ -70,8 +71,8 @@ pub(crate) struct ProcTree {
     pidfd: OwnedFd,
     /// bash's pid, the id of the session it leads (none if the helper died before telling it).
     session: Option<i32>,
-    /// The command's cgroup (cgroup mode).
-    cgroup: Option<TaskCgroup>,
+    /// The command's cgroup (cgroup mode), shared with the helper that sits in it.
+    cgroup: Option<Arc<TaskCgroup>>,
     /// The helper has exited.
     reaped: CancellationToken,
     /// Whether the helper said its tree was empty before it exited (set once known).
@@ -88,14 +89,17 @@ pub(crate) struct ProcTree {
 
 impl ProcTree {
     /// Takes over the helper `pid` (whose pidfd is `pidfd`) and the command's cgroup, and
-    /// watches them in the background. `tree_empty` resolves to true when the helper says it has
-    /// no descendant left and is exiting, false if it ends without saying so.
-    pub(crate) fn watch(
+    /// watches them in the background. `tree_empty` resolves to the helper's socket when the
+    /// helper says it has no descendant left, to `None` if it ends without saying so. A helper
+    /// whose tree ended cleanly is handed to `take_back` with its socket; otherwise it is let
+    /// go and the cgroup removed once it has exited.
+    pub(crate) fn watch<S: Send + 'static>(
         pid: i32,
         pidfd: OwnedFd,
         session: Option<i32>,
-        tree_empty: impl std::future::Future<Output = bool> + Send + 'static,
-        cgroup: Option<TaskCgroup>,
+        tree_empty: impl std::future::Future<Output = Option<S>> + Send + 'static,
+        cgroup: Option<Arc<TaskCgroup>>,
+        take_back: impl FnOnce(S) + Send + 'static,
     ) -> Arc<Self> {
         let exited = rustix::io::dup(&pidfd);
         let tree = Arc::new(Self {
@@ -122,11 +126,12 @@ impl ProcTree {
             };
             let tree_empty = async move {
                 let empty = tree_empty.await;
-                let _ = clean_slot.set(empty);
+                let _ = clean_slot.set(empty.is_some());
                 empty
             };
             tokio::pin!(reap, tree_empty);
             let mut reaped = false;
+            let mut idle = None;
             tokio::select! {
                 () = &mut reap => {
                     reaped = true;
@@ -134,10 +139,14 @@ impl ProcTree {
                     let _ = tokio::time::timeout(Duration::from_secs(1), &mut tree_empty).await;
                 }
                 empty = &mut tree_empty => {
-                    // Checked too: a command could have written to the helper's socket.
-                    if !empty || !watcher.members().is_empty() {
-                        (&mut reap).await;
-                        reaped = true;
+                    // Checked too: a process outside the helper's tree may be in the cgroup.
+                    match empty {
+                        Some(sock) if watcher.members().is_empty() => idle = Some(sock),
+                        // The helper exits once its socket is closed.
+                        _ => {
+                            (&mut reap).await;
+                            reaped = true;
+                        }
                     }
                 }
             }
@@ -149,14 +158,21 @@ impl ProcTree {
                 pause = (pause * 2).min(GONE_POLL);
             }
             watcher.ended.store(true, Ordering::SeqCst);
-            if let Some(cgroup) = &watcher.cgroup {
-                // The helper, still in it while it exits, is waited for off this thread.
-                cgroup.retire(rustix::io::dup(&watcher.pidfd).ok());
+            let taken_back = idle.is_some();
+            match idle {
+                // From here on this tree never looks at the helper or its cgroup again.
+                Some(sock) => take_back(sock),
+                None => {
+                    if let Some(cgroup) = &watcher.cgroup {
+                        // The helper, still in it while it exits, is waited for off this thread.
+                        cgroup.retire(rustix::io::dup(&watcher.pidfd).ok());
+                    }
+                }
             }
             let gone = watcher.gone.clone();
             drop(watcher);
             gone.cancel();
-            if !reaped {
+            if !reaped && !taken_back {
                 reap.await;
             }
         });
@@ -238,7 +254,7 @@ impl ProcTree {
         let mut found: Vec<i32> = self
             .cgroup
             .as_ref()
-            .map(TaskCgroup::procs)
+            .map(|cgroup| cgroup.procs())
             .unwrap_or_default()
             .into_iter()
             .filter(|&pid| pid != self.pid)

@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe::Receiver;
 use tokio::sync::oneshot;
 
-use crate::launcher::Helper;
+use crate::launcher::{Helper, Launcher};
 use crate::process::{Exit, ProcTree};
 use crate::wire::{self, Report, Step};
 
@@ -75,8 +75,10 @@ impl Leader {
     }
 }
 
-/// Starts `<program> -c <command>` in `workdir` on `helper`.
+/// Starts `<program> -c <command>` in `workdir` on `helper`, which goes back to `launcher` once
+/// the command has ended cleanly.
 pub(crate) async fn spawn(
+    launcher: &Arc<Launcher>,
     helper: Helper,
     program: &OsStr,
     command: &str,
@@ -147,8 +149,10 @@ pub(crate) async fn spawn(
     let (leader_tx, leader_rx) = oneshot::channel();
     // The helper reports bash's status, then that its tree is empty, so the tree need not wait
     // for the helper's own exit. Dropping the reports (and so the socket) makes the helper kill
-    // the tree: the watcher holds them until the end.
+    // the tree: the watcher holds them until the end, and then hands the socket back with the
+    // helper.
     let resume_pidfd = rustix::io::dup(&pidfd).ok();
+    let idle_pidfd = rustix::io::dup(&pidfd).ok();
     let tree_empty = async move {
         let resume = || {
             if let Some(pidfd) = &resume_pidfd {
@@ -163,12 +167,31 @@ pub(crate) async fn spawn(
                         let _ = tx.send(status);
                     }
                 }
-                Ok(Some(Report::TreeEmpty)) => return true,
-                _ => return false,
+                // Nothing may follow: the helper now waits for another request.
+                Ok(Some(Report::TreeEmpty)) if reports.buf.is_empty() => {
+                    return reports.sock.into_std().ok();
+                }
+                _ => return None,
             }
         }
     };
-    let tree = ProcTree::watch(pid, pidfd, bash, tree_empty, cgroup);
+    let launcher = launcher.clone();
+    let helper_cgroup = cgroup.clone();
+    let take_back = move |sock| match idle_pidfd {
+        Some(pidfd) => launcher.take_back(Helper {
+            pid,
+            pidfd,
+            sock,
+            cgroup: helper_cgroup,
+        }),
+        None => {
+            drop(sock);
+            if let Some(cgroup) = helper_cgroup {
+                cgroup.retire(None);
+            }
+        }
+    };
+    let tree = ProcTree::watch(pid, pidfd, bash, tree_empty, cgroup, take_back);
     Ok(Spawned {
         tree,
         stdout,

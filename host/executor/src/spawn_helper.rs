@@ -1,24 +1,28 @@
-//! The spawn helpers: for every command a small single-threaded process of its own starts bash
-//! and stays its parent until nothing of the command is left.
+//! The spawn helpers: small single-threaded processes that start bash and stay its parent until
+//! nothing of the command is left; one helper serves one command at a time.
 //!
-//! Why a process of its own, and a fresh one each time:
+//! Why a process of its own:
 //! - bash's `$PPID` must not be the host (`kill -TERM $PPID` must hit the command, not the host),
-//!   and whatever a command does to its parent (`kill -9`, `kill -STOP`, `renice`, `prlimit`,
-//!   `oom_score_adj`) must not reach the next command: each command gets its own parent, never
-//!   reused;
+//!   and whatever a command does to its parent must not reach the next command: a helper serves
+//!   another command only if the host finds it unchanged ([`crate::launcher`]: alive, alone in
+//!   an unchanged cgroup) and it finds itself unchanged (nice value, limits, OOM score,
+//!   scheduling, I/O priority and CPU affinity as the factory's; it declines the command
+//!   otherwise). It blocks every signal it can, so a signal leaves no trace but death (SIGKILL)
+//!   or a pause (SIGSTOP, which the host undoes); it is not dumpable, so a command running as the
+//!   same user cannot trace it or write its memory;
 //! - it is a child subreaper, so what the command orphans (double forks, `setsid` daemons) stays
 //!   in the tree the host can see;
 //! - it reports bash's wait status and then that no descendant is left;
-//! - should the host die or drop it, it kills the tree (and, in cgroup mode, the command's
-//!   cgroup) and removes the cgroup.
+//! - should the host die or drop it, it kills the tree (and, in cgroup mode, what is left in the
+//!   command's cgroup) and exits.
 //!
 //! Helpers are forked by a factory: this program exec'd by the host with [`HELPER_ARG`], small
 //! and single-threaded, so that a helper costs a fork of a small process rather than an `exec`
 //! (measured here: exec'ing `dsh-host` 1.26 ms, a small helper binary 0.81 ms, against 1.23 ms
 //! for `bash -c true` itself). No command is a child of the factory or holds a descriptor of it.
-//! The factory refuses to fork from a nice value, limits or OOM score other than those it
-//! started with, and the host then starts a new one. The host keeps a few helpers forked ahead
-//! ([`crate::launcher`]), so not even the fork is on a command's path.
+//! When a helper declines, the host starts a new factory (the state the helper found changed
+//! may be the factory's own, which its forks inherit). The host keeps a few helpers ready
+//! ([`crate::launcher`]), so neither a fork nor a `mkdir` is on a command's path.
 //!
 //! Embedding: a program that uses the executor either calls [`dispatch`] first thing in `main`
 //! (then it is its own factory, re-exec'd with [`HELPER_ARG`]) or ships the `dsh-spawn-helper`
@@ -78,6 +82,14 @@ pub(crate) fn dispatches() -> bool {
 /// then starts a new factory, from the host's own state.
 fn factory(host: i32, root: Option<&Path>) -> i32 {
     block_signals();
+    // Not dumpable, and neither are the helpers forked from here (bash, exec'd, is again): a
+    // command running as the same user cannot trace them or write their memory, so a helper
+    // taken back after a command is the helper it was.
+    if rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .is_err()
+    {
+        return 1;
+    }
     // No death signal: the host's death closes the socket, and the factory then cleans up.
     if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(host) {
         return 1;
@@ -223,12 +235,16 @@ fn drain(signals: &OwnedFd) {
 }
 
 /// What a fork inherits that a command could change from outside: nice value, resource limits,
-/// OOM score adjustment.
+/// OOM score adjustment, scheduling policy and priority, I/O priority, CPU affinity.
 #[derive(Debug, PartialEq, Eq)]
 struct Baseline {
     nice: i32,
     limits: Vec<(Option<u64>, Option<u64>)>,
     oom_score_adj: String,
+    /// Policy, priority, I/O priority, as the system calls return them (-1 where they fail).
+    scheduling: [i64; 3],
+    /// The CPUs this process may run on.
+    affinity: Vec<usize>,
 }
 
 impl Baseline {
@@ -259,7 +275,16 @@ impl Baseline {
             (limit.current, limit.maximum)
         })
         .collect();
+        let affinity = rustix::thread::sched_getaffinity(None)
+            .map(|set| {
+                (0..rustix::thread::CpuSet::MAX_CPU)
+                    .filter(|&cpu| set.is_set(cpu))
+                    .collect()
+            })
+            .unwrap_or_default();
         Self {
+            scheduling: scheduling(),
+            affinity,
             nice: rustix::process::getpriority_process(None).unwrap_or(0),
             limits,
             oom_score_adj: oom_score_adj
@@ -273,11 +298,30 @@ impl Baseline {
     }
 }
 
+/// This process's scheduling policy, its static priority and its I/O priority (neither has a
+/// safe wrapper in rustix).
+fn scheduling() -> [i64; 3] {
+    let mut param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: queries about this process (pid 0) that only write into `param`.
+    unsafe {
+        let policy = libc::sched_getscheduler(0);
+        let priority = match libc::sched_getparam(0, &mut param) {
+            0 => i64::from(param.sched_priority),
+            _ => -1,
+        };
+        // IOPRIO_WHO_PROCESS, this process.
+        let io = libc::syscall(libc::SYS_ioprio_get, 1, 0);
+        [i64::from(policy), priority, io]
+    }
+}
+
 fn open_oom_score_adj() -> Option<std::fs::File> {
     std::fs::File::open("/proc/self/oom_score_adj").ok()
 }
 
-/// One helper's life, in a fresh fork of the factory; returns its exit code.
+/// One helper's life, in a fresh fork of the factory; returns its exit code. It serves one
+/// command after another until the host lets it go (closes its socket) or something it cannot
+/// undo happened to it.
 fn helper(
     sock: UnixStream,
     cgroup: Option<OwnedFd>,
@@ -287,28 +331,58 @@ fn helper(
     // SIGCONT: host death (through the factory's death) also continues a helper its command
     // stopped, which then sees its socket closed.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::CONT));
-    // Opened while idle, read when the request comes: its own (a path, not the factory's file).
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+    // Opened while idle, read when a request comes: its own (a path, not the factory's file).
     let oom_score_adj = open_oom_score_adj();
-    let (request, fds) = match wire::recv_request(&sock) {
+    loop {
+        match serve(&sock, baseline, oom_score_adj.as_ref(), changed_signals) {
+            Served::Started(bash) => match supervise(&sock, bash) {
+                Supervised::Empty => {}
+                Supervised::HostGone => return host_gone(cgroup),
+            },
+            Served::NotStarted => {}
+            Served::End(code) => return code,
+        }
+    }
+}
+
+/// What became of one request.
+enum Served {
+    /// bash runs, with this pid.
+    Started(i32),
+    /// Nothing was started; the helper can take another request.
+    NotStarted,
+    /// The helper ends, with this exit code.
+    End(i32),
+}
+
+/// Waits for the next request and starts its command.
+fn serve(
+    sock: &UnixStream,
+    baseline: &Baseline,
+    oom_score_adj: Option<&std::fs::File>,
+    changed_signals: &[i32],
+) -> Served {
+    let (request, fds) = match wire::recv_request(sock) {
         Ok(Some(got)) => got,
-        // The host let an idle helper go.
-        Ok(None) => return 0,
+        // The host let the helper go.
+        Ok(None) => return Served::End(0),
         Err(err) => {
             eprintln!("dsh-spawn-helper: bad request: {err}");
-            return 1;
+            return Served::End(1);
         }
     };
-    if Baseline::read(oom_score_adj.as_ref()) != *baseline {
-        // Changed by someone while it waited: bash would inherit it.
-        let _ = wire::send_report(&sock, &Report::Declined, None);
-        return 3;
+    if Baseline::read(oom_score_adj) != *baseline {
+        // Changed by someone (a command, this one's earlier or another running meanwhile): bash
+        // would inherit it.
+        let _ = wire::send_report(sock, &Report::Declined, None);
+        return Served::End(3);
     }
     let workdir = String::from_utf8_lossy(&request.workdir).into_owned();
     if let Err(err) = crate::workdir::check(&workdir) {
-        let _ = wire::send_report(&sock, &Report::Refused(err.to_string()), None);
-        return 0;
+        let _ = wire::send_report(sock, &Report::Refused(err.to_string()), None);
+        return Served::NotStarted;
     }
-    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     let (Some(program), Some(command), Some(workdir)) = (
         c_string(request.program),
         c_string(request.command),
@@ -316,7 +390,7 @@ fn helper(
     ) else {
         // Interior NUL bytes: the tools never send them; exec could not take them either.
         let _ = rustix::io::write(&fds.started, &fail_record(libc::EINVAL));
-        return 1;
+        return Served::NotStarted;
     };
     let argv = [
         program.as_ptr(),
@@ -335,27 +409,18 @@ fn helper(
         changed_signals,
         report: sock.as_fd(),
     };
-    let (bash, pidfd) = match fork::spawn_bash(&exec) {
-        Ok(started) => started,
+    match fork::spawn_bash(&exec) {
+        // bash reported itself (Started) before its exec; only it keeps the command's pipes and
+        // the outcome pipe, which drop here.
+        Ok((bash, _pidfd)) => Served::Started(bash),
         Err(err) => {
             let _ = rustix::io::write(
                 &fds.started,
                 &fail_record(err.raw_os_error().unwrap_or(libc::EIO)),
             );
-            return 1;
+            Served::NotStarted
         }
-    };
-    // Only bash keeps the command's pipes and the outcome pipe.
-    let wire::RequestFds {
-        stdout,
-        stderr,
-        started,
-    } = fds;
-    drop((stdout, stderr, started));
-    // bash reported itself (Started) before its exec.
-    drop(pidfd);
-    let _ = bash;
-    supervise(&sock, bash, cgroup)
+    }
 }
 
 fn c_string(bytes: Vec<u8>) -> Option<CString> {
@@ -395,8 +460,16 @@ fn child_signals() -> io::Result<OwnedFd> {
     }
 }
 
-/// Reaps until no descendant is left, reporting bash's status; kills the tree if the host goes.
-fn supervise(sock: &UnixStream, bash: i32, cgroup: Option<OwnedFd>) -> i32 {
+/// How supervising one command ended.
+enum Supervised {
+    /// No descendant is left, and the host was told.
+    Empty,
+    /// The host went away (or let go of the command) first.
+    HostGone,
+}
+
+/// Reaps until no descendant is left, reporting bash's status and then that the tree is empty.
+fn supervise(sock: &UnixStream, bash: i32) -> Supervised {
     let signals = match child_signals() {
         Ok(fd) => Some(fd),
         Err(err) => {
@@ -429,10 +502,10 @@ fn supervise(sock: &UnixStream, bash: i32, cgroup: Option<OwnedFd>) -> i32 {
             }
         }
         if !news.is_empty() && (&mut &*sock).write_all(&news).is_err() {
-            return host_gone(cgroup);
+            return Supervised::HostGone;
         }
         if empty {
-            return 0;
+            return Supervised::Empty;
         }
         let mut polls = vec![rustix::event::PollFd::new(
             sock,
@@ -455,7 +528,7 @@ fn supervise(sock: &UnixStream, bash: i32, cgroup: Option<OwnedFd>) -> i32 {
         };
         match rustix::event::poll(&mut polls, timeout) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(_) => return host_gone(cgroup),
+            Err(_) => return Supervised::HostGone,
         }
         let host_said_something = !polls[0].revents().is_empty();
         if let Some(signals) = &signals {
@@ -463,7 +536,7 @@ fn supervise(sock: &UnixStream, bash: i32, cgroup: Option<OwnedFd>) -> i32 {
         }
         if host_said_something {
             // The host never writes after the request: this is its end (exit or drop).
-            return host_gone(cgroup);
+            return Supervised::HostGone;
         }
     }
 }
