@@ -303,10 +303,18 @@ impl TaskCgroup {
         if !self.holds_only(helper) {
             return Err("other processes, or a frozen cgroup".to_string());
         }
+        // Relative to the open directory: no path walk for each file.
         let read = |name: &str| {
-            std::fs::read_to_string(self.dir.join(name))
-                .map(|text| text.trim().to_string())
-                .map_err(|err| format!("{name}: {err}"))
+            rustix::fs::openat(
+                &self.files.dir,
+                name,
+                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(io::Error::from)
+            .and_then(|fd| read_whole(&std::fs::File::from(fd)))
+            .map(|text| String::from_utf8_lossy(&text).trim().to_string())
+            .map_err(|err| format!("{name}: {err}"))
         };
         for (name, default) in [
             ("cgroup.freeze", "0"),

@@ -279,6 +279,7 @@ impl Baseline {
             .map(|set| {
                 (0..rustix::thread::CpuSet::MAX_CPU)
                     .filter(|&cpu| set.is_set(cpu))
+                    .take(set.count() as usize)
                     .collect()
             })
             .unwrap_or_default();
