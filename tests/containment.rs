@@ -45,6 +45,7 @@ both_modes!(
     a_killed_parent_loses_nothing,
     a_stopped_parent_stalls_nothing,
     containment_is_reported_and_commands_run_inside_it,
+    helpers_are_taken_back_unless_changed,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -673,6 +674,70 @@ async fn a_stopped_spawner_does_not_block_a_single_threaded_host() {
         assert!(started.elapsed() < PROMPT, "{:?}", started.elapsed());
     }
     done.store(true, std::sync::atomic::Ordering::SeqCst);
+    h.exec.shutdown().await;
+}
+
+/// Commands one after another share a few spawn helpers (each taken back once its command has
+/// ended), foreground and background, and a refused workdir costs no helper; a command that kills
+/// its helper or changes its cgroup's settings gets a later command a new one.
+async fn helpers_are_taken_back_unless_changed(mode: Mode) {
+    let Some(mut h) = harness(mode, |_| {}) else {
+        return;
+    };
+    let mut parents = std::collections::BTreeSet::new();
+    for i in 0..12 {
+        let ppid = if i % 3 == 2 {
+            let task = h.start("echo $PPID").await;
+            h.next_event().await;
+            h.exec.read_output(&task.id).unwrap().stdout.text
+        } else {
+            h.run("echo $PPID").await.stdout.text
+        };
+        parents.insert(ppid);
+        let refused = h.exec.run(
+            Spec {
+                workdir: "/nonexistent-dir".into(),
+                ..h.spec("true")
+            },
+            CancellationToken::new(),
+        );
+        assert!(refused.await.is_err());
+        // The helper of the command just ended is checked off the command's path.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        parents.len() <= 3,
+        "{mode:?} mode: 12 commands in a row had {} parents: {parents:?}",
+        parents.len()
+    );
+    let r = h.run("echo $PPID; kill -9 $PPID; sleep 1").await;
+    assert_eq!(r.signal.as_deref(), Some("SIGKILL"), "{r:?}");
+    let killed = r.stdout.text;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for _ in 0..4 {
+        let next = h.run("echo $PPID").await.stdout.text;
+        assert_ne!(
+            next, killed,
+            "{mode:?} mode: a killed helper was used again"
+        );
+    }
+    if mode == Mode::Cgroup {
+        let limit = "m=$(awk '$9 == \"cgroup2\" { print $5; exit }' /proc/self/mountinfo); \
+                     echo 5 > $m$(grep '^0::' /proc/self/cgroup | cut -d: -f3)/cgroup.max.depth; \
+                     echo $PPID";
+        for _ in 0..4 {
+            let changed = h.run(limit).await.stdout.text;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            // Its helper is let go with its cgroup.
+            for _ in 0..4 {
+                let next = h.run("echo $PPID").await.stdout.text;
+                assert_ne!(
+                    next, changed,
+                    "a helper whose cgroup was changed was taken back"
+                );
+            }
+        }
+    }
     h.exec.shutdown().await;
 }
 

@@ -139,7 +139,18 @@ pub(crate) async fn spawn(
     }
     let mut reports = Reports::new(sock);
     let (bash, bash_pidfd) = match with_resume(reports.next(), resume).await {
-        Ok(Some(Report::Refused(message))) => return Err(StartError::Workdir(message)),
+        Ok(Some(Report::Refused(message))) => {
+            // It started nothing and waits for another request.
+            if let Ok(sock) = reports.sock.into_std() {
+                launcher.take_back(Helper {
+                    pid,
+                    pidfd,
+                    sock,
+                    cgroup,
+                });
+            }
+            return Err(StartError::Workdir(message));
+        }
         Ok(Some(Report::Declined)) => return Err(StartError::Declined),
         Ok(Some(Report::Started(bash))) => (Some(bash), reports.fd.take()),
         // The helper died right after starting bash (the command killed it): bash ran.
