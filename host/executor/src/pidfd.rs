@@ -3,17 +3,25 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
-/// Whether `fd` turns readable within `wait` (a pidfd: its process has exited). Blocking.
+/// Whether `fd` turns readable within `wait` (a pidfd: its process has exited). Blocking; a
+/// signal handled meanwhile (the host's SIGCHLD, say) does not cut the wait short.
 pub(crate) fn readable_within(fd: impl AsFd, wait: Duration) -> std::io::Result<bool> {
-    let mut fds = [rustix::event::PollFd::new(
-        &fd,
-        rustix::event::PollFlags::IN,
-    )];
-    let wait = rustix::event::Timespec {
-        tv_sec: i64::try_from(wait.as_secs()).unwrap_or(i64::MAX),
-        tv_nsec: i64::from(wait.subsec_nanos()),
-    };
-    Ok(rustix::event::poll(&mut fds, Some(&wait))? > 0)
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let mut fds = [rustix::event::PollFd::new(
+            &fd,
+            rustix::event::PollFlags::IN,
+        )];
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let left = rustix::event::Timespec {
+            tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        match rustix::event::poll(&mut fds, Some(&left)) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => return Ok(other? > 0),
+        }
+    }
 }
 
 /// Resolves once the process whose pidfd is `pidfd` has exited (a pidfd turns readable then);

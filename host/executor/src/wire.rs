@@ -186,12 +186,18 @@ pub(crate) fn recv_request(
 pub(crate) fn recv_some(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
-    let got = rustix::net::recvmsg(
-        sock,
-        &mut [IoSliceMut::new(buf)],
-        &mut control,
-        RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
-    )?;
+    let got = loop {
+        match rustix::net::recvmsg(
+            sock,
+            &mut [IoSliceMut::new(buf)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
+        ) {
+            // A signal handled on this thread (the host's SIGCHLD, say): nothing was received.
+            Err(rustix::io::Errno::INTR) => continue,
+            other => break other?,
+        }
+    };
     let mut fds = Vec::new();
     for message in control.drain() {
         if let RecvAncillaryMessage::ScmRights(received) = message {
