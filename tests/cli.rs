@@ -171,6 +171,46 @@ fn call_relative_workdir_resolves_against_cwd_flag() {
     assert_eq!(stdout(&o).trim_end(), expected.to_str().unwrap());
 }
 
+/// `..` is resolved lexically against the session cwd, as Node's `path.resolve` does: through a
+/// directory that does not exist, and through a symlink (to the directory holding the link, not
+/// to the parent of its target).
+#[test]
+fn call_relative_workdir_resolves_dot_dot_lexically() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::create_dir_all(root.join("far/target")).unwrap();
+    std::os::unix::fs::symlink(root.join("far/target"), root.join("lnk")).unwrap();
+    for (workdir, expected) in [
+        ("missing/../sub", root.join("sub")),
+        ("lnk/..", root.clone()),
+        ("./sub/./", root.join("sub")),
+    ] {
+        let args = format!(
+            r#"{{"command":"pwd","description":"Print the directory","workdir":"{workdir}"}}"#
+        );
+        let o = run(&["--cwd", root.to_str().unwrap(), "call", "bash", &args]);
+        assert_eq!(o.status.code(), Some(0), "{workdir}: {}", stdout(&o));
+        assert_eq!(
+            stdout(&o).trim_end(),
+            expected.to_str().unwrap(),
+            "{workdir}"
+        );
+    }
+}
+
+/// An empty workdir means the default: the session cwd, or without one the executor's default.
+#[test]
+fn call_empty_workdir_is_the_default() {
+    let o = run(&[
+        "call",
+        "bash",
+        r#"{"command":"echo ran","description":"Run in the default dir","workdir":""}"#,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert_eq!(stdout(&o), "ran\n");
+}
+
 #[test]
 fn call_missing_workdir_is_an_error_naming_it() {
     let o = run(&[

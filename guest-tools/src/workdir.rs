@@ -1,26 +1,46 @@
 //! Where a `bash` call runs.
 //!
 //! Relative paths are resolved here, against the caller's session cwd, because only the guest
-//! knows the session; without a session cwd the executor applies its own default.
+//! knows the session; without a session cwd the executor applies its own default. Resolution is
+//! lexical, as Node's `path.resolve` does it: `.` and empty segments go, and each `..` takes the
+//! segment before it, without looking at the file system (so `link/..` is the directory that
+//! holds `link`, not the parent of the link's target, and `missing/../sub` is `sub`).
 
 /// The workdir to request: none → the session cwd (or none, the executor's default); relative
-/// with a session cwd → joined onto it; otherwise as given.
+/// with a session cwd → resolved against it; empty without one → none (the executor's default);
+/// otherwise as given, resolved lexically.
 pub fn resolve(workdir: Option<&str>, cwd: Option<&str>) -> Option<String> {
     match (workdir, cwd) {
         (None, cwd) => cwd.map(str::to_string),
-        (Some(dir), Some(cwd)) if !dir.starts_with('/') => Some(join(cwd, dir)),
-        (Some(dir), _) => Some(dir.to_string()),
+        (Some(""), None) => None,
+        (Some(dir), Some(cwd)) if !dir.starts_with('/') => Some(normalize(&format!("{cwd}/{dir}"))),
+        (Some(dir), _) => Some(normalize(dir)),
     }
 }
 
-/// `cwd/dir` without doubling the separator; an empty `dir` is the cwd itself.
-fn join(cwd: &str, dir: &str) -> String {
-    if dir.is_empty() {
-        cwd.to_string()
-    } else if cwd.ends_with('/') {
-        format!("{cwd}{dir}")
-    } else {
-        format!("{cwd}/{dir}")
+/// `path` with `.` and empty segments dropped and each `..` taking the segment before it (at the
+/// root, `..` is the root; a relative path keeps the `..`s it cannot take back).
+fn normalize(path: &str) -> String {
+    let absolute = path.starts_with('/');
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in path.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => match segments.last() {
+                Some(&last) if last != ".." => {
+                    segments.pop();
+                }
+                _ if absolute => {}
+                _ => segments.push(".."),
+            },
+            name => segments.push(name),
+        }
+    }
+    let joined = segments.join("/");
+    match (absolute, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".to_string(),
+        (false, false) => joined,
     }
 }
 
@@ -35,7 +55,7 @@ mod tests {
     }
 
     #[test]
-    fn relative_joins_onto_session_cwd() {
+    fn relative_resolves_against_session_cwd() {
         assert_eq!(
             resolve(Some("src"), Some("/repo")),
             Some("/repo/src".into())
@@ -45,21 +65,40 @@ mod tests {
             Some("/repo/a/b".into())
         );
         assert_eq!(resolve(Some("src"), Some("/")), Some("/src".into()));
-        assert_eq!(
-            resolve(Some("../x"), Some("/repo")),
-            Some("/repo/../x".into())
-        );
+        assert_eq!(resolve(Some("../x"), Some("/repo")), Some("/x".into()));
         assert_eq!(resolve(Some(""), Some("/repo")), Some("/repo".into()));
+        assert_eq!(resolve(Some("."), Some("/repo/")), Some("/repo".into()));
     }
 
     #[test]
-    fn absolute_is_kept() {
+    fn dot_dot_is_lexical() {
+        assert_eq!(
+            resolve(Some("missing/../sub"), Some("/repo")),
+            Some("/repo/sub".into())
+        );
+        // Not the parent of the link's target.
+        assert_eq!(resolve(Some("lnk/.."), Some("/repo")), Some("/repo".into()));
+        assert_eq!(resolve(Some("../../../.."), Some("/a/b")), Some("/".into()));
+        assert_eq!(
+            resolve(Some("./a//b/./c/.."), Some("/r")),
+            Some("/r/a/b".into())
+        );
+    }
+
+    #[test]
+    fn absolute_is_kept_and_normalized() {
         assert_eq!(resolve(Some("/tmp"), Some("/repo")), Some("/tmp".into()));
         assert_eq!(resolve(Some("/tmp"), None), Some("/tmp".into()));
+        assert_eq!(resolve(Some("/a/./b/../c/"), None), Some("/a/c".into()));
+        assert_eq!(resolve(Some("/.."), None), Some("/".into()));
     }
 
     #[test]
-    fn relative_without_session_cwd_is_given_as_is() {
+    fn without_session_cwd_relative_is_normalized_and_empty_is_the_default() {
         assert_eq!(resolve(Some("src"), None), Some("src".into()));
+        assert_eq!(resolve(Some("missing/../sub"), None), Some("sub".into()));
+        assert_eq!(resolve(Some("../x/./y"), None), Some("../x/y".into()));
+        assert_eq!(resolve(Some("a/.."), None), Some(".".into()));
+        assert_eq!(resolve(Some(""), None), None);
     }
 }
