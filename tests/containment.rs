@@ -705,8 +705,10 @@ async fn helpers_are_taken_back_unless_changed(mode: Mode) {
         // The helper of the command just ended is checked off the command's path.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Three helpers serve them all when each check ends before the next command (without
+    // taking back, there would be 12); a slow check on a loaded machine may cost a few forks.
     assert!(
-        parents.len() <= 3,
+        parents.len() <= 6,
         "{mode:?} mode: 12 commands in a row had {} parents: {parents:?}",
         parents.len()
     );
