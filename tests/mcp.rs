@@ -474,6 +474,34 @@ fn malformed_json_gets_a_parse_error_and_serving_goes_on() {
     assert_eq!(texts(&r), ["ok\n"]);
 }
 
+/// A message longer than the 16 MiB line limit is answered with an error for its id when the id
+/// comes before the limit, with a null id otherwise; serving goes on.
+#[test]
+fn an_oversized_message_is_answered_for_its_id() {
+    let mut mcp = Mcp::start(&[]);
+    let big = "x".repeat(17 << 20);
+    mcp.send_line(&format!(
+        r#"{{"jsonrpc":"2.0","id":41,"method":"tools/call","params":{{"name":"bash","arguments":{{"command":"echo {big}","description":"d"}}}}}}"#
+    ));
+    let error = mcp.find(READ_TIMEOUT, "the answer to 41", |m| {
+        m.get("id") == Some(&41.into())
+    });
+    assert_eq!(error["error"]["code"], -32600, "{error}");
+    assert_eq!(
+        error["error"]["message"],
+        "Invalid request: message longer than 16777216 bytes"
+    );
+    mcp.send_line(&format!(
+        r#"{{"jsonrpc":"2.0","method":"tools/call","params":{{"arguments":{{"command":"echo {big}"}}}},"id":42}}"#
+    ));
+    let error = mcp.find(READ_TIMEOUT, "an answer with a null id", |m| {
+        m.get("id") == Some(&Value::Null)
+    });
+    assert_eq!(error["error"]["code"], -32600, "{error}");
+    let r = mcp.bash("echo ok");
+    assert_eq!(texts(&r), ["ok\n"]);
+}
+
 #[test]
 fn stdin_eof_ends_the_server_and_kills_running_tasks() {
     let dir = tempfile::tempdir().unwrap();

@@ -31,6 +31,8 @@ pub(crate) struct LineTransport<R, W> {
     line: Vec<u8>,
     /// Dropping the rest of an oversized line.
     discarding: bool,
+    /// The `id` read from the start of the oversized line being dropped, if it could be.
+    oversized_id: Option<Value>,
     eof: bool,
     writer: Writer<W>,
     /// An error reply to a bad line, kept here until written so that a cancelled `receive`
@@ -48,6 +50,7 @@ where
             reader: BufReader::new(reader),
             line: Vec::new(),
             discarding: false,
+            oversized_id: None,
             eof: false,
             writer: Arc::new(Mutex::new(Some(writer))),
             reply: None,
@@ -76,6 +79,7 @@ where
                         Step::More
                     }
                 } else if self.line.len().saturating_add(take) > DEFAULT_MAX_LINE_LENGTH {
+                    self.oversized_id = id_before_cut(&self.line);
                     self.line.clear();
                     if newline.is_some() {
                         Step::Oversized
@@ -168,14 +172,23 @@ where
                     }
                 }
                 LineRead::Oversized => {
-                    tracing::warn!(
-                        "discarding an incoming message longer than {DEFAULT_MAX_LINE_LENGTH} bytes"
-                    );
+                    let id = self.oversized_id.take();
+                    match &id {
+                        Some(id) => tracing::warn!(
+                            %id,
+                            "discarding an incoming message longer than {DEFAULT_MAX_LINE_LENGTH} bytes"
+                        ),
+                        None => tracing::warn!(
+                            "discarding an incoming message longer than \
+                             {DEFAULT_MAX_LINE_LENGTH} bytes; no id could be read before the \
+                             limit, so its answer has a null id"
+                        ),
+                    }
                     let message = format!(
                         "Invalid request: message longer than {DEFAULT_MAX_LINE_LENGTH} bytes"
                     );
                     self.queue_reply(error_frame(
-                        Value::Null,
+                        id.unwrap_or(Value::Null),
                         ErrorCode::INVALID_REQUEST,
                         &message,
                     ));
@@ -269,6 +282,102 @@ fn decode(line: &[u8]) -> Decoded {
     }
 }
 
+/// The `id` of a message cut short at the end of `prefix`: its top-level `"id"` member, when that
+/// comes complete before the cut and is a string or a number (what JSON-RPC allows).
+fn id_before_cut(prefix: &[u8]) -> Option<Value> {
+    let mut scan = Scanner {
+        text: prefix,
+        at: 0,
+    };
+    scan.expect(b'{')?;
+    loop {
+        let key = scan.token(Scanner::string)?;
+        scan.expect(b':')?;
+        let value = scan.token(Scanner::value)?;
+        if serde_json::from_slice::<String>(key).ok()? == "id" {
+            let id: Value = serde_json::from_slice(value).ok()?;
+            return (id.is_string() || id.is_number()).then_some(id);
+        }
+        scan.expect(b',')?;
+    }
+}
+
+/// A cursor over JSON text that may be cut anywhere: every step fails (`None`) at the cut.
+struct Scanner<'a> {
+    text: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Scanner<'a> {
+    fn skip_space(&mut self) {
+        while self.text.get(self.at).is_some_and(u8::is_ascii_whitespace) {
+            self.at += 1;
+        }
+    }
+
+    fn expect(&mut self, byte: u8) -> Option<()> {
+        self.skip_space();
+        (*self.text.get(self.at)? == byte).then(|| self.at += 1)
+    }
+
+    /// The bytes of the next token, as `step` reads it past leading white space.
+    fn token(&mut self, step: fn(&mut Self) -> Option<()>) -> Option<&'a [u8]> {
+        self.skip_space();
+        let start = self.at;
+        step(self)?;
+        Some(&self.text[start..self.at])
+    }
+
+    fn string(&mut self) -> Option<()> {
+        (*self.text.get(self.at)? == b'"').then_some(())?;
+        self.at += 1;
+        loop {
+            match *self.text.get(self.at)? {
+                b'\\' => self.at += 2,
+                b'"' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => self.at += 1,
+            }
+        }
+    }
+
+    /// Any value; a number or literal only when something follows it before the cut.
+    fn value(&mut self) -> Option<()> {
+        match *self.text.get(self.at)? {
+            b'"' => self.string(),
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                loop {
+                    match *self.text.get(self.at)? {
+                        b'"' => {
+                            self.string()?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => depth -= 1,
+                        _ => {}
+                    }
+                    self.at += 1;
+                    if depth == 0 {
+                        return Some(());
+                    }
+                }
+            }
+            _ => {
+                while !matches!(
+                    *self.text.get(self.at)?,
+                    b',' | b'}' | b']' | b' ' | b'\t' | b'\r' | b'\n'
+                ) {
+                    self.at += 1;
+                }
+                Some(())
+            }
+        }
+    }
+}
+
 /// A JSON-RPC error response. Written as raw JSON because rmcp's `JsonRpcError` leaves out an
 /// unknown `id` where JSON-RPC 2.0 requires `"id": null`.
 fn error_frame(id: Value, code: ErrorCode, message: &str) -> Vec<u8> {
@@ -292,6 +401,28 @@ mod tests {
             Decoded::Message(m) => panic!("decoded as a message: {m:?}"),
             Decoded::Skip => panic!("skipped"),
         }
+    }
+
+    #[test]
+    fn the_id_of_a_cut_message_is_read_when_it_comes_before_the_cut() {
+        let id = |prefix: &str| id_before_cut(prefix.as_bytes());
+        assert_eq!(
+            id(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"a"#),
+            Some(7.into())
+        );
+        assert_eq!(id(r#" { "id" : "a\"b" , "x"#), Some("a\"b".into()));
+        assert_eq!(
+            id(r#"{"method":"x","params":{"id":1,"s":"}\"]"},"id":-2.5e3,"p"#),
+            Some((-2500.0).into())
+        );
+        // Cut inside the id, before it, or an id JSON-RPC does not allow.
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":7"#), None);
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":"ab"#), None);
+        assert_eq!(id(r#"{"jsonrpc":"2.0","params":{"command":"xxxx"#), None);
+        assert_eq!(id(r#"{"id":null,"x"#), None);
+        assert_eq!(id(r#"{"id":{"a":1},"x"#), None);
+        assert_eq!(id(r#"[{"id":1},"#), None);
+        assert_eq!(id(""), None);
     }
 
     #[test]
