@@ -474,6 +474,28 @@ fn malformed_json_gets_a_parse_error_and_serving_goes_on() {
     assert_eq!(texts(&r), ["ok\n"]);
 }
 
+/// More calls at once than the guest instance pool holds (256): the later ones wait for a slot,
+/// and every call gets its own answer; none shows the pool's limit as a trap.
+#[test]
+fn more_calls_at_once_than_guest_instances_all_get_their_answer() {
+    let mut mcp = Mcp::start(&[]);
+    let ids: Vec<i64> = (0..300)
+        .map(|i| {
+            mcp.request(
+                "tools/call",
+                json!({"name": "bash", "arguments": {"command": format!("sleep 1; echo {i}"), "description": "Wait"}}),
+            )
+        })
+        .collect();
+    for (i, id) in ids.into_iter().enumerate() {
+        let answer = mcp.find(Duration::from_secs(60), "a call's answer", |m| {
+            m.get("id") == Some(&id.into())
+        });
+        assert!(answer.get("error").is_none(), "{answer}");
+        assert_eq!(texts(&answer["result"]), [format!("{i}\n")], "{answer}");
+    }
+}
+
 /// A message longer than the 16 MiB line limit is answered with an error for its id when the id
 /// comes before the limit, with a null id otherwise; serving goes on.
 #[test]

@@ -80,6 +80,9 @@ struct Inner {
     /// A fresh instance made between calls for the next one (each is used for one call only):
     /// instantiating costs ~20 µs, which then falls outside the call.
     ready: std::sync::Mutex<Option<Instance>>,
+    /// Calls that may hold an instance at once; later ones wait for a slot rather than fail
+    /// when the pool is used up.
+    calls: Arc<tokio::sync::Semaphore>,
 }
 
 /// A store with its instance of the component.
@@ -110,6 +113,7 @@ impl ToolHost {
             sessions: SessionRouter::default(),
             tools: Vec::new(),
             ready: std::sync::Mutex::new(None),
+            calls: Arc::new(tokio::sync::Semaphore::new(CALL_SLOTS)),
         };
         inner.tools = inner.list_tools().await?;
         let host = Self {
@@ -152,6 +156,8 @@ impl ToolHost {
             cwd: caller.cwd.clone(),
         };
         let outcome = async {
+            // Never closed; without a slot the call would find the instance pool used up.
+            let slot = self.inner.calls.clone().acquire_owned().await?;
             let (mut store, instance) = match self.inner.take_ready() {
                 Some(ready) => ready,
                 None => self.inner.instantiate(CancellationToken::new()).await?,
@@ -161,7 +167,7 @@ impl ToolHost {
                 .dsh_bash_tools()
                 .call_call_tool(&mut store, name, arguments, &caller)
                 .await;
-            self.inner.after_call(store);
+            self.inner.after_call(store, slot);
             result
         }
         .await;
@@ -210,13 +216,19 @@ impl Inner {
     /// Off the call's path (once the tasks woken meanwhile, such as the one sending the answer,
     /// had their turn): drop the used store, whose memory is reset then, and make the next
     /// call's instance.
-    fn after_call(self: &Arc<Self>, used: Store<CallState>) {
+    fn after_call(
+        self: &Arc<Self>,
+        used: Store<CallState>,
+        slot: tokio::sync::OwnedSemaphorePermit,
+    ) {
         let inner = Arc::downgrade(self);
         tokio::spawn(async move {
             for _ in 0..2 {
                 tokio::task::yield_now().await;
             }
             drop(used);
+            // The store's instance is back in the pool: another call may take its place.
+            drop(slot);
             let Some(inner) = inner.upgrade() else { return };
             if inner
                 .ready
@@ -297,6 +309,10 @@ fn new_engine() -> anyhow::Result<Engine> {
 
 /// Concurrent guest instances the pool holds (calls in flight plus task-done deliveries).
 const POOL_INSTANCES: u32 = 256;
+
+/// Calls in flight at once; the rest of the pool serves the instance made ahead and task-done
+/// deliveries.
+const CALL_SLOTS: usize = POOL_INSTANCES as usize - 16;
 
 /// Bytes of a pooled memory or table reset in place rather than given back to the kernel.
 const KEEP_RESIDENT: usize = 1 << 20;
