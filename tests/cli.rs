@@ -211,6 +211,55 @@ fn call_empty_workdir_is_the_default() {
     assert_eq!(stdout(&o), "ran\n");
 }
 
+/// Commands get the host's environment without names holding a secret word, without the default
+/// patterns (`*_PAT`, `*_CREDENTIALS`, `*_PASSWD`, `DATABASE_URL`, `SSH_AUTH_SOCK`) and without
+/// the operator's `--env-deny` patterns, except the names `--env-allow` passes; `doctor` lists
+/// what is withheld.
+#[test]
+fn the_environment_policy_withholds_and_passes_what_the_operator_says() {
+    let vars = [
+        ("DSHT_GITHUB_PAT", "p"),
+        ("DSHT_CLOUD_CREDENTIALS", "c"),
+        ("DSHT_ROOT_PASSWD", "w"),
+        ("DATABASE_URL", "postgres://u:p@h/db"),
+        ("SSH_AUTH_SOCK", "/tmp/agent"),
+        ("DSHT_API_TOKEN", "t"),
+        ("DSHT_CORP_PROXY", "x"),
+        ("DSHT_KEPT_KEY", "k"),
+        ("DSHT_PLAIN", "plain"),
+    ];
+    let args = ["--env-deny", "dsht_corp_*", "--env-allow", "DSHT_KEPT_KEY"];
+    let mut call = bin();
+    call.args(args).args([
+        "call",
+        "bash",
+        r#"{"command":"env | grep -E '^(DSHT_|DATABASE_URL|SSH_AUTH_SOCK)' | sort","description":"List variables"}"#,
+    ]);
+    let mut doctor = bin();
+    doctor.args(args).arg("doctor");
+    for (name, value) in vars {
+        call.env(name, value);
+        doctor.env(name, value);
+    }
+    let o = call.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "DSHT_KEPT_KEY=k\nDSHT_PLAIN=plain\n");
+    let o = doctor.output().unwrap();
+    let report = stdout(&o);
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("variables withheld from commands: "))
+        .unwrap_or_else(|| panic!("{report}"));
+    for (name, _) in vars {
+        let listed = line.split(' ').any(|word| word == name);
+        let kept = matches!(name, "DSHT_KEPT_KEY" | "DSHT_PLAIN");
+        assert_eq!(listed, !kept, "{name} in {line}");
+    }
+    let o = run(&["--env-deny", "A=B", "doctor"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no variable name"), "{}", stderr(&o));
+}
+
 #[test]
 fn call_missing_workdir_is_an_error_naming_it() {
     let o = run(&[

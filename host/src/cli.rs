@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use dsh_executor::{Config, Containment, ContainmentPreference, LocalExecutor};
+use dsh_executor::{Config, Containment, ContainmentPreference, EnvPolicy, LocalExecutor};
 use tokio_util::sync::CancellationToken;
 
 use crate::{ComponentSource, HostOptions, ToolDefinition, ToolHost};
@@ -105,6 +105,15 @@ pub struct CommonArgs {
     /// Background tasks allowed to run at once.
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_usize)]
     pub max_tasks: Option<usize>,
+    /// Also withhold from commands the variables whose names match PATTERN (`*` matches any run
+    /// of characters; any case), besides names holding KEY, SECRET, TOKEN or PASSWORD and the
+    /// default patterns. Repeatable.
+    #[arg(long = "env-deny", global = true, value_name = "PATTERN", value_parser = env_name)]
+    pub env_deny: Vec<String>,
+    /// Pass the variable NAME to commands even where a word or pattern would withhold it.
+    /// Repeatable.
+    #[arg(long = "env-allow", global = true, value_name = "NAME", value_parser = env_name)]
+    pub env_allow: Vec<String>,
 }
 
 fn positive_ms(s: &str) -> Result<f64, String> {
@@ -124,6 +133,17 @@ fn positive_u64(s: &str) -> Result<u64, String> {
         Ok(0) => Err("expected a whole number > 0, got 0".into()),
         Ok(v) => Ok(v),
         Err(_) => Err(format!("expected a whole number > 0, got {s:?}")),
+    }
+}
+
+/// A variable name or name pattern: not empty, without `=` or NUL.
+fn env_name(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err("expected a variable name, got nothing".to_string())
+    } else if s.contains(['=', '\0']) {
+        Err(format!("{s:?} is no variable name: it holds '=' or NUL"))
+    } else {
+        Ok(s.to_string())
     }
 }
 
@@ -161,6 +181,10 @@ impl CommonArgs {
         }
         c.cwd = self.cwd.clone();
         c.keep_spill = self.keep_spill;
+        c.env = EnvPolicy {
+            deny: self.env_deny.clone(),
+            allow: self.env_allow.clone(),
+        };
         c.containment = match self.containment {
             ContainmentArg::Auto => ContainmentPreference::Auto,
             ContainmentArg::Subreaper => ContainmentPreference::Subreaper,
@@ -277,7 +301,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             0
         }
         Command::Doctor => {
-            print_out(&doctor_report(&local));
+            print_out(&doctor_report(&local, &cli.common.executor_config().env));
             0
         }
     };
@@ -285,7 +309,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
     Ok(code)
 }
 
-fn doctor_report(local: &LocalExecutor) -> String {
+fn doctor_report(local: &LocalExecutor, env: &EnvPolicy) -> String {
     let mut out = format!("containment: {}\n", local.containment());
     if let Containment::Subreaper { reason } = local.containment() {
         out.push_str(&format!("  (no cgroup per command: {reason})\n"));
@@ -298,6 +322,13 @@ fn doctor_report(local: &LocalExecutor) -> String {
     let cache = crate::engine::default_cache_dir()
         .map_or_else(|| "(disabled)".to_string(), |p| p.display().to_string());
     out.push_str(&format!("component cache: {cache}\n"));
+    let withheld = env.scrubbed_host_names();
+    let withheld = if withheld.is_empty() {
+        "none".to_string()
+    } else {
+        withheld.join(" ")
+    };
+    out.push_str(&format!("variables withheld from commands: {withheld}\n"));
     out
 }
 

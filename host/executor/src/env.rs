@@ -6,6 +6,69 @@ use std::os::unix::ffi::OsStrExt;
 /// Words that mark a variable as a secret when they appear anywhere in its name, in any case.
 const SECRET_WORDS: [&[u8]; 4] = [b"KEY", b"SECRET", b"TOKEN", b"PASSWORD"];
 
+/// Names scrubbed besides the secret words (`*` matches any run of characters; any case):
+/// - `*_PAT`: personal access tokens (`GITHUB_PAT`, `GITLAB_PAT`);
+/// - `*_CREDENTIALS`: credentials, or the path of a file holding them
+///   (`GOOGLE_APPLICATION_CREDENTIALS`): a command should not act as the operator's cloud account
+///   unless allowed;
+/// - `*_PASSWD`: passwords under their short name;
+/// - `DATABASE_URL`: connection strings carry the user and password;
+/// - `SSH_AUTH_SOCK`: the SSH agent signs with every key it holds, for whoever can reach it.
+pub const DEFAULT_DENY: [&str; 5] = [
+    "*_PAT",
+    "*_CREDENTIALS",
+    "*_PASSWD",
+    "DATABASE_URL",
+    "SSH_AUTH_SOCK",
+];
+
+/// Which of the host's variables commands do not get: names holding a secret word or matching
+/// a deny pattern ([`DEFAULT_DENY`] and the operator's), unless the operator allows the name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnvPolicy {
+    /// More patterns to scrub (`*` matches any run of characters; any case).
+    pub deny: Vec<String>,
+    /// Names passed on whatever the patterns say (exact, case-sensitive).
+    pub allow: Vec<String>,
+}
+
+impl EnvPolicy {
+    /// Whether a command does not get the variable `name`.
+    pub fn scrubs(&self, name: &OsStr) -> bool {
+        if self.allow.iter().any(|a| a.as_bytes() == name.as_bytes()) {
+            return false;
+        }
+        is_secret(name)
+            || DEFAULT_DENY
+                .iter()
+                .copied()
+                .chain(self.deny.iter().map(String::as_str))
+                .any(|pattern| matches_pattern(pattern.as_bytes(), name.as_bytes()))
+    }
+
+    /// The names in the host's environment that commands do not get, sorted.
+    pub fn scrubbed_host_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::env::vars_os()
+            .map(|(name, _)| name)
+            .filter(|name| self.scrubs(name))
+            .map(|name| name.to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+/// Whether `name` matches `pattern`, where `*` matches any run of bytes, ignoring ASCII case.
+fn matches_pattern(pattern: &[u8], name: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => name.is_empty(),
+        Some((b'*', rest)) => (0..=name.len()).any(|skip| matches_pattern(rest, &name[skip..])),
+        Some((first, rest)) => name
+            .split_first()
+            .is_some_and(|(n, name)| n.eq_ignore_ascii_case(first) && matches_pattern(rest, name)),
+    }
+}
+
 /// Set for every command: no colours, no pagers, no prompts that would hang without a terminal.
 pub(crate) const FORCED: [(&str, &str); 5] = [
     ("NO_COLOR", "1"),
@@ -15,8 +78,8 @@ pub(crate) const FORCED: [(&str, &str); 5] = [
     ("GIT_TERMINAL_PROMPT", "0"),
 ];
 
-/// Whether a variable name looks like it holds a secret.
-pub(crate) fn is_secret(name: &OsStr) -> bool {
+/// Whether a variable name holds one of the secret words.
+fn is_secret(name: &OsStr) -> bool {
     let upper = name.as_bytes().to_ascii_uppercase();
     SECRET_WORDS
         .iter()
@@ -26,10 +89,11 @@ pub(crate) fn is_secret(name: &OsStr) -> bool {
 /// The child environment built from `vars` (normally the host's).
 pub(crate) fn child_env(
     vars: impl IntoIterator<Item = (OsString, OsString)>,
+    policy: &EnvPolicy,
 ) -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = vars
         .into_iter()
-        .filter(|(name, _)| !is_secret(name))
+        .filter(|(name, _)| !policy.scrubs(name))
         .filter(|(name, _)| {
             FORCED
                 .iter()
@@ -41,8 +105,8 @@ pub(crate) fn child_env(
 }
 
 /// The child environment built from the host's current environment.
-pub(crate) fn host_child_env() -> Vec<(OsString, OsString)> {
-    child_env(std::env::vars_os())
+pub(crate) fn host_child_env(policy: &EnvPolicy) -> Vec<(OsString, OsString)> {
+    child_env(std::env::vars_os(), policy)
 }
 
 #[cfg(test)]
@@ -67,12 +131,53 @@ mod tests {
     }
 
     #[test]
+    fn default_patterns_operator_patterns_and_allowed_names() {
+        let policy = EnvPolicy {
+            deny: vec!["corp_*".into(), "EXACT".into()],
+            allow: vec!["DATABASE_URL".into(), "MY_API_KEY".into()],
+        };
+        for name in [
+            "GITHUB_PAT",
+            "google_application_credentials",
+            "ROOT_PASSWD",
+            "SSH_AUTH_SOCK",
+            "CORP_PROXY",
+            "exact",
+            "GITHUB_TOKEN",
+        ] {
+            assert!(policy.scrubs(OsStr::new(name)), "{name}");
+        }
+        for name in [
+            "DATABASE_URL",
+            "MY_API_KEY",
+            "PATH",
+            "PATTERN",
+            "EXACTLY",
+            "SSH_AUTH_SOCKET",
+        ] {
+            assert!(!policy.scrubs(OsStr::new(name)), "{name}");
+        }
+        assert!(EnvPolicy::default().scrubs(OsStr::new("DATABASE_URL")));
+    }
+
+    #[test]
+    fn patterns_match_whole_names() {
+        assert!(matches_pattern(b"*", b""));
+        assert!(matches_pattern(b"a*b*c", b"AxxBC"));
+        assert!(!matches_pattern(b"a*b", b"ab_"));
+        assert!(!matches_pattern(b"", b"a"));
+    }
+
+    #[test]
     fn forces_settings_over_host_values() {
-        let env = child_env([
-            ("TERM".into(), "xterm-256color".into()),
-            ("PATH".into(), "/bin".into()),
-            ("AWS_SECRET_ACCESS_KEY".into(), "x".into()),
-        ]);
+        let env = child_env(
+            [
+                ("TERM".into(), "xterm-256color".into()),
+                ("PATH".into(), "/bin".into()),
+                ("AWS_SECRET_ACCESS_KEY".into(), "x".into()),
+            ],
+            &EnvPolicy::default(),
+        );
         let get = |k: &str| {
             env.iter()
                 .filter(|(n, _)| n == k)

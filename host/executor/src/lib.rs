@@ -29,6 +29,7 @@ mod tasks;
 mod wire;
 mod workdir;
 
+pub use env::{DEFAULT_DENY, EnvPolicy};
 pub use local::LocalExecutor;
 
 /// A boxed future, so that [`Executor`] stays object-safe.
@@ -173,6 +174,8 @@ pub struct Config {
     /// it: this executable when it called [`spawn_helper::dispatch`], else a
     /// `dsh-spawn-helper` next to this executable or one directory up.
     pub spawn_helper: Option<PathBuf>,
+    /// Which of the host's variables commands do not get.
+    pub env: EnvPolicy,
 }
 
 impl Default for Config {
@@ -191,6 +194,7 @@ impl Default for Config {
             containment: ContainmentPreference::Auto,
             keep_spill: false,
             spawn_helper: None,
+            env: EnvPolicy::default(),
         }
     }
 }

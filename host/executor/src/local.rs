@@ -109,7 +109,7 @@ impl LocalExecutor {
             }
         }
         let spill = SpillDir::with_budget(config.spill_dir.clone(), config.max_spill_total_bytes);
-        let launcher = Launcher::new(helper, env::host_child_env(), cgroups.clone());
+        let launcher = Launcher::new(helper, env::host_child_env(&config.env), cgroups.clone());
         launcher.refill();
         Ok(Arc::new(Self {
             shared: Arc::new(Shared {
