@@ -211,10 +211,10 @@ fn call_empty_workdir_is_the_default() {
     assert_eq!(stdout(&o), "ran\n");
 }
 
-/// Commands get the host's environment without names holding a secret word, without the default
-/// patterns (`*_PAT`, `*_CREDENTIALS`, `*_PASSWD`, `DATABASE_URL`, `SSH_AUTH_SOCK`) and without
-/// the operator's `--env-deny` patterns, except the names `--env-allow` passes; `doctor` lists
-/// what is withheld.
+/// Commands get the host's environment without names holding a secret word (the executor
+/// contract's rule, all that is withheld by default) and without the operator's `--env-deny`
+/// patterns (here the README's credential patterns and one more), except the names
+/// `--env-allow` passes; `doctor` lists what is withheld.
 #[test]
 fn the_environment_policy_withholds_and_passes_what_the_operator_says() {
     let vars = [
@@ -228,19 +228,37 @@ fn the_environment_policy_withholds_and_passes_what_the_operator_says() {
         ("DSHT_KEPT_KEY", "k"),
         ("DSHT_PLAIN", "plain"),
     ];
-    let args = ["--env-deny", "dsht_corp_*", "--env-allow", "DSHT_KEPT_KEY"];
+    let mut args = Vec::new();
+    for pattern in [
+        "*_PAT",
+        "*_CREDENTIALS",
+        "*_PASSWD",
+        "DATABASE_URL",
+        "SSH_AUTH_SOCK",
+        "dsht_corp_*",
+    ] {
+        args.extend(["--env-deny", pattern]);
+    }
+    args.extend(["--env-allow", "DSHT_KEPT_KEY"]);
+    let listing = r#"{"command":"env | grep -E '^(DSHT_|DATABASE_URL|SSH_AUTH_SOCK)' | sort","description":"List variables"}"#;
+    let mut by_default = bin();
+    by_default.args(["call", "bash", listing]);
     let mut call = bin();
-    call.args(args).args([
-        "call",
-        "bash",
-        r#"{"command":"env | grep -E '^(DSHT_|DATABASE_URL|SSH_AUTH_SOCK)' | sort","description":"List variables"}"#,
-    ]);
+    call.args(&args).args(["call", "bash", listing]);
     let mut doctor = bin();
-    doctor.args(args).arg("doctor");
+    doctor.args(&args).arg("doctor");
     for (name, value) in vars {
+        by_default.env(name, value);
         call.env(name, value);
         doctor.env(name, value);
     }
+    let o = by_default.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "DATABASE_URL=postgres://u:p@h/db\nDSHT_CLOUD_CREDENTIALS=c\nDSHT_CORP_PROXY=x\n\
+         DSHT_GITHUB_PAT=p\nDSHT_PLAIN=plain\nDSHT_ROOT_PASSWD=w\nSSH_AUTH_SOCK=/tmp/agent\n"
+    );
     let o = call.output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(stdout(&o), "DSHT_KEPT_KEY=k\nDSHT_PLAIN=plain\n");

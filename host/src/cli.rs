@@ -106,8 +106,8 @@ pub struct CommonArgs {
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_usize)]
     pub max_tasks: Option<usize>,
     /// Also withhold from commands the variables whose names match PATTERN (`*` matches any run
-    /// of characters; any case), besides names holding KEY, SECRET, TOKEN or PASSWORD and the
-    /// default patterns. Repeatable.
+    /// of characters; any case), besides names holding KEY, SECRET, TOKEN or PASSWORD.
+    /// Repeatable.
     #[arg(long = "env-deny", global = true, value_name = "PATTERN", value_parser = env_name)]
     pub env_deny: Vec<String>,
     /// Pass the variable NAME to commands even where a word or pattern would withhold it.

@@ -6,24 +6,9 @@ use std::os::unix::ffi::OsStrExt;
 /// Words that mark a variable as a secret when they appear anywhere in its name, in any case.
 const SECRET_WORDS: [&[u8]; 4] = [b"KEY", b"SECRET", b"TOKEN", b"PASSWORD"];
 
-/// Names scrubbed besides the secret words (`*` matches any run of characters; any case):
-/// - `*_PAT`: personal access tokens (`GITHUB_PAT`, `GITLAB_PAT`);
-/// - `*_CREDENTIALS`: credentials, or the path of a file holding them
-///   (`GOOGLE_APPLICATION_CREDENTIALS`): a command should not act as the operator's cloud account
-///   unless allowed;
-/// - `*_PASSWD`: passwords under their short name;
-/// - `DATABASE_URL`: connection strings carry the user and password;
-/// - `SSH_AUTH_SOCK`: the SSH agent signs with every key it holds, for whoever can reach it.
-pub const DEFAULT_DENY: [&str; 5] = [
-    "*_PAT",
-    "*_CREDENTIALS",
-    "*_PASSWD",
-    "DATABASE_URL",
-    "SSH_AUTH_SOCK",
-];
-
-/// Which of the host's variables commands do not get: names holding a secret word or matching
-/// a deny pattern ([`DEFAULT_DENY`] and the operator's), unless the operator allows the name.
+/// Which of the host's variables commands do not get: names holding a secret word (the
+/// executor contract's rule) or matching one of the operator's deny patterns, unless the
+/// operator allows the name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EnvPolicy {
     /// More patterns to scrub (`*` matches any run of characters; any case).
@@ -39,10 +24,9 @@ impl EnvPolicy {
             return false;
         }
         is_secret(name)
-            || DEFAULT_DENY
+            || self
+                .deny
                 .iter()
-                .copied()
-                .chain(self.deny.iter().map(String::as_str))
                 .any(|pattern| matches_pattern(pattern.as_bytes(), name.as_bytes()))
     }
 
@@ -131,10 +115,17 @@ mod tests {
     }
 
     #[test]
-    fn default_patterns_operator_patterns_and_allowed_names() {
+    fn operator_patterns_and_allowed_names() {
         let policy = EnvPolicy {
-            deny: vec!["corp_*".into(), "EXACT".into()],
-            allow: vec!["DATABASE_URL".into(), "MY_API_KEY".into()],
+            deny: vec![
+                "*_PAT".into(),
+                "*_CREDENTIALS".into(),
+                "*_PASSWD".into(),
+                "SSH_AUTH_SOCK".into(),
+                "corp_*".into(),
+                "EXACT".into(),
+            ],
+            allow: vec!["GITLAB_PAT".into(), "MY_API_KEY".into()],
         };
         for name in [
             "GITHUB_PAT",
@@ -148,7 +139,7 @@ mod tests {
             assert!(policy.scrubs(OsStr::new(name)), "{name}");
         }
         for name in [
-            "DATABASE_URL",
+            "GITLAB_PAT",
             "MY_API_KEY",
             "PATH",
             "PATTERN",
@@ -157,7 +148,11 @@ mod tests {
         ] {
             assert!(!policy.scrubs(OsStr::new(name)), "{name}");
         }
-        assert!(EnvPolicy::default().scrubs(OsStr::new("DATABASE_URL")));
+        // By default only the contract's words count.
+        for name in ["DATABASE_URL", "GITHUB_PAT", "SSH_AUTH_SOCK"] {
+            assert!(!EnvPolicy::default().scrubs(OsStr::new(name)), "{name}");
+        }
+        assert!(EnvPolicy::default().scrubs(OsStr::new("GITHUB_TOKEN")));
     }
 
     #[test]

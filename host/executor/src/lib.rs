@@ -29,7 +29,7 @@ mod tasks;
 mod wire;
 mod workdir;
 
-pub use env::{DEFAULT_DENY, EnvPolicy};
+pub use env::EnvPolicy;
 pub use local::LocalExecutor;
 
 /// A boxed future, so that [`Executor`] stays object-safe.
