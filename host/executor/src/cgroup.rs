@@ -284,14 +284,14 @@ impl TaskCgroup {
     /// Whether any process is left in the cgroup. An unreadable cgroup counts as empty, so that
     /// nobody waits forever on a cgroup someone else removed.
     pub(crate) fn populated(&self) -> bool {
-        read_whole(&self.files.events).is_ok_and(|text| says_populated(&text))
+        read_whole(&self.files.events).is_ok_and(|text| events_say(&text, b"populated 1"))
     }
 
     /// Whether the cgroup holds exactly `helper` and is not frozen: what a helper taken for a
     /// command must find (anything else was put there, or done to it, from outside).
     pub(crate) fn holds_only(&self, helper: i32) -> bool {
-        let frozen = read_whole(&self.files.events)
-            .is_ok_and(|text| text.split(|&b| b == b'\n').any(|l| l == b"frozen 1"));
+        let frozen =
+            read_whole(&self.files.events).is_ok_and(|text| events_say(&text, b"frozen 1"));
         !frozen && self.procs() == [helper]
     }
 
@@ -441,11 +441,12 @@ impl Drop for TaskCgroup {
 }
 
 fn populated_at(events: &Path) -> bool {
-    std::fs::read(events).is_ok_and(|text| says_populated(&text))
+    std::fs::read(events).is_ok_and(|text| events_say(&text, b"populated 1"))
 }
 
-pub(crate) fn says_populated(events: &[u8]) -> bool {
-    events.split(|&b| b == b'\n').any(|l| l == b"populated 1")
+/// Whether the text of a `cgroup.events` file has `line` (`populated 1`, `frozen 1`).
+fn events_say(events: &[u8], line: &[u8]) -> bool {
+    events.split(|&b| b == b'\n').any(|l| l == line)
 }
 
 fn parse_pids(text: &str) -> Vec<i32> {

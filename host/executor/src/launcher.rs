@@ -52,7 +52,7 @@ impl Helper {
     /// Whether the helper looks fit to take now: alive, and alone in its cgroup, which is not
     /// frozen.
     fn fit(&self) -> bool {
-        matches!(readable_within(&self.pidfd, Duration::ZERO), Ok(false))
+        crate::pidfd::running(&self.pidfd)
             && self.cgroup.as_ref().is_none_or(|c| c.holds_only(self.pid))
     }
 

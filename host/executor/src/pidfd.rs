@@ -24,6 +24,11 @@ pub(crate) fn readable_within(fd: impl AsFd, wait: Duration) -> std::io::Result<
     }
 }
 
+/// Whether the process whose pidfd is `pidfd` has not exited, asked now.
+pub(crate) fn running(pidfd: impl AsFd) -> bool {
+    matches!(readable_within(pidfd, Duration::ZERO), Ok(false))
+}
+
 /// Resolves once the process whose pidfd is `pidfd` has exited (a pidfd turns readable then);
 /// at once if the pidfd cannot be watched.
 pub(crate) async fn exit_of(pidfd: OwnedFd) {

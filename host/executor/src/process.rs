@@ -25,7 +25,7 @@ use rustix::process::{Pid, PidfdFlags, Signal};
 use tokio_util::sync::CancellationToken;
 
 use crate::cgroup::TaskCgroup;
-use crate::pidfd::{exit_of, readable_within};
+use crate::pidfd::exit_of;
 use crate::procfs::{ProcInfo, snapshot, subtree};
 
 /// How a process ended.
@@ -194,7 +194,7 @@ impl ProcTree {
 
     /// Whether the helper has not exited yet, asked of its pidfd now.
     fn helper_running(&self) -> bool {
-        matches!(readable_within(&self.pidfd, Duration::ZERO), Ok(false))
+        crate::pidfd::running(&self.pidfd)
     }
 
     /// The helper exited without having finished its job (saying that no descendant is left):
