@@ -716,13 +716,7 @@ async fn helpers_are_taken_back_unless_changed(mode: Mode) {
     assert_eq!(r.signal.as_deref(), Some("SIGKILL"), "{r:?}");
     let killed = r.stdout.text;
     tokio::time::sleep(Duration::from_millis(50)).await;
-    for _ in 0..4 {
-        let next = h.run("echo $PPID").await.stdout.text;
-        assert_ne!(
-            next, killed,
-            "{mode:?} mode: a killed helper was used again"
-        );
-    }
+    assert_not_a_parent_again(&h, &killed, &format!("{mode:?} mode: a killed helper")).await;
     if mode == Mode::Cgroup {
         let limit = "m=$(awk '$9 == \"cgroup2\" { print $5; exit }' /proc/self/mountinfo); \
                      echo 5 > $m$(grep '^0::' /proc/self/cgroup | cut -d: -f3)/cgroup.max.depth; \
@@ -731,16 +725,19 @@ async fn helpers_are_taken_back_unless_changed(mode: Mode) {
             let changed = h.run(limit).await.stdout.text;
             tokio::time::sleep(Duration::from_millis(50)).await;
             // Its helper is let go with its cgroup.
-            for _ in 0..4 {
-                let next = h.run("echo $PPID").await.stdout.text;
-                assert_ne!(
-                    next, changed,
-                    "a helper whose cgroup was changed was taken back"
-                );
-            }
+            let what = "a helper whose cgroup was changed";
+            assert_not_a_parent_again(&h, &changed, what).await;
         }
     }
     h.exec.shutdown().await;
+}
+
+/// None of the next four commands has `ppid` (as `echo $PPID` printed it) as its parent.
+async fn assert_not_a_parent_again(h: &Harness, ppid: &str, what: &str) {
+    for _ in 0..4 {
+        let next = h.run("echo $PPID").await.stdout.text;
+        assert_ne!(next, ppid, "{what} was used again");
+    }
 }
 
 /// The mode is reported as the CLI shows it; in cgroup mode each command runs in a cgroup of its

@@ -3880,40 +3880,27 @@ fn self_check_foreground_checker_catches_broken_results() {
         ..Fg::default()
     };
     assert_eq!(check_fg(&timeout, &Ok(good.clone()), Some(300)), Ok(()));
-    assert!(
-        check_fg(
-            &timeout,
-            &Ok(Fg {
-                elapsed: Duration::from_millis(100),
-                ..good.clone()
-            }),
-            Some(300)
-        )
-        .is_err()
-    );
-    assert!(
-        check_fg(
-            &timeout,
-            &Ok(Fg {
-                signal: Some("SIGTERM".into()),
-                ..good.clone()
-            }),
-            Some(300)
-        )
-        .is_err()
-    );
-    assert!(
-        check_fg(
-            &timeout,
-            &Ok(Fg {
-                exit_code: Some(0),
-                signal: None,
-                ..good
-            }),
-            Some(300)
-        )
-        .is_err()
-    );
+    // Ended too soon, by the wrong signal, or not by a signal at all.
+    for broken in [
+        Fg {
+            elapsed: Duration::from_millis(100),
+            ..good.clone()
+        },
+        Fg {
+            signal: Some("SIGTERM".into()),
+            ..good.clone()
+        },
+        Fg {
+            exit_code: Some(0),
+            signal: None,
+            ..good
+        },
+    ] {
+        assert!(
+            check_fg(&timeout, &Ok(broken.clone()), Some(300)).is_err(),
+            "{broken:?}"
+        );
+    }
     // Escapee counts are exact.
     let esc = FgExpect::Escapees {
         count: 2,
