@@ -1,17 +1,15 @@
 //! Black-box tests of `dsh-host mcp`: a real MCP session over the child's stdin/stdout,
 //! newline-delimited JSON-RPC, every read bounded by a timeout.
 
+#[allow(dead_code)]
 #[path = "support/mcp_child.rs"]
 mod mcp_child;
 #[path = "support/procs.rs"]
 mod procs;
 
-use std::collections::VecDeque;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, ExitStatus};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use procs::alive;
@@ -24,15 +22,21 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(180);
 
 const NOTICE: &str = "background bash task bash-1 finished [status: completed, exit code: 0]. Read its output with bash_output.";
 
-/// A `dsh-host mcp` child and the messages it wrote.
-struct Mcp {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    /// Messages read while waiting for another one, in arrival order.
-    stash: VecDeque<Value>,
-    stderr: Arc<Mutex<String>>,
-    next_id: i64,
+/// A `dsh-host mcp` child and the messages it wrote; each step panics where
+/// [`mcp_child::McpChild`]'s answers an error.
+struct Mcp(mcp_child::McpChild);
+
+impl std::ops::Deref for Mcp {
+    type Target = mcp_child::McpChild;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Mcp {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl Mcp {
@@ -41,20 +45,7 @@ impl Mcp {
         args.extend(extra_args);
         // One compiled-component cache for every test process: debug builds compile slowly.
         let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache");
-        let mcp_child::McpChild {
-            child,
-            stdin,
-            lines,
-            stderr,
-        } = mcp_child::spawn(args, &cache);
-        Mcp {
-            child,
-            stdin,
-            lines,
-            stash: VecDeque::new(),
-            stderr,
-            next_id: 1,
-        }
+        Mcp(mcp_child::spawn(args, &cache))
     }
 
     /// Spawned and initialized.
@@ -78,83 +69,31 @@ impl Mcp {
         result
     }
 
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
     fn send_line(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{line}").expect("write to dsh-host");
-        stdin.flush().expect("flush to dsh-host");
+        self.0.send_line(line).unwrap_or_else(|e| panic!("{e}"));
     }
 
     fn request(&mut self, method: &str, params: Value) -> i64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send_line(
-            &json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string(),
-        );
-        id
+        self.0
+            .request(method, params)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn notify(&mut self, method: &str, params: Value) {
-        self.send_line(
-            &json!({ "jsonrpc": "2.0", "method": method, "params": params }).to_string(),
-        );
-    }
-
-    /// The next message from the channel (not the stash).
-    fn read(&mut self, timeout: Duration) -> Value {
-        match self.lines.recv_timeout(timeout) {
-            Ok(line) => serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}")),
-            Err(RecvTimeoutError::Timeout) => panic!(
-                "no message from dsh-host within {timeout:?}; stashed: {:?}; stderr:\n{}",
-                self.stash,
-                self.stderr()
-            ),
-            Err(RecvTimeoutError::Disconnected) => {
-                panic!(
-                    "dsh-host closed its stdout; stashed: {:?}; stderr:\n{}",
-                    self.stash,
-                    self.stderr()
-                )
-            }
-        }
+        self.0
+            .notify(method, params)
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// The first message, stashed or new, that `matches`; others are stashed.
     fn find(&mut self, timeout: Duration, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
-        if let Some(i) = self.stash.iter().position(&matches) {
-            return self.stash.remove(i).unwrap();
-        }
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                panic!(
-                    "no {what} within {timeout:?}; stashed: {:?}; stderr:\n{}",
-                    self.stash,
-                    self.stderr()
-                );
-            }
-            let message = self.read(left);
-            if matches(&message) {
-                return message;
-            }
-            self.stash.push_back(message);
-        }
-    }
-
-    /// The response (result or error) to request `id`.
-    fn response_within(&mut self, id: i64, timeout: Duration) -> Value {
-        self.find(timeout, &format!("response to request {id}"), |m| {
-            m.get("id") == Some(&json!(id)) && m.get("method").is_none()
-        })
+        self.0
+            .find(timeout, what, matches)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn result_within(&mut self, id: i64, timeout: Duration) -> Value {
-        let response = self.response_within(id, timeout);
+        let response = self.response(id, timeout).unwrap_or_else(|e| panic!("{e}"));
         match response.get("result") {
             Some(result) => result.clone(),
             None => panic!("request {id} failed: {response}"),
@@ -211,13 +150,6 @@ impl Mcp {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-}
-
-impl Drop for Mcp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -58,12 +58,10 @@
 mod mcp_child;
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::io::Write;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -1811,128 +1809,8 @@ async fn exec_op(exec: Arc<LocalExecutor>, op: Op) -> Out {
     }
 }
 
-/// A `dsh-host mcp` child speaking newline-delimited JSON-RPC.
-struct McpClient {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    stash: VecDeque<Value>,
-    stderr: Arc<Mutex<String>>,
-    next_id: i64,
-}
-
-impl McpClient {
-    fn spawn(args: &[String]) -> McpClient {
-        let mcp_child::McpChild {
-            child,
-            stdin,
-            lines,
-            stderr,
-        } = mcp_child::spawn(args, &cache_dir());
-        McpClient {
-            child,
-            stdin,
-            lines,
-            stash: VecDeque::new(),
-            stderr,
-            next_id: 1,
-        }
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    fn send(&mut self, message: &Value) -> Result<(), String> {
-        let stdin = self.stdin.as_mut().ok_or("stdin closed")?;
-        writeln!(stdin, "{message}")
-            .and_then(|()| stdin.flush())
-            .map_err(|e| format!("write to dsh-host: {e}"))
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Result<i64, String> {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))?;
-        Ok(id)
-    }
-
-    fn pull(&mut self, timeout: Duration) -> Result<bool, String> {
-        match self.lines.recv_timeout(timeout) {
-            Ok(line) => {
-                let message = serde_json::from_str(&line)
-                    .map_err(|e| format!("stdout line is not JSON ({e}): {line}"))?;
-                self.stash.push_back(message);
-                Ok(true)
-            }
-            Err(RecvTimeoutError::Timeout) => Ok(false),
-            Err(RecvTimeoutError::Disconnected) => Err(format!(
-                "dsh-host closed its stdout; stderr:\n{}",
-                self.stderr()
-            )),
-        }
-    }
-
-    /// The response to request `id`; other messages stay stashed.
-    fn response(&mut self, id: i64, timeout: Duration) -> Result<Value, String> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(i) = self
-                .stash
-                .iter()
-                .position(|m| m.get("id") == Some(&json!(id)) && m.get("method").is_none())
-            {
-                return Ok(self.stash.remove(i).expect("position is in range"));
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(format!(
-                    "no response to request {id} within {timeout:?}; stderr:\n{}",
-                    self.stderr()
-                ));
-            }
-            self.pull(left)?;
-        }
-    }
-
-    /// Notifications received so far.
-    fn notifications(&mut self) -> Result<Vec<Value>, String> {
-        loop {
-            match self.lines.try_recv() {
-                Ok(line) => self.stash.push_back(
-                    serde_json::from_str(&line)
-                        .map_err(|e| format!("stdout line is not JSON ({e}): {line}"))?,
-                ),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    return Err(format!(
-                        "dsh-host closed its stdout; stderr:\n{}",
-                        self.stderr()
-                    ));
-                }
-            }
-        }
-        let (notes, rest): (Vec<Value>, Vec<Value>) = self
-            .stash
-            .drain(..)
-            .partition(|m| m.get("method").is_some() && m.get("id").is_none());
-        self.stash = rest.into();
-        Ok(notes)
-    }
-}
-
-impl Drop for McpClient {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 struct McpDriver {
-    client: McpClient,
+    client: mcp_child::McpChild,
     /// Completion notices appended to results as extra text blocks.
     blocks: Vec<(String, Status)>,
     down: bool,
@@ -1940,7 +1818,7 @@ struct McpDriver {
 
 impl McpDriver {
     fn new(args: &[String]) -> Result<McpDriver, String> {
-        let mut client = McpClient::spawn(args);
+        let mut client = mcp_child::spawn(args, &cache_dir());
         let id = client.request(
             "initialize",
             json!({
@@ -1953,9 +1831,7 @@ impl McpDriver {
         if response.get("result").is_none() {
             return Err(format!("initialize failed: {response}"));
         }
-        client.send(
-            &json!({ "jsonrpc": "2.0", "method": "notifications/initialized", "params": {} }),
-        )?;
+        client.notify("notifications/initialized", json!({}))?;
         Ok(McpDriver {
             client,
             blocks: Vec::new(),
@@ -1965,6 +1841,18 @@ impl McpDriver {
 
     fn pid(&self) -> i32 {
         i32::try_from(self.client.child.id()).expect("pid fits")
+    }
+
+    /// Notifications received so far, taken out of the stash.
+    fn notifications(&mut self) -> Result<Vec<Value>, String> {
+        self.client.stash_arrived()?;
+        let (notes, rest): (Vec<Value>, Vec<Value>) = self
+            .client
+            .stash
+            .drain(..)
+            .partition(|m| m.get("method").is_some() && m.get("id").is_none());
+        self.client.stash = rest.into();
+        Ok(notes)
     }
 
     fn ops(&mut self, ops: Vec<Op>) -> Vec<Out> {
@@ -3343,7 +3231,7 @@ impl Sut {
             }
             Driver::Mcp(d) => {
                 blocks = std::mem::take(&mut d.blocks);
-                let notes = match d.client.notifications() {
+                let notes = match d.notifications() {
                     Ok(notes) => notes,
                     Err(e) => self.violation("host-alive", e),
                 };
