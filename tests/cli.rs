@@ -422,3 +422,18 @@ fn an_unwritable_cache_falls_back_to_compiling() {
     assert_eq!(stdout(&o), "cached\n", "stderr: {}", stderr(&o));
     assert_eq!(o.status.code(), Some(0));
 }
+
+#[test]
+fn call_numbers_beyond_f64_get_the_tools_validation_error() {
+    // `JSON.parse` reads 1e400 as Infinity, which is not a finite timeout (printed as null).
+    let o = run(&[
+        "call",
+        "bash",
+        r#"{"command":"echo ran","description":"d","timeoutMs":1e400}"#,
+    ]);
+    assert_eq!(
+        stdout(&o),
+        "Error: invalid timeoutMs: expected a positive number, got null\n"
+    );
+    assert_eq!(o.status.code(), Some(1));
+}

@@ -620,3 +620,29 @@ fn sigkill_of_the_server_takes_its_commands_along() {
     // Measured in tens of milliseconds; the bound is one second.
     wait_gone(pid, Duration::from_secs(1));
 }
+
+#[test]
+fn numbers_beyond_f64_reach_the_tool_and_get_its_validation_error() {
+    let mut mcp = Mcp::start(&[]);
+    // `JSON.parse` reads 1e400 as Infinity, which is not a finite timeout (printed as null).
+    for (id, timeout) in [(51, "1e400"), (52, "-1E+999")] {
+        mcp.send_line(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"bash","arguments":{{"command":"echo ran","description":"d","timeoutMs":{timeout}}}}}}}"#
+        ));
+        let answer = mcp.find(READ_TIMEOUT, "the tool's answer", |m| {
+            m.get("id") == Some(&id.into())
+        });
+        assert_eq!(answer["result"]["isError"], true, "{answer}");
+        assert_eq!(
+            texts(&answer["result"]),
+            ["Error: invalid timeoutMs: expected a positive number, got null"],
+            "{answer}"
+        );
+    }
+    // A big number inside a string stays a string; one in range is used as is.
+    let r = mcp.call(
+        "bash",
+        serde_json::json!({"command": "echo '1e400'", "description": "d", "timeoutMs": 1e300}),
+    );
+    assert_eq!(texts(&r), ["1e400\n"]);
+}

@@ -26,8 +26,58 @@ pub enum Json {
 
 impl Json {
     /// Parse JSON text (`JSON.parse`). The error is serde_json's message.
+    ///
+    /// A number too large for an `f64` is valid JSON and `JSON.parse` reads it as ±Infinity;
+    /// serde_json refuses it instead, so such text is parsed again with those numbers stood in for.
     pub fn parse(text: &str) -> Result<Json, String> {
-        serde_json::from_str(text).map_err(|e| e.to_string())
+        match serde_json::from_str(text) {
+            Ok(value) => Ok(value),
+            Err(e) if e.to_string().starts_with("number out of range") => {
+                Self::parse_with_infinities(text)
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Parses `text` whose out-of-range numbers are first replaced by `0` and padded with spaces
+    /// (so error positions stay the same), then puts ±Infinity back at those numbers. Every number
+    /// token becomes one `Number` in the same order as a pre-order walk, so the n-th token is the
+    /// n-th number found walking the value.
+    fn parse_with_infinities(text: &str) -> Result<Json, String> {
+        let mut stood_in = text.as_bytes().to_vec();
+        let mut infinities = Vec::new();
+        for (ordinal, range) in number_tokens(text.as_bytes()).enumerate() {
+            match text[range.clone()].parse::<f64>() {
+                Ok(x) if x.is_infinite() => {
+                    infinities.push((ordinal, x));
+                    stood_in[range.clone()].fill(b' ');
+                    stood_in[range.start] = b'0';
+                }
+                _ => {}
+            }
+        }
+        // Only ASCII bytes of number tokens were replaced by ASCII bytes.
+        let stood_in = String::from_utf8(stood_in).map_err(|e| e.to_string())?;
+        let mut value: Json = serde_json::from_str(&stood_in).map_err(|e| e.to_string())?;
+        let mut ordinal = 0;
+        let mut pending = infinities.into_iter().peekable();
+        value.visit_numbers(&mut |x| {
+            if let Some((_, inf)) = pending.next_if(|(at, _)| *at == ordinal) {
+                *x = inf;
+            }
+            ordinal += 1;
+        });
+        Ok(value)
+    }
+
+    /// Calls `f` on every number, in document order.
+    fn visit_numbers(&mut self, f: &mut impl FnMut(&mut f64)) {
+        match self {
+            Json::Number(x) => f(x),
+            Json::Array(items) => items.iter_mut().for_each(|item| item.visit_numbers(f)),
+            Json::Object(pairs) => pairs.iter_mut().for_each(|(_, v)| v.visit_numbers(f)),
+            Json::Null | Json::Bool(_) | Json::String(_) => {}
+        }
     }
 
     /// The value of `key` in an object; the last one wins, as with `JSON.parse`.
@@ -75,6 +125,34 @@ impl Json {
             }
         }
     }
+}
+
+/// The byte ranges of the number tokens of JSON text, outside strings, in order.
+fn number_tokens(text: &[u8]) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+    let mut at = 0;
+    let mut in_string = false;
+    std::iter::from_fn(move || {
+        while at < text.len() {
+            let b = text[at];
+            if in_string {
+                match b {
+                    b'\\' => at += 1,
+                    b'"' => in_string = false,
+                    _ => {}
+                }
+            } else if b == b'"' {
+                in_string = true;
+            } else if b == b'-' || b.is_ascii_digit() {
+                let start = at;
+                while at < text.len() && matches!(text[at], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') {
+                    at += 1;
+                }
+                return Some(start..at);
+            }
+            at += 1;
+        }
+        None
+    })
 }
 
 /// A JSON string literal with `JSON.stringify`'s escapes.
@@ -188,6 +266,36 @@ mod tests {
                 ("a", Json::String("x".into())),
                 ("c", Json::Object(vec![])),
             ])
+        );
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_infinities_as_in_json_parse() {
+        let v = Json::parse(r#"{"s":"1e400","a":[1e400,2,-1e999,1e308],"b":{"c":-9e999}}"#)
+            .unwrap();
+        assert_eq!(v.get("s"), Some(&Json::String("1e400".into())));
+        assert_eq!(
+            v.get("a"),
+            Some(&Json::Array(vec![
+                Json::Number(f64::INFINITY),
+                Json::Number(2.0),
+                Json::Number(f64::NEG_INFINITY),
+                Json::Number(1e308),
+            ]))
+        );
+        assert_eq!(
+            v.get("b").and_then(|b| b.get("c")),
+            Some(&Json::Number(f64::NEG_INFINITY))
+        );
+        let digits = format!("[{}]", "9".repeat(400));
+        assert_eq!(
+            Json::parse(&digits).unwrap(),
+            Json::Array(vec![Json::Number(f64::INFINITY)])
+        );
+        // Other errors keep their place in the text.
+        assert_eq!(
+            Json::parse("[1e400, x]").unwrap_err(),
+            "expected value at line 1 column 9"
         );
     }
 

@@ -24,6 +24,7 @@
 // clients show, and the notices must reach them at once.
 #![allow(deprecated)]
 
+mod big_numbers;
 mod transport;
 
 use std::sync::{Arc, Mutex};
@@ -353,6 +354,7 @@ impl ServerHandler for McpServer {
 
 fn arguments_json(arguments: &JsonObject) -> Result<String, McpError> {
     serde_json::to_string(arguments)
+        .map(big_numbers::restore)
         .map_err(|e| McpError::internal_error(format!("cannot serialize the arguments: {e}"), None))
 }
 
