@@ -437,3 +437,69 @@ fn call_numbers_beyond_f64_get_the_tools_validation_error() {
     );
     assert_eq!(o.status.code(), Some(1));
 }
+
+/// Settings from `--config FILE` apply like their flags; the command line wins over the file,
+/// and a bad file is refused naming it and the setting.
+#[test]
+fn a_config_file_sets_flags_and_the_command_line_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dsh.toml");
+    std::fs::write(
+        &file,
+        "timeout-ms = 300\nenv-deny = [\"DSH_TEST_*_X\"]\nenv-allow = [\"DSH_TEST_TOKEN_OK\"]\n",
+    )
+    .unwrap();
+    let config = file.to_str().unwrap();
+    let command = r#"{"command":"echo ${DSH_TEST_A_X-unset} ${DSH_TEST_TOKEN_OK-unset} ${DSH_TEST_B-unset}; sleep 1; echo slept","description":"d"}"#;
+    let o = bin()
+        .args(["--config", config, "call", "bash", command])
+        .env("DSH_TEST_A_X", "1")
+        .env("DSH_TEST_TOKEN_OK", "2")
+        .env("DSH_TEST_B", "3")
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&o),
+        "unset 2 3\n[timed out after 300ms]\n[killed by signal: SIGTERM]\n"
+    );
+    let o = bin()
+        .args([
+            "call",
+            "--config",
+            config,
+            "--timeout-ms",
+            "5000",
+            "bash",
+            command,
+        ])
+        .env("DSH_TEST_A_X", "1")
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o), "unset unset unset\nslept\n", "{}", stderr(&o));
+
+    for (text, error) in [
+        ("timeout = 5\n", "unknown setting `timeout`"),
+        (
+            "timeout-ms = -1\n",
+            "invalid value '-1' for '--timeout-ms <MS>': expected a finite number > 0, got -1",
+        ),
+        ("env-deny = \"A\"\nenv-deny = \"B\"\n", "duplicate key"),
+    ] {
+        std::fs::write(&file, text).unwrap();
+        let o = run(&["--config", config, "doctor"]);
+        assert_eq!(o.status.code(), Some(2), "{text}");
+        assert!(
+            stderr(&o).starts_with(&format!("dsh-host: config file {config}: ")),
+            "{}",
+            stderr(&o)
+        );
+        assert!(stderr(&o).contains(error), "{}", stderr(&o));
+    }
+    let o = run(&["--config", "/nonexistent/dsh.toml", "doctor"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).starts_with("dsh-host: cannot read the config file /nonexistent/dsh.toml: "),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -410,7 +410,7 @@ fn malformed_json_gets_a_parse_error_and_serving_goes_on() {
 /// and every call gets its own answer; none shows the pool's limit as a trap.
 #[test]
 fn more_calls_at_once_than_guest_instances_all_get_their_answer() {
-    let mut mcp = Mcp::start(&[]);
+    let mut mcp = Mcp::start(&["--max-calls-in-flight", "300"]);
     let ids: Vec<i64> = (0..300)
         .map(|i| {
             mcp.request(
@@ -516,7 +516,7 @@ async fn serve_runs_a_session_over_any_byte_stream() {
     let (server_read, server_write) = tokio::io::split(server);
     let serving = tokio::spawn(dsh_host::mcp::serve(
         host.clone(),
-        None,
+        dsh_host::mcp::McpOptions::default(),
         server_read,
         server_write,
     ));
@@ -645,4 +645,51 @@ fn numbers_beyond_f64_reach_the_tool_and_get_its_validation_error() {
         serde_json::json!({"command": "echo '1e400'", "description": "d", "timeoutMs": 1e300}),
     );
     assert_eq!(texts(&r), ["1e400\n"]);
+}
+
+/// Calls beyond the connection's limit are answered at once with an error naming the limit; the
+/// calls in flight are not disturbed, and a slot frees when a call ends.
+#[test]
+fn calls_beyond_the_in_flight_limit_get_an_error_naming_it() {
+    let mut mcp = Mcp::start(&["--max-calls-in-flight", "3"]);
+    let ids: Vec<i64> = (0..5)
+        .map(|i| {
+            mcp.request(
+                "tools/call",
+                json!({"name": "bash", "arguments": {"command": format!("sleep 1; echo {i}"), "description": "Wait"}}),
+            )
+        })
+        .collect();
+    let answers: Vec<Value> = ids
+        .iter()
+        .map(|&id| {
+            mcp.find(READ_TIMEOUT, "a call's answer", |m| {
+                m.get("id") == Some(&id.into())
+            })
+        })
+        .collect();
+    let refused: Vec<&Value> = answers
+        .iter()
+        .filter(|a| a.get("error").is_some())
+        .collect();
+    assert_eq!(refused.len(), 2, "{answers:?}");
+    for answer in refused {
+        assert_eq!(answer["error"]["code"], -32000, "{answer}");
+        assert_eq!(
+            answer["error"]["message"],
+            "too many tool calls in flight on this connection: the limit is 3 \
+             (--max-calls-in-flight); wait for a call to finish"
+        );
+    }
+    let ran: Vec<&str> = answers
+        .iter()
+        .filter_map(|a| a.get("result"))
+        .flat_map(|r| texts(r))
+        .collect();
+    assert_eq!(ran.len(), 3, "{answers:?}");
+    // Every slot is free again.
+    for i in 0..3 {
+        let r = mcp.bash(&format!("echo again {i}"));
+        assert_eq!(texts(&r), [format!("again {i}\n")]);
+    }
 }

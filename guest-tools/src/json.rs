@@ -144,7 +144,9 @@ fn number_tokens(text: &[u8]) -> impl Iterator<Item = std::ops::Range<usize>> + 
                 in_string = true;
             } else if b == b'-' || b.is_ascii_digit() {
                 let start = at;
-                while at < text.len() && matches!(text[at], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') {
+                while at < text.len()
+                    && matches!(text[at], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                {
                     at += 1;
                 }
                 return Some(start..at);
@@ -271,8 +273,8 @@ mod tests {
 
     #[test]
     fn numbers_out_of_range_are_infinities_as_in_json_parse() {
-        let v = Json::parse(r#"{"s":"1e400","a":[1e400,2,-1e999,1e308],"b":{"c":-9e999}}"#)
-            .unwrap();
+        let v =
+            Json::parse(r#"{"s":"1e400","a":[1e400,2,-1e999,1e308],"b":{"c":-9e999}}"#).unwrap();
         assert_eq!(v.get("s"), Some(&Json::String("1e400".into())));
         assert_eq!(
             v.get("a"),

@@ -13,6 +13,8 @@ use crate::{ComponentSource, HostOptions, ToolDefinition, ToolHost};
 #[command(
     name = "dsh-host",
     version,
+    // The last value of a flag wins, so the command line overrides a `--config` file's.
+    args_override_self = true,
     about = "Runs the bash tools component with a native process executor"
 )]
 pub struct Cli {
@@ -42,7 +44,12 @@ pub enum Command {
         json: bool,
     },
     /// Serve the tools over MCP on stdin/stdout.
-    Mcp,
+    Mcp {
+        /// Tool calls the client may have in flight at once; one more is answered with an error
+        /// naming this limit.
+        #[arg(long, value_name = "N", default_value_t = crate::mcp::DEFAULT_MAX_CALLS_IN_FLIGHT, value_parser = call_limit)]
+        max_calls_in_flight: usize,
+    },
     /// Report how this machine contains commands and where the host keeps its files.
     Doctor,
 }
@@ -114,6 +121,11 @@ pub struct CommonArgs {
     /// Repeatable.
     #[arg(long = "env-allow", global = true, value_name = "NAME", value_parser = env_name)]
     pub env_allow: Vec<String>,
+    /// Read these settings from a TOML file: each key is one of these flags without its dashes
+    /// (`timeout-ms = 120000`, `env-deny = ["*_PAT"]`). Flags on the command line win; repeatable
+    /// ones add to the file's.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 fn positive_ms(s: &str) -> Result<f64, String> {
@@ -125,6 +137,14 @@ fn positive_ms(s: &str) -> Result<f64, String> {
         Ok(v)
     } else {
         Err(format!("expected a finite number > 0, got {s}"))
+    }
+}
+
+/// A limit on calls in flight: at least one; beyond 2^20 it would be no limit.
+fn call_limit(s: &str) -> Result<usize, String> {
+    match positive_u64(s)? {
+        n @ 1..=1_048_576 => Ok(n as usize),
+        n => Err(format!("expected at most 1048576, got {n}")),
     }
 }
 
@@ -296,8 +316,14 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             }
             i32::from(result.is_error)
         }
-        Command::Mcp => {
-            crate::mcp::serve_stdio(host.clone(), cwd).await?;
+        Command::Mcp {
+            max_calls_in_flight,
+        } => {
+            let options = crate::mcp::McpOptions {
+                cwd,
+                max_calls_in_flight,
+            };
+            crate::mcp::serve_stdio(host.clone(), options).await?;
             0
         }
         Command::Doctor => {

@@ -7,6 +7,7 @@
 //! command line and over MCP.
 
 pub mod cli;
+pub mod config_file;
 pub mod engine;
 pub mod inject;
 pub mod mcp;

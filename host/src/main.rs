@@ -1,11 +1,19 @@
 use clap::Parser;
 use dsh_host::cli::{Cli, run};
+use dsh_host::config_file::with_config_file;
 
 fn main() {
     // First: when started as a command's spawn helper, this process is that and nothing else.
     dsh_executor::spawn_helper::dispatch();
     // Parse before anything else: a bad flag exits 2 with clap's message naming it.
-    let cli = Cli::parse();
+    let args = match with_config_file(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("dsh-host: {e}");
+            std::process::exit(2);
+        }
+    };
+    let cli = Cli::parse_from(args);
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(

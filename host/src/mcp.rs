@@ -56,17 +56,39 @@ pub const NOTICE_LOGGER: &str = "tool-bash";
 /// on top of the executor's TERM-to-KILL grace.
 const CALL_DRAIN_SLACK: Duration = Duration::from_secs(5);
 
+/// Tool calls one connection may have in flight by default.
+pub const DEFAULT_MAX_CALLS_IN_FLIGHT: usize = 256;
+
+/// How a session is served.
+#[derive(Debug, Clone)]
+pub struct McpOptions {
+    /// The session's working directory: relative `workdir`s resolve against it.
+    pub cwd: Option<String>,
+    /// Tool calls the connection may have in flight at once; one more is answered with an error
+    /// naming the limit instead of being run.
+    pub max_calls_in_flight: usize,
+}
+
+impl Default for McpOptions {
+    fn default() -> Self {
+        Self {
+            cwd: None,
+            max_calls_in_flight: DEFAULT_MAX_CALLS_IN_FLIGHT,
+        }
+    }
+}
+
 /// Serve the tools over MCP on stdin/stdout until stdin ends or the process gets SIGINT or
 /// SIGTERM, then kill every running task, wait for each, and return.
 ///
 /// stdout carries the protocol only: logs must go elsewhere (stderr).
-pub async fn serve_stdio(host: ToolHost, cwd: Option<String>) -> anyhow::Result<()> {
+pub async fn serve_stdio(host: ToolHost, options: McpOptions) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let signals = watch_signals(stop.clone())?;
     // Non-blocking pipes where stdin/stdout are pipes (as MCP clients spawn servers), so that a
     // signal can end the server while a read is pending.
     let (reader, writer) = rmcp::transport::stdio_pipes();
-    let result = serve_until(host, cwd, reader, writer, stop).await;
+    let result = serve_until(host, options, reader, writer, stop).await;
     signals.abort();
     result
 }
@@ -75,7 +97,7 @@ pub async fn serve_stdio(host: ToolHost, cwd: Option<String>) -> anyhow::Result<
 /// ends, then kill every running task of `host`, wait for each, and return.
 pub async fn serve<R, W>(
     host: ToolHost,
-    cwd: Option<String>,
+    options: McpOptions,
     reader: R,
     writer: W,
 ) -> anyhow::Result<()>
@@ -83,13 +105,13 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    serve_until(host, cwd, reader, writer, CancellationToken::new()).await
+    serve_until(host, options, reader, writer, CancellationToken::new()).await
 }
 
 /// [`serve`], which also stops when `stop` is cancelled.
 pub async fn serve_until<R, W>(
     host: ToolHost,
-    cwd: Option<String>,
+    options: McpOptions,
     reader: R,
     writer: W,
     stop: CancellationToken,
@@ -98,14 +120,14 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let outcome = serve_session(&host, cwd, reader, writer, stop).await;
+    let outcome = serve_session(&host, options, reader, writer, stop).await;
     host.shutdown().await;
     outcome
 }
 
 async fn serve_session<R, W>(
     host: &ToolHost,
-    cwd: Option<String>,
+    options: McpOptions,
     reader: R,
     writer: W,
     stop: CancellationToken,
@@ -115,7 +137,7 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let tools = mcp_tools(host.tools())?;
-    let mut session = host.open_session(cwd);
+    let mut session = host.open_session(options.cwd);
     let injections = session.take_receiver();
     let notices = Arc::new(Notices::default());
     // The handler holds the only sender. rmcp shares the handler with each request it runs, so
@@ -126,6 +148,7 @@ where
         tools: Arc::new(tools),
         caller: session.caller(),
         notices: notices.clone(),
+        call_slots: CallSlots::new(options.max_calls_in_flight),
         _session: session,
         _in_flight: in_flight,
     };
@@ -264,6 +287,7 @@ struct McpServer {
     tools: Arc<Vec<Tool>>,
     caller: Caller,
     notices: Arc<Notices>,
+    call_slots: CallSlots,
     /// Keeps the session's owner token registered while the server may still make calls.
     _session: Session,
     _in_flight: mpsc::Sender<()>,
@@ -295,6 +319,7 @@ impl ServerHandler for McpServer {
         // rmcp cancels `context.ct` on the client's `notifications/cancelled` (and when the
         // server stops) and lets this future run to its end. Should the future ever be dropped
         // instead, the guard still aborts the call.
+        let _slot = self.call_slots.take()?;
         let abort = context.ct.child_token();
         let _abort_on_drop = abort.clone().drop_guard();
         let arguments = match &request.arguments {
@@ -351,6 +376,39 @@ impl ServerHandler for McpServer {
         Ok(())
     }
 }
+
+/// The connection's limit on tool calls in flight.
+struct CallSlots {
+    limit: usize,
+    free: Arc<tokio::sync::Semaphore>,
+}
+
+impl CallSlots {
+    fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            free: Arc::new(tokio::sync::Semaphore::new(limit)),
+        }
+    }
+
+    /// A slot for one call, or the error that answers a call beyond the limit.
+    fn take(&self) -> Result<tokio::sync::OwnedSemaphorePermit, McpError> {
+        self.free.clone().try_acquire_owned().map_err(|_| {
+            McpError::new(
+                CALLS_IN_FLIGHT_EXCEEDED,
+                format!(
+                    "too many tool calls in flight on this connection: the limit is {} \
+                     (--max-calls-in-flight); wait for a call to finish",
+                    self.limit
+                ),
+                None,
+            )
+        })
+    }
+}
+
+/// JSON-RPC's first implementation-defined server error code.
+const CALLS_IN_FLIGHT_EXCEEDED: ErrorCode = ErrorCode(-32000);
 
 fn arguments_json(arguments: &JsonObject) -> Result<String, McpError> {
     serde_json::to_string(arguments)

@@ -103,7 +103,8 @@ mod tests {
 
     #[test]
     fn out_of_range_numbers_travel_as_marked_strings_and_come_back() {
-        let line = br#"{"id":7,"params":{"arguments":{"t":1e400,"u":-2E+999,"s":"1e400","n":1.5}}}"#;
+        let line =
+            br#"{"id":7,"params":{"arguments":{"t":1e400,"u":-2E+999,"s":"1e400","n":1.5}}}"#;
         let stood_in = stand_in(line).unwrap();
         let value: serde_json::Value = serde_json::from_slice(&stood_in).unwrap();
         assert_eq!(value["id"], 7);
