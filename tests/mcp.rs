@@ -693,3 +693,35 @@ fn calls_beyond_the_in_flight_limit_get_an_error_naming_it() {
         assert_eq!(texts(&r), [format!("again {i}\n")]);
     }
 }
+
+/// A client that leaves mid-call (its input ends): the call is aborted at once, its command
+/// killed, and the server exits within the kill grace, not after waiting for the call's answer.
+#[test]
+fn a_client_leaving_mid_call_ends_the_command_and_the_server_promptly() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let mut mcp = Mcp::start(&[]);
+    mcp.request(
+        "tools/call",
+        json!({"name": "bash", "arguments": {"command": sleeper(&pid_file), "description": "Sleep"}}),
+    );
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let pid = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let left = Instant::now();
+    mcp.close_stdin();
+    let status = mcp.wait_exit(READ_TIMEOUT);
+    // The grace is 200 ms here; waiting for the call's answer took 5 s.
+    let took = left.elapsed();
+    assert!(took < Duration::from_secs(3), "the server took {took:?} to exit");
+    assert!(status.success(), "exit status {status}; stderr:\n{}", mcp.stderr());
+    assert!(!alive(pid), "the command {pid} survived the server");
+}

@@ -154,9 +154,13 @@ where
     };
 
     // A child token: rmcp cancels the token it is given when it is done, which must not reach
-    // the caller's.
-    let transport = LineTransport::new(reader, writer);
-    let running = match serve_server_with_ct(server, transport, stop.child_token()).await {
+    // the caller's. The transport cancels it when the client is gone (its input ended, or a
+    // write to it failed): every in-flight call's token derives from it, so the calls are
+    // aborted at once and their commands killed, rather than left running while rmcp waits for
+    // their answers.
+    let service = stop.child_token();
+    let transport = LineTransport::new(reader, writer, service.clone());
+    let running = match serve_server_with_ct(server, transport, service).await {
         Ok(running) => running,
         Err(ServerInitializeError::ConnectionClosed(_) | ServerInitializeError::Cancelled) => {
             tracing::debug!("MCP input ended before the session was initialized");

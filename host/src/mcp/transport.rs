@@ -19,6 +19,7 @@ use rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
 type Writer<W> = Arc<Mutex<Option<W>>>;
 type PendingWrite = Pin<Box<dyn Future<Output = io::Result<()>> + Send>>;
@@ -38,6 +39,8 @@ pub(crate) struct LineTransport<R, W> {
     /// An error reply to a bad line, kept here until written so that a cancelled `receive`
     /// neither loses nor repeats it.
     reply: Option<PendingWrite>,
+    /// Cancelled once the client is gone: its input ended or failed, or a write to it failed.
+    client_gone: CancellationToken,
 }
 
 impl<R, W> LineTransport<R, W>
@@ -45,7 +48,8 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    pub(crate) fn new(reader: R, writer: W) -> Self {
+    /// Framing over `reader`/`writer`; `client_gone` is cancelled when the client is gone.
+    pub(crate) fn new(reader: R, writer: W, client_gone: CancellationToken) -> Self {
         Self {
             reader: BufReader::new(reader),
             line: Vec::new(),
@@ -54,7 +58,14 @@ where
             eof: false,
             writer: Arc::new(Mutex::new(Some(writer))),
             reply: None,
+            client_gone,
         }
+    }
+
+    /// The end of the input: the client is gone.
+    fn gone(&self) -> Option<ClientJsonRpcMessage> {
+        self.client_gone.cancel();
+        None
     }
 
     /// Read up to and including the next newline into `self.line`, never letting it grow past
@@ -146,7 +157,14 @@ where
             frame
         });
         let writer = self.writer.clone();
-        async move { write_frame(writer, frame?).await }
+        let client_gone = self.client_gone.clone();
+        async move {
+            let written = write_frame(writer, frame?).await;
+            if written.is_err() {
+                client_gone.cancel();
+            }
+            written
+        }
     }
 
     async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
@@ -156,11 +174,11 @@ where
                 self.reply = None;
                 if let Err(e) = written {
                     tracing::error!("cannot write an error reply: {e}");
-                    return None;
+                    return self.gone();
                 }
             }
             if self.eof {
-                return None;
+                return self.gone();
             }
             match self.read_line().await {
                 LineRead::Line => {}
@@ -168,7 +186,7 @@ where
                 LineRead::Eof => {
                     self.eof = true;
                     if self.line.is_empty() {
-                        return None;
+                        return self.gone();
                     }
                 }
                 LineRead::Oversized => {
@@ -196,7 +214,7 @@ where
                 }
                 LineRead::Io(e) => {
                     tracing::error!("cannot read the MCP input: {e}");
-                    return None;
+                    return self.gone();
                 }
             }
             let decoded = decode(&self.line);
