@@ -721,7 +721,54 @@ fn a_client_leaving_mid_call_ends_the_command_and_the_server_promptly() {
     let status = mcp.wait_exit(READ_TIMEOUT);
     // The grace is 200 ms here; waiting for the call's answer took 5 s.
     let took = left.elapsed();
-    assert!(took < Duration::from_secs(3), "the server took {took:?} to exit");
-    assert!(status.success(), "exit status {status}; stderr:\n{}", mcp.stderr());
+    assert!(
+        took < Duration::from_secs(3),
+        "the server took {took:?} to exit"
+    );
+    assert!(
+        status.success(),
+        "exit status {status}; stderr:\n{}",
+        mcp.stderr()
+    );
     assert!(!alive(pid), "the command {pid} survived the server");
+}
+
+/// A request before `initialize` is answered saying the session is not initialized (not with the
+/// 2026-07-28 revision's missing `_meta` fields); `ping` is answered; after `initialize` calls run.
+#[test]
+fn a_call_before_initialize_is_told_the_session_is_not_initialized() {
+    let mut mcp = Mcp::spawn(&[]);
+    let early = mcp.request(
+        "tools/call",
+        json!({"name": "bash", "arguments": {"command": "echo early", "description": "d"}}),
+    );
+    let answer = mcp.find(READ_TIMEOUT, "the early call's answer", |m| {
+        m.get("id") == Some(&early.into())
+    });
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    assert!(
+        answer["error"]["message"].as_str().unwrap().starts_with(
+            "Invalid request: the session is not initialized; send initialize before tools/call"
+        ),
+        "{answer}"
+    );
+    let ping = mcp.request("ping", json!({}));
+    assert_eq!(mcp.result(ping), json!({}));
+    mcp.initialize();
+    assert_eq!(texts(&mcp.bash("echo later")), ["later\n"]);
+}
+
+/// A 2026-07-28 client opens the session without `initialize`, with the revision's `_meta`.
+#[test]
+fn a_request_with_the_inline_lifecycle_meta_needs_no_initialize() {
+    let mut mcp = Mcp::spawn(&[]);
+    let id = mcp.request(
+        "tools/list",
+        json!({"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}
+        }}),
+    );
+    let tools = mcp.result_within(id, STARTUP_TIMEOUT);
+    assert_eq!(tools["tools"].as_array().map(Vec::len), Some(3), "{tools}");
 }

@@ -41,7 +41,13 @@ pub(crate) struct LineTransport<R, W> {
     reply: Option<PendingWrite>,
     /// Cancelled once the client is gone: its input ended or failed, or a write to it failed.
     client_gone: CancellationToken,
+    /// A request has opened the session: `initialize`, or one that carries the inline
+    /// lifecycle's `_meta`.
+    opened: bool,
 }
+
+/// The `_meta` key of a request that opens a session without `initialize` (2026-07-28).
+const INLINE_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 
 impl<R, W> LineTransport<R, W>
 where
@@ -59,7 +65,44 @@ where
             writer: Arc::new(Mutex::new(Some(writer))),
             reply: None,
             client_gone,
+            opened: false,
         }
+    }
+
+    /// A message before the session is open: rmcp reads a request that is not `initialize` as
+    /// the 2026-07-28 revision's inline lifecycle and, without that revision's `_meta`, answers
+    /// that `_meta` fields are missing, which tells a client of an earlier revision nothing.
+    /// Such a request is answered here, saying the session is not initialized.
+    fn before_opening(&mut self, decoded: Decoded) -> Decoded {
+        let value: Value = serde_json::from_slice(&self.line).unwrap_or(Value::Null);
+        let (Some(id), Some(method)) = (
+            value
+                .get("id")
+                .filter(|id| id.is_string() || id.is_number()),
+            value.get("method").and_then(Value::as_str),
+        ) else {
+            return decoded;
+        };
+        let inline = value
+            .pointer("/params/_meta")
+            .and_then(|meta| meta.get(INLINE_VERSION_KEY))
+            .is_some();
+        if inline || matches!(method, "initialize" | "server/discover") {
+            self.opened = true;
+            return decoded;
+        }
+        if method == "ping" {
+            return decoded;
+        }
+        Decoded::Reply(error_frame(
+            id.clone(),
+            ErrorCode::INVALID_REQUEST,
+            &format!(
+                "Invalid request: the session is not initialized; send initialize before \
+                 {method} (or, with protocol revision 2026-07-28, the request's _meta fields \
+                 {INLINE_VERSION_KEY} and io.modelcontextprotocol/clientCapabilities)"
+            ),
+        ))
     }
 
     /// The end of the input: the client is gone.
@@ -218,6 +261,10 @@ where
                 }
             }
             let decoded = decode(&self.line);
+            let decoded = match decoded {
+                Decoded::Message(_) if !self.opened => self.before_opening(decoded),
+                decoded => decoded,
+            };
             self.line.clear();
             match decoded {
                 Decoded::Message(message) => return Some(*message),
