@@ -772,3 +772,51 @@ fn a_request_with_the_inline_lifecycle_meta_needs_no_initialize() {
     let tools = mcp.result_within(id, STARTUP_TIMEOUT);
     assert_eq!(tools["tools"].as_array().map(Vec::len), Some(3), "{tools}");
 }
+
+/// From revision 2026-07-28 on, a request opts in to log messages with the `_meta` log level: a
+/// completion notice is sent as `notifications/message` only to a session whose latest call asked
+/// for `info` or lower, and always rides on the next result.
+#[test]
+fn per_request_log_levels_decide_whether_notices_are_logged() {
+    for (opt_in, logged) in [
+        (None, false),
+        (Some("error"), false),
+        (Some("info"), true),
+        (Some("debug"), true),
+    ] {
+        let mut meta = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}
+        });
+        if let Some(level) = opt_in {
+            meta["io.modelcontextprotocol/logLevel"] = json!(level);
+        }
+        let mut mcp = Mcp::spawn(&[]);
+        let mut call = |mcp: &mut Mcp, arguments: Value| {
+            let id = mcp.request(
+                "tools/call",
+                json!({"name": "bash", "arguments": arguments, "_meta": meta}),
+            );
+            mcp.result_within(id, STARTUP_TIMEOUT)
+        };
+        let r = call(
+            &mut mcp,
+            json!({"command": "true", "description": "d", "run_in_background": true}),
+        );
+        assert_eq!(texts(&r), ["started background task bash-1"], "{opt_in:?}");
+        let r = call(
+            &mut mcp,
+            json!({"command": "sleep 0.5; echo x", "description": "d"}),
+        );
+        assert_eq!(texts(&r), ["x\n", NOTICE], "{opt_in:?}");
+        // A round trip (2026-07-28 has no ping): a notice logged was written before its answer.
+        let list = mcp.request("tools/list", json!({"_meta": meta}));
+        mcp.result(list);
+        let message = mcp
+            .0
+            .find(Duration::from_millis(300), "a log message", |m| {
+                m.get("method") == Some(&json!("notifications/message"))
+            });
+        assert_eq!(message.is_ok(), logged, "{opt_in:?}: {message:?}");
+    }
+}

@@ -33,8 +33,8 @@ use std::time::Duration;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
     CustomResult, ErrorCode, Implementation, JsonObject, ListToolsResult, LoggingLevel,
-    LoggingMessageNotificationParam, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams, Tool,
+    LoggingMessageNotificationParam, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, Tool,
 };
 use rmcp::service::{QuitReason, RequestContext, ServerInitializeError, serve_server_with_ct};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
@@ -216,6 +216,10 @@ struct Notices {
     pending: Mutex<Vec<String>>,
     /// The minimum level the client asked for with `logging/setLevel`; `None` sends everything.
     level: Mutex<Option<LoggingLevel>>,
+    /// For revisions from 2026-07-28 on, where each request opts in to log messages with the
+    /// `io.modelcontextprotocol/logLevel` of its `_meta`: the level of the session's latest
+    /// call (`Some(None)`: it did not opt in, so no log messages are sent).
+    per_request: Mutex<Option<Option<LoggingLevel>>>,
 }
 
 impl Notices {
@@ -231,8 +235,17 @@ impl Notices {
         *lock(&self.level) = Some(level);
     }
 
+    /// A call of a revision with per-request log levels, with the level it asked for.
+    fn set_request_level(&self, level: Option<LoggingLevel>) {
+        *lock(&self.per_request) = Some(level);
+    }
+
     fn wants(&self, level: LoggingLevel) -> bool {
-        lock(&self.level).is_none_or(|min| severity(level) >= severity(min))
+        let at_least = |min: LoggingLevel| severity(level) >= severity(min);
+        match *lock(&self.per_request) {
+            Some(opt_in) => opt_in.is_some_and(at_least),
+            None => lock(&self.level).is_none_or(at_least),
+        }
     }
 }
 
@@ -324,6 +337,12 @@ impl ServerHandler for McpServer {
         // server stops) and lets this future run to its end. Should the future ever be dropped
         // instead, the guard still aborts the call.
         let _slot = self.call_slots.take()?;
+        if context
+            .protocol_version()
+            .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+        {
+            self.notices.set_request_level(context.meta.log_level());
+        }
         let abort = context.ct.child_token();
         let _abort_on_drop = abort.clone().drop_guard();
         let arguments = match &request.arguments {
