@@ -820,3 +820,43 @@ fn per_request_log_levels_decide_whether_notices_are_logged() {
         assert_eq!(message.is_ok(), logged, "{opt_in:?}: {message:?}");
     }
 }
+
+/// A call whose request carries a `progressToken` gets `notifications/progress` at the interval,
+/// with growing progress, until its result; a call without one gets none.
+#[test]
+fn a_call_with_a_progress_token_reports_progress_until_its_result() {
+    let mut mcp = Mcp::start(&["--progress-interval-ms", "150"]);
+    let id = mcp.request(
+        "tools/call",
+        json!({"name": "bash", "arguments": {"command": "sleep 1; echo done", "description": "d"},
+               "_meta": {"progressToken": "p-1"}}),
+    );
+    let result = mcp.result(id);
+    assert_eq!(texts(&result), ["done\n"]);
+    let plain = mcp.request(
+        "tools/call",
+        json!({"name": "bash", "arguments": {"command": "sleep 0.5", "description": "d"}}),
+    );
+    mcp.result(plain);
+    let mut reports = Vec::new();
+    while let Ok(report) = mcp.0.find(Duration::from_millis(300), "progress", |m| {
+        m.get("method") == Some(&json!("notifications/progress"))
+    }) {
+        reports.push(report["params"].clone());
+    }
+    assert!(reports.len() >= 3, "{reports:?}");
+    let mut last = 0.0;
+    for report in &reports {
+        assert_eq!(report["progressToken"], "p-1", "{reports:?}");
+        let progress = report["progress"].as_f64().unwrap();
+        assert!(progress > last && progress < 1.5, "{reports:?}");
+        last = progress;
+        assert!(
+            report["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("running for "),
+            "{report}"
+        );
+    }
+}

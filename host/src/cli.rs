@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use dsh_executor::{Config, Containment, ContainmentPreference, EnvPolicy, LocalExecutor};
@@ -49,6 +50,10 @@ pub enum Command {
         /// naming this limit.
         #[arg(long, value_name = "N", default_value_t = crate::mcp::DEFAULT_MAX_CALLS_IN_FLIGHT, value_parser = call_limit)]
         max_calls_in_flight: usize,
+        /// How often a call whose request carries a progressToken reports progress (clients
+        /// that reset their request timeout on progress then wait for long commands).
+        #[arg(long, value_name = "MS", default_value_t = 10000.0, allow_negative_numbers = true, value_parser = progress_ms)]
+        progress_interval_ms: f64,
     },
     /// Report how this machine contains commands and where the host keeps its files.
     Doctor,
@@ -145,6 +150,14 @@ fn call_limit(s: &str) -> Result<usize, String> {
     match positive_u64(s)? {
         n @ 1..=1_048_576 => Ok(n as usize),
         n => Err(format!("expected at most 1048576, got {n}")),
+    }
+}
+
+/// A progress interval: at least 10 ms, so that reports cannot flood the client.
+fn progress_ms(s: &str) -> Result<f64, String> {
+    match positive_ms(s)? {
+        ms if ms >= 10.0 => Ok(ms),
+        ms => Err(format!("expected at least 10 ms, got {ms}")),
     }
 }
 
@@ -318,10 +331,12 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         }
         Command::Mcp {
             max_calls_in_flight,
+            progress_interval_ms,
         } => {
             let options = crate::mcp::McpOptions {
                 cwd,
                 max_calls_in_flight,
+                progress_interval: Duration::from_secs_f64(progress_interval_ms / 1000.0),
             };
             crate::mcp::serve_stdio(host.clone(), options).await?;
             0

@@ -33,8 +33,8 @@ use std::time::Duration;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
     CustomResult, ErrorCode, Implementation, JsonObject, ListToolsResult, LoggingLevel,
-    LoggingMessageNotificationParam, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
-    ServerConfig, SetLevelRequestParams, Tool,
+    LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig, SetLevelRequestParams, Tool,
 };
 use rmcp::service::{QuitReason, RequestContext, ServerInitializeError, serve_server_with_ct};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
@@ -59,6 +59,10 @@ const CALL_DRAIN_SLACK: Duration = Duration::from_secs(5);
 /// Tool calls one connection may have in flight by default.
 pub const DEFAULT_MAX_CALLS_IN_FLIGHT: usize = 256;
 
+/// How often a call that carries a `progressToken` reports progress, by default: well under the
+/// 60 s after which common clients time a request out unless progress resets their clock.
+pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_secs(10);
+
 /// How a session is served.
 #[derive(Debug, Clone)]
 pub struct McpOptions {
@@ -67,6 +71,9 @@ pub struct McpOptions {
     /// Tool calls the connection may have in flight at once; one more is answered with an error
     /// naming the limit instead of being run.
     pub max_calls_in_flight: usize,
+    /// The interval of `notifications/progress` for a call whose request carries a
+    /// `progressToken`.
+    pub progress_interval: Duration,
 }
 
 impl Default for McpOptions {
@@ -74,6 +81,7 @@ impl Default for McpOptions {
         Self {
             cwd: None,
             max_calls_in_flight: DEFAULT_MAX_CALLS_IN_FLIGHT,
+            progress_interval: DEFAULT_PROGRESS_INTERVAL,
         }
     }
 }
@@ -149,6 +157,7 @@ where
         caller: session.caller(),
         notices: notices.clone(),
         call_slots: CallSlots::new(options.max_calls_in_flight),
+        progress_interval: options.progress_interval,
         _session: session,
         _in_flight: in_flight,
     };
@@ -305,6 +314,7 @@ struct McpServer {
     caller: Caller,
     notices: Arc<Notices>,
     call_slots: CallSlots,
+    progress_interval: Duration,
     /// Keeps the session's owner token registered while the server may still make calls.
     _session: Session,
     _in_flight: mpsc::Sender<()>,
@@ -345,6 +355,15 @@ impl ServerHandler for McpServer {
         }
         let abort = context.ct.child_token();
         let _abort_on_drop = abort.clone().drop_guard();
+        // Ends with the call, however it ends.
+        let _progress = context.meta.get_progress_token().map(|token| {
+            let reporting = tokio::spawn(report_progress(
+                context.peer.clone(),
+                token,
+                self.progress_interval,
+            ));
+            AbortOnDrop(reporting)
+        });
         let arguments = match &request.arguments {
             Some(arguments) => arguments_json(arguments)?,
             None => "{}".to_string(),
@@ -397,6 +416,33 @@ impl ServerHandler for McpServer {
     ) -> Result<(), McpError> {
         self.notices.set_level(request.level);
         Ok(())
+    }
+}
+
+/// Sends `notifications/progress` for a call every `interval` until aborted: the progress is the
+/// seconds the call has run, which grows with each report as the protocol requires.
+async fn report_progress(peer: Peer<RoleServer>, token: ProgressToken, interval: Duration) {
+    let started = tokio::time::Instant::now();
+    let mut ticks = tokio::time::interval_at(started + interval, interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let seconds = started.elapsed().as_secs_f64();
+        let message = format!("running for {seconds:.0} s");
+        let report = ProgressNotificationParam::new(token.clone(), seconds).with_message(message);
+        if let Err(e) = peer.notify_progress(report).await {
+            tracing::debug!("progress not sent: {e}");
+            return;
+        }
+    }
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
