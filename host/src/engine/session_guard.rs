@@ -178,6 +178,170 @@ mod tests {
         assert!(!may_touch(None, Some("a")), "a call without a token");
     }
 
+    /// An executor holding `bash-1` (owner `a`) and `bash-2` (no owner) that logs which
+    /// operations reached it.
+    #[derive(Default)]
+    struct Recording {
+        reached: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl Recording {
+        fn task(id: &str) -> Option<Task> {
+            let owner = match id {
+                "bash-1" => Some("a".to_string()),
+                "bash-2" => None,
+                _ => return None,
+            };
+            Some(Task {
+                id: id.into(),
+                command: "sleep 30".into(),
+                owner,
+                state: dsh_executor::TaskState::Running,
+                exit_code: None,
+                signal: None,
+            })
+        }
+
+        fn log(&self, op: &str, id: &str) {
+            self.reached.lock().unwrap().push(format!("{op} {id}"));
+        }
+
+        fn reached(&self) -> Vec<String> {
+            self.reached.lock().unwrap().clone()
+        }
+    }
+
+    fn unknown(id: &str) -> ExecError {
+        ExecError::UnknownTask(id.to_string())
+    }
+
+    impl Executor for Recording {
+        fn limits(&self) -> Limits {
+            unreachable!()
+        }
+        fn resolve(&self, _: Request) -> Result<Spec, ExecError> {
+            unreachable!("a claim for another owner never reaches the executor")
+        }
+        fn run(
+            &self,
+            _: Spec,
+            _: CancellationToken,
+        ) -> dsh_executor::BoxFuture<'_, Result<RunResult, ExecError>> {
+            unreachable!("a claim for another owner never reaches the executor")
+        }
+        fn start(&self, _: Spec) -> dsh_executor::BoxFuture<'_, Result<Task, ExecError>> {
+            unreachable!("a claim for another owner never reaches the executor")
+        }
+        fn read_output(&self, id: &str) -> Result<Read, ExecError> {
+            self.log("read-output", id);
+            Err(unknown(id))
+        }
+        fn kill(&self, id: &str) -> Result<bool, ExecError> {
+            self.log("kill", id);
+            Ok(true)
+        }
+        fn owner_of(&self, id: &str) -> Option<String> {
+            Self::task(id)?.owner
+        }
+        fn get(&self, id: &str) -> Result<Task, ExecError> {
+            Self::task(id).ok_or_else(|| unknown(id))
+        }
+        fn list(&self) -> Vec<Task> {
+            ["bash-1", "bash-2"]
+                .into_iter()
+                .filter_map(Self::task)
+                .collect()
+        }
+        fn shutdown(&self) -> dsh_executor::BoxFuture<'_, ()> {
+            Box::pin(async {})
+        }
+    }
+
+    fn guard(owner: Option<&str>) -> (Arc<Recording>, SessionGuard) {
+        let executor = Arc::new(Recording::default());
+        let mut guard = SessionGuard::new(executor.clone(), SessionRouter::default());
+        guard.bind(owner.map(str::to_string));
+        (executor, guard)
+    }
+
+    #[test]
+    fn a_foreign_task_is_unknown_and_never_reaches_the_executor() {
+        for caller in [Some("b"), None] {
+            let (executor, guard) = guard(caller);
+            assert_eq!(guard.read_output("bash-1").unwrap_err(), unknown("bash-1"));
+            assert_eq!(guard.kill("bash-1"), Err(unknown("bash-1")));
+            assert_eq!(guard.get("bash-1"), Err(unknown("bash-1")));
+            assert_eq!(guard.owner_of("bash-1").as_deref(), Some(ANOTHER_SESSION));
+            let listed: Vec<String> = guard.list().into_iter().map(|t| t.id).collect();
+            assert_eq!(listed, ["bash-2"]);
+            // Unknown ids get the executor's own answer, and do not reach its operations either.
+            assert_eq!(guard.kill("bash-9"), Err(unknown("bash-9")));
+            assert!(executor.reached().is_empty(), "{:?}", executor.reached());
+        }
+    }
+
+    #[test]
+    fn own_and_unowned_tasks_reach_the_executor() {
+        let (executor, guard) = guard(Some("a"));
+        assert_eq!(guard.kill("bash-1"), Ok(true));
+        assert_eq!(guard.kill("bash-2"), Ok(true));
+        assert_eq!(guard.owner_of("bash-1").as_deref(), Some("a"));
+        assert_eq!(guard.owner_of("bash-2"), None);
+        assert_eq!(guard.list().len(), 2);
+        assert_eq!(executor.reached(), ["kill bash-1", "kill bash-2"]);
+    }
+
+    #[tokio::test]
+    async fn a_claim_for_another_owner_never_reaches_the_executor() {
+        let refused =
+            || ExecError::InvalidRequest("the owner must be the calling session's own".into());
+        let spec = |owner: Option<&str>| Spec {
+            command: "true".into(),
+            workdir: "/".into(),
+            timeout_ms: 1000.0,
+            owner: owner.map(str::to_string),
+        };
+        for (caller, claim) in [(Some("b"), Some("a")), (None, Some("a")), (Some("b"), None)] {
+            let (_, guard) = guard(caller);
+            let request = Request {
+                command: "true".into(),
+                workdir: None,
+                timeout_ms: None,
+                owner: claim.map(str::to_string),
+            };
+            assert_eq!(guard.resolve(request), Err(refused()));
+            assert_eq!(guard.start(spec(claim)).await, Err(refused()));
+            let run = guard.run(spec(claim), CancellationToken::new()).await;
+            assert_eq!(run.unwrap_err(), refused());
+        }
+    }
+
+    #[test]
+    fn inject_reaches_the_callers_session_only() {
+        let sessions = SessionRouter::default();
+        let mut a = sessions.open(None);
+        let b = sessions.open(None);
+        let injection = |owner: &str| Injection {
+            owner: owner.into(),
+            text: "notice".into(),
+            source: crate::inject::Source {
+                kind: "plugin".into(),
+                plugin: None,
+            },
+        };
+        for caller in [Some(b.owner()), None] {
+            let mut guard = SessionGuard::new(Arc::new(Recording::default()), sessions.clone());
+            guard.bind(caller.map(str::to_string));
+            let refused = guard.inject(injection(a.owner()));
+            assert_eq!(refused, Err(UnknownOwner(a.owner().to_string())));
+        }
+        assert!(a.drain_injections().is_empty());
+        let mut guard = SessionGuard::new(Arc::new(Recording::default()), sessions.clone());
+        guard.bind(Some(a.owner().to_string()));
+        assert_eq!(guard.inject(injection(a.owner())), Ok(()));
+        assert_eq!(a.drain_injections().len(), 1);
+    }
+
     #[test]
     fn the_stand_in_is_never_the_callers_token() {
         for caller in [None, Some("a"), Some(ANOTHER_SESSION), Some("")] {
