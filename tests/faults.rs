@@ -1,4 +1,5 @@
-//! Guest faults stay in their call, and the guest gets no authority it was not given.
+//! Guest faults stay in their call, and the guest gets no authority it was not given: no files,
+//! sockets or environment, and no other session's tasks or notices.
 //!
 //! Uses `tests/fault-guest`, a component that misbehaves on request, built here for wasm32-wasip2.
 
@@ -7,9 +8,10 @@ mod nested_cargo;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-use dsh_host::executor::{Config, Executor, LocalExecutor};
-use dsh_host::{Caller, ComponentSource, HostOptions, ToolHost};
+use dsh_host::executor::{Config, Executor, LocalExecutor, TaskState};
+use dsh_host::{Caller, ComponentSource, HostOptions, SessionRouter, ToolHost};
 use tokio_util::sync::CancellationToken;
 
 fn workspace_root() -> PathBuf {
@@ -116,4 +118,160 @@ async fn files_sockets_and_environment_give_nothing() {
     let r = call(&host, "env").await;
     assert_eq!(r.text, "0 variables, 0 arguments");
     assert_next_call_works(&host).await;
+}
+
+/// A component that skips the tools' ownership checks still reaches only its own session: the
+/// host hands each call an executor and an inject bound to the caller's session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_component_cannot_reach_another_sessions_task() {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let executor: Arc<dyn Executor> = LocalExecutor::new(Config::default(), tx).unwrap();
+    let sessions = SessionRouter::default();
+    let cache_dir = Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache"));
+    // The real tools and the hostile component serve the same sessions on the same executor.
+    let tools = ToolHost::new_with_sessions(
+        HostOptions {
+            component: ComponentSource::Embedded,
+            cache_dir: cache_dir.clone(),
+        },
+        executor.clone(),
+        rx,
+        sessions.clone(),
+    )
+    .await
+    .expect("the tools load");
+    let (_no_events, no_events) = tokio::sync::mpsc::unbounded_channel();
+    let hostile = ToolHost::new_with_sessions(
+        HostOptions {
+            component: ComponentSource::File(fault_guest()),
+            cache_dir,
+        },
+        executor.clone(),
+        no_events,
+        sessions.clone(),
+    )
+    .await
+    .expect("the fault guest loads");
+    let mut a = tools.open_session(None);
+    let mut b = tools.open_session(None);
+
+    // Session A starts a task with the real tools; it prints, then runs on.
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let command = format!(
+        "printf 'secret of a\\n'; touch {}; sleep 30",
+        ready.display()
+    );
+    let r = tools
+        .call(
+            "bash",
+            &serde_json::json!({"command": command, "description": "Start a task for A", "run_in_background": true})
+                .to_string(),
+            &a.caller(),
+            CancellationToken::new(),
+        )
+        .await;
+    assert_eq!(r.text, "started background task bash-1");
+    let start = std::time::Instant::now();
+    while !ready.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "A's task never printed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let spy = |tool: &'static str, arg: String, caller: Caller| {
+        let hostile = hostile.clone();
+        async move {
+            let r = hostile
+                .call(tool, &arg, &caller, CancellationToken::new())
+                .await;
+            assert!(!r.is_error, "{tool} {arg}: {}", r.text);
+            r.text
+        }
+    };
+    let a_owner = a.owner().to_string();
+    // As session B, and as a call without a session.
+    for caller in [b.caller(), Caller::default()] {
+        let who = format!("caller {:?}", caller.owner);
+        for tool in ["spy-read", "spy-kill", "spy-get"] {
+            let foreign = spy(tool, "bash-1".into(), caller.clone()).await;
+            let unknown = spy(tool, "bash-99".into(), caller.clone()).await;
+            assert_eq!(
+                foreign,
+                unknown.replace("bash-99", "bash-1"),
+                "{who}: {tool} on A's task must answer as for an unknown one"
+            );
+            assert_eq!(foreign, "error: unknown-task: bash-1", "{who}: {tool}");
+        }
+        let owner = spy("spy-owner-of", "bash-1".into(), caller.clone()).await;
+        assert_eq!(owner, r#"owner Some("(another session)")"#, "{who}");
+        assert_eq!(
+            spy("spy-list", String::new(), caller.clone()).await,
+            "tasks []",
+            "{who}"
+        );
+        assert_eq!(
+            spy("spy-inject", a_owner.clone(), caller.clone()).await,
+            "error: unknown-owner",
+            "{who}"
+        );
+        for tool in ["spy-resolve", "spy-run", "spy-start"] {
+            assert_eq!(
+                spy(tool, a_owner.clone(), caller.clone()).await,
+                "error: invalid-request: the owner must be the calling session's own",
+                "{who}: {tool} claiming A's token"
+            );
+        }
+    }
+    assert!(
+        a.drain_injections().is_empty(),
+        "nothing was injected into A"
+    );
+    assert_eq!(executor.list().len(), 1, "no task was started for A");
+
+    // The same imports do work within B's own reach: its own task, an unowned one, its session.
+    let b_owner = b.owner().to_string();
+    let own = spy("spy-start", b_owner.clone(), b.caller()).await;
+    assert_eq!(
+        own,
+        format!(r#"task bash-2 owner Some("{b_owner}") command "sleep 30" state running"#)
+    );
+    assert!(
+        spy("spy-get", "bash-2".into(), b.caller())
+            .await
+            .starts_with("task bash-2 ")
+    );
+    let open = spy("spy-start", String::new(), Caller::default()).await;
+    assert!(open.starts_with("task bash-3 owner None "), "{open}");
+    assert!(
+        spy("spy-read", "bash-3".into(), b.caller())
+            .await
+            .starts_with("stdout ")
+    );
+    let listed = spy("spy-list", String::new(), b.caller()).await;
+    assert!(
+        listed.starts_with("tasks [task bash-2 ")
+            && listed.contains(", task bash-3 ")
+            && !listed.contains("bash-1"),
+        "{listed}"
+    );
+    assert_eq!(spy("spy-inject", b_owner, b.caller()).await, "injected");
+    assert_eq!(b.drain_injections().len(), 1);
+
+    // A's task ran on untouched: not killed, and its output still unread.
+    let task = executor.get("bash-1").unwrap();
+    assert_eq!(task.state, TaskState::Running);
+    let r = tools
+        .call(
+            "bash_output",
+            r#"{"task_id":"bash-1"}"#,
+            &a.caller(),
+            CancellationToken::new(),
+        )
+        .await;
+    assert_eq!(r.text, "secret of a\n\n[status: running]");
+    assert!(!r.text.contains(&a_owner));
+    tools.shutdown().await;
 }

@@ -8,6 +8,7 @@ mod bindings;
 mod deny;
 mod limits;
 mod load;
+mod session_guard;
 mod state;
 mod wasi;
 
@@ -103,6 +104,18 @@ impl ToolHost {
         executor: Arc<dyn Executor>,
         task_done: mpsc::UnboundedReceiver<Task>,
     ) -> anyhow::Result<Self> {
+        Self::new_with_sessions(options, executor, task_done, SessionRouter::default()).await
+    }
+
+    /// As [`ToolHost::new`], serving the sessions of `sessions`: several hosts (for example one
+    /// per component) can then serve the same agent sessions, each call still reaching only its
+    /// own session's tasks and notices.
+    pub async fn new_with_sessions(
+        options: HostOptions,
+        executor: Arc<dyn Executor>,
+        task_done: mpsc::UnboundedReceiver<Task>,
+        sessions: SessionRouter,
+    ) -> anyhow::Result<Self> {
         let engine = new_engine()?;
         let component = load::load(&engine, &options.component, options.cache_dir.as_deref())?;
         let pre = link(&engine, &component)?;
@@ -110,7 +123,7 @@ impl ToolHost {
             engine,
             pre,
             executor,
-            sessions: SessionRouter::default(),
+            sessions,
             tools: Vec::new(),
             ready: std::sync::Mutex::new(None),
             calls: Arc::new(tokio::sync::Semaphore::new(CALL_SLOTS)),
@@ -162,7 +175,10 @@ impl ToolHost {
                 Some(ready) => ready,
                 None => self.inner.instantiate(CancellationToken::new()).await?,
             };
-            store.data_mut().abort = abort;
+            let state = store.data_mut();
+            state.abort = abort;
+            // The guest is told this owner in `caller`; the host holds it to the same one.
+            state.session.bind(caller.owner.clone());
             let result = instance
                 .dsh_bash_tools()
                 .call_call_tool(&mut store, name, arguments, &caller)
@@ -289,6 +305,9 @@ impl Inner {
 
     async fn task_done(&self, task: Task) -> wasmtime::Result<Result<(), String>> {
         let (mut store, instance) = self.instantiate(CancellationToken::new()).await?;
+        // The notice is the task owner's business: the executor's record names the session the
+        // guest may inject into and whose tasks it may see while writing it.
+        store.data_mut().session.bind(task.owner.clone());
         instance
             .dsh_bash_tools()
             .call_task_done(&mut store, &task.into())

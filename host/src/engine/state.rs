@@ -1,7 +1,8 @@
 //! Per-call store state and the host side of the guest's imports.
 //!
-//! Each tool call gets a fresh store holding only what that call may reach: the shared executor,
-//! its own abort token, the session router for `agent.inject`, and a deny-all WASI context.
+//! Each tool call gets a fresh store holding only what that call may reach: the shared executor
+//! and the session router behind its session's guard (`session_guard`), its own abort token, and
+//! a deny-all WASI context.
 
 use std::sync::Arc;
 
@@ -12,12 +13,14 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{wit_agent, wit_ex};
 use super::limits::GuestLimiter;
+use super::session_guard::SessionGuard;
 use crate::inject::{Injection, SessionRouter, Source};
 
 pub struct CallState {
-    pub(crate) executor: Arc<dyn Executor>,
+    /// The executor and the session router, as far as the calling session may reach them; the
+    /// imports below have no other way to either.
+    pub(crate) session: SessionGuard,
     pub(crate) abort: CancellationToken,
-    pub(crate) sessions: SessionRouter,
     pub(crate) limiter: GuestLimiter,
     wasi: WasiCtx,
     table: ResourceTable,
@@ -31,9 +34,8 @@ impl CallState {
         limiter: GuestLimiter,
     ) -> Self {
         Self {
-            executor,
+            session: SessionGuard::new(executor, sessions),
             abort,
-            sessions,
             limiter,
             // Deny-all: no preopens, no env, no args, no network; stdio goes nowhere.
             wasi: WasiCtx::builder().build(),
@@ -55,25 +57,25 @@ type ExResult<T> = wasmtime::Result<Result<T, wit_ex::ExecutorError>>;
 
 impl wit_ex::Host for CallState {
     async fn current_limits(&mut self) -> wasmtime::Result<wit_ex::Limits> {
-        Ok(self.executor.limits().into())
+        Ok(self.session.limits().into())
     }
 
     async fn resolve(&mut self, req: wit_ex::Request) -> ExResult<wit_ex::Spec> {
         Ok(self
-            .executor
+            .session
             .resolve(req.into())
             .map(Into::into)
             .map_err(Into::into))
     }
 
     async fn run(&mut self, spec: wit_ex::Spec) -> ExResult<wit_ex::RunResult> {
-        let result = self.executor.run(spec.into(), self.abort.clone()).await;
+        let result = self.session.run(spec.into(), self.abort.clone()).await;
         Ok(result.map(Into::into).map_err(Into::into))
     }
 
     async fn start(&mut self, spec: wit_ex::Spec) -> ExResult<wit_ex::Task> {
         Ok(self
-            .executor
+            .session
             .start(spec.into())
             .await
             .map(Into::into)
@@ -82,26 +84,26 @@ impl wit_ex::Host for CallState {
 
     async fn read_output(&mut self, id: String) -> ExResult<wit_ex::Read> {
         Ok(self
-            .executor
+            .session
             .read_output(&id)
             .map(Into::into)
             .map_err(Into::into))
     }
 
     async fn kill(&mut self, id: String) -> ExResult<bool> {
-        Ok(self.executor.kill(&id).map_err(Into::into))
+        Ok(self.session.kill(&id).map_err(Into::into))
     }
 
     async fn owner_of(&mut self, id: String) -> wasmtime::Result<Option<String>> {
-        Ok(self.executor.owner_of(&id))
+        Ok(self.session.owner_of(&id))
     }
 
     async fn get(&mut self, id: String) -> ExResult<wit_ex::Task> {
-        Ok(self.executor.get(&id).map(Into::into).map_err(Into::into))
+        Ok(self.session.get(&id).map(Into::into).map_err(Into::into))
     }
 
     async fn list_tasks(&mut self) -> wasmtime::Result<Vec<wit_ex::Task>> {
-        Ok(self.executor.list().into_iter().map(Into::into).collect())
+        Ok(self.session.list().into_iter().map(Into::into).collect())
     }
 }
 
@@ -121,7 +123,7 @@ impl wit_agent::Host for CallState {
             },
         };
         Ok(self
-            .sessions
+            .session
             .inject(injection)
             .map_err(|_| wit_agent::InjectError::UnknownOwner))
     }
