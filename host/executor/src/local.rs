@@ -433,16 +433,21 @@ mod tests {
     async fn foreground_spawn_failure_is_an_error() {
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         let exec = LocalExecutor::new(Config::default(), tx).unwrap();
-        let err = exec
-            .run_program(OsStr::new(MISSING), spec("true"), CancellationToken::new())
-            .await
-            .unwrap_err();
-        assert_eq!(
-            err,
-            ExecError::SpawnFailed(
-                "cannot start bash: No such file or directory (os error 2)".into()
-            )
-        );
+        // A command long enough to go through a memfd fails alike: the outcome pipe is not
+        // where the command's descriptor goes.
+        let long = format!("true #{}", "x".repeat(long_command::ARGV_MAX));
+        for command in ["true", &long] {
+            let err = exec
+                .run_program(OsStr::new(MISSING), spec(command), CancellationToken::new())
+                .await
+                .unwrap_err();
+            assert_eq!(
+                err,
+                ExecError::SpawnFailed(
+                    "cannot start bash: No such file or directory (os error 2)".into()
+                )
+            );
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
