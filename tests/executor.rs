@@ -172,6 +172,7 @@ fn defaults_match_the_contract() {
     assert_eq!(config.max_spill_bytes, 64 * 1024 * 1024);
     assert_eq!(config.max_tasks, 64);
     assert_eq!(config.max_finished_tasks, 1024);
+    assert_eq!(config.max_command_bytes, 1024 * 1024);
     assert_eq!(config.containment, ContainmentPreference::Auto);
     assert!(!config.keep_spill);
     assert_eq!(config.validate(), Ok(()));
@@ -203,6 +204,11 @@ fn invalid_config_names_the_setting() {
         (Box::new(|c| c.max_spill_bytes = 0), "max-spill-bytes"),
         (Box::new(|c| c.max_tasks = 0), "max-tasks"),
         (Box::new(|c| c.max_finished_tasks = 0), "max-finished-tasks"),
+        (Box::new(|c| c.max_command_bytes = 0), "max-command-bytes"),
+        (
+            Box::new(|c| c.max_command_bytes = (64 << 20) + 1),
+            "max-command-bytes",
+        ),
         (Box::new(|c| c.cwd = Some("/no/such/dsh/dir".into())), "cwd"),
         (Box::new(move |c| c.cwd = Some(file_path.clone())), "cwd"),
     ];
