@@ -341,11 +341,45 @@ fn bad_flag_values_exit_2_naming_the_flag() {
         ("--max-spill-total-bytes", "0"),
         ("--max-spill-total-bytes", "-1"),
         ("--max-tasks", "-1"),
+        ("--max-command-bytes", "0"),
+        ("--max-command-bytes", "67108865"),
     ] {
         let o = run(&[flag, value, "tools"]);
         assert_eq!(o.status.code(), Some(2), "{flag} {value}");
         assert!(stderr(&o).contains(flag), "{flag} {value}: {}", stderr(&o));
     }
+}
+
+/// `--max-command-bytes` lowers the limit: a command of exactly the limit runs, one byte more is
+/// an error naming the limit and the flag, and nothing of it runs. (Commands longer than one
+/// argument of `dsh-host` itself are tested through `dsh-host mcp`, in `tests/mcp.rs`.)
+#[test]
+fn call_refuses_a_command_over_max_command_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let touch = format!("touch '{}'; : ", marker.display());
+    let command = |len: usize| {
+        serde_json::json!({
+            "command": format!("{touch}{}", "x".repeat(len - touch.len())),
+            "description": "Run a command near the limit",
+        })
+        .to_string()
+    };
+    let o = run(&["--max-command-bytes", "300", "call", "bash", &command(301)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with(
+            "Error: command too long: 301 bytes, more than the limit of 300 bytes \
+             (--max-command-bytes)"
+        ),
+        "{}",
+        stdout(&o)
+    );
+    assert!(!marker.exists(), "a refused command ran");
+    let o = run(&["--max-command-bytes", "300", "call", "bash", &command(300)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "(no output)\n");
+    assert!(marker.exists(), "a command of exactly the limit runs");
 }
 
 #[test]

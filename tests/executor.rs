@@ -5,6 +5,10 @@
 
 #[path = "support/exec.rs"]
 mod exec;
+#[allow(dead_code)]
+#[macro_use]
+#[path = "support/modes.rs"]
+mod modes;
 #[path = "support/procs.rs"]
 mod procs;
 
@@ -17,6 +21,7 @@ use dsh_executor::{
     Config, ContainmentPreference, ExecError, Executor, LocalExecutor, Request, RunResult, Spec,
     Task, TaskState,
 };
+use modes::Mode;
 use procs::alive;
 use tokio::sync::mpsc::{UnboundedReceiver, error::TryRecvError, unbounded_channel};
 use tokio_util::sync::CancellationToken;
@@ -167,6 +172,7 @@ fn defaults_match_the_contract() {
     assert_eq!(config.max_spill_bytes, 64 * 1024 * 1024);
     assert_eq!(config.max_tasks, 64);
     assert_eq!(config.max_finished_tasks, 1024);
+    assert_eq!(config.max_command_bytes, 1024 * 1024);
     assert_eq!(config.containment, ContainmentPreference::Auto);
     assert!(!config.keep_spill);
     assert_eq!(config.validate(), Ok(()));
@@ -198,6 +204,11 @@ fn invalid_config_names_the_setting() {
         (Box::new(|c| c.max_spill_bytes = 0), "max-spill-bytes"),
         (Box::new(|c| c.max_tasks = 0), "max-tasks"),
         (Box::new(|c| c.max_finished_tasks = 0), "max-finished-tasks"),
+        (Box::new(|c| c.max_command_bytes = 0), "max-command-bytes"),
+        (
+            Box::new(|c| c.max_command_bytes = (64 << 20) + 1),
+            "max-command-bytes",
+        ),
         (Box::new(|c| c.cwd = Some("/no/such/dsh/dir".into())), "cwd"),
         (Box::new(move |c| c.cwd = Some(file_path.clone())), "cwd"),
     ];
@@ -279,6 +290,63 @@ fn resolve_applies_defaults_caps_and_rejects_bad_timeouts() {
     assert_eq!(exec.resolve(req(None, None)).unwrap().timeout_ms, 120_000.0);
 }
 
+/// A command over `max_command_bytes` is refused by `resolve`, `run` and `start` alike, with an
+/// error naming the limit and the flag, and nothing runs; one of exactly the limit runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_over_the_limit_are_refused_and_nothing_runs() {
+    const LIMIT: usize = 200;
+    let h = harness(|c| c.max_command_bytes = LIMIT as u64);
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    // `touch <marker>`, then a comment up to `len` bytes.
+    let command = |len: usize| {
+        let touch = format!("touch '{}'\n#", marker.display());
+        format!("{touch}{}", "x".repeat(len - touch.len()))
+    };
+    let refusal = format!(
+        "command too long: {} bytes, more than the limit of {LIMIT} bytes (--max-command-bytes)",
+        LIMIT + 1
+    );
+    let refused = |result: Result<_, ExecError>, what: &str| match result {
+        Err(ExecError::InvalidRequest(message)) => {
+            assert!(message.starts_with(&refusal), "{what}: {message}")
+        }
+        Err(other) => panic!("{what}: {other:?}"),
+        Ok(_) => panic!("{what}: accepted"),
+    };
+    let long = command(LIMIT + 1);
+    refused(
+        h.exec
+            .resolve(Request {
+                command: long.clone(),
+                workdir: None,
+                timeout_ms: None,
+                owner: None,
+            })
+            .map(drop),
+        "resolve",
+    );
+    // A spec made without `resolve` is checked too.
+    let spec = Spec {
+        command: long,
+        ..h.spec("true")
+    };
+    refused(
+        h.exec
+            .run(spec.clone(), CancellationToken::new())
+            .await
+            .map(drop),
+        "run",
+    );
+    refused(h.exec.start(spec).await.map(drop), "start");
+    assert!(h.exec.list().is_empty(), "no task was made");
+    assert!(!marker.exists(), "a refused command ran");
+
+    let r = h.run(&command(LIMIT)).await;
+    assert_eq!(r.exit_code, Some(0), "{:?}", r.stderr);
+    assert!(marker.exists(), "a command of exactly the limit runs");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Foreground runs
 
@@ -298,8 +366,9 @@ async fn runs_bash_with_separate_streams_and_exit_code() {
     assert_eq!(r.leftover_processes, 0);
 }
 
-/// Commands (and so the requests that start them) of any size start, in either containment: a
-/// small one travels inside the spawner's message, a large one in a memfd.
+/// Commands (and so the requests that start them) of any size up to the limit start, in either
+/// containment: up to 128 KiB as bash's argument, longer ones through a memfd
+/// (`long_commands_run_as_bash_c_would` checks what bash makes of those).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_of_any_size_run() {
     for containment in [
@@ -307,8 +376,7 @@ async fn commands_of_any_size_run() {
         ContainmentPreference::Subreaper,
     ] {
         let h = harness(|c| c.containment = containment);
-        // (One argument of `bash -c` holds at most 128 KiB, the kernel's limit.)
-        for size in [10, 30_000, 40_000, 120_000] {
+        for size in [10, 30_000, 40_000, 120_000, 200_000, 1_000_000] {
             // A comment of `size` bytes, then a command that proves the whole text arrived.
             let command = format!("# {}\necho {size}", "x".repeat(size));
             let r = h.run(&command).await;
@@ -1021,4 +1089,96 @@ async fn running_limit_refuses_without_change_and_finished_tasks_are_retained() 
     assert!(h.exec.get("bash-2").is_ok());
     assert!(h.exec.get("bash-3").is_ok());
     assert_eq!(h.next_event().await.id, "bash-2");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands longer than one exec argument
+
+/// The longest command that goes to bash as its argument (`MAX_ARG_STRLEN`, 128 KiB with the
+/// terminating NUL); longer ones go through a descriptor.
+const ARGV_MAX: usize = 128 * 1024 - 1;
+
+/// `probe`, then a comment line that makes the command exactly `len` bytes long.
+fn padded(probe: &str, len: usize) -> String {
+    let command = format!("{probe}\n#{}", "p".repeat(len - probe.len() - 2));
+    assert_eq!(command.len(), len);
+    command
+}
+
+both_modes!(long_commands_run_as_bash_c_would);
+
+/// A command longer than one `exec` argument runs as `bash -c` would run it: each probe gives
+/// the same output and exit code as a short command (the same probe with a short comment), but
+/// for the documented wording of syntax errors (`eval:` for `-c:`). Commands on both sides of
+/// the argument limit run, the longest short one still as bash's argument.
+async fn long_commands_run_as_bash_c_would(mode: Mode) {
+    if mode.unavailable() {
+        return;
+    }
+    let spill = tempfile::tempdir().unwrap();
+    let (exec, _events) = modes::executor_in(mode, config_with(spill.path()));
+    let run = |command: String| {
+        let exec = exec.clone();
+        async move {
+            let spec = exec::spec(exec.as_ref(), &command);
+            exec.run(spec, CancellationToken::new()).await.unwrap()
+        }
+    };
+
+    // Both sides of the limit, and the largest command the default limit accepts: bash gets the
+    // whole text (its length as bash sees it), and only a short one is on bash's command line.
+    let probe = "printf '%s' \"$BASH_EXECUTION_STRING\" | wc -c; tr '\\0' ' ' < /proc/$$/cmdline | head -c 300";
+    for len in [ARGV_MAX, ARGV_MAX + 1, 1 << 20] {
+        let r = run(padded(probe, len)).await;
+        assert_eq!(r.exit_code, Some(0), "{len} bytes: {:?}", r.stderr.text);
+        let (count, cmdline) = r.stdout.text.split_once('\n').unwrap();
+        assert_eq!(count, len.to_string(), "{mode:?}, {len} bytes");
+        assert_eq!(
+            cmdline.contains(probe),
+            len <= ARGV_MAX,
+            "{mode:?}, {len} bytes: bash's command line holds the command only up to the limit"
+        );
+    }
+
+    let probes = [
+        "echo \"$_\"",
+        "echo \"$0|$#|$*|$?|$LINENO|$BASH_SUBSHELL|$-\"; echo \"$LINENO\"",
+        // Descriptors 0, 1 and 2 only, in bash and in its children; stdin at its end.
+        "ls /proc/self/fd; ls /proc/$$/fd; cat; echo \"stdin: $?\"",
+        "env | sort",
+        // (`PPID` is the helper, which may differ between two commands.)
+        "set | grep -v -e '^BASH_EXECUTION_STRING=' -e '^PIPESTATUS=' -e '^PPID='",
+        "exit 7",
+        "false",
+        "set -e; false; echo not reached",
+        "return; echo \"after: $?\"",
+        "trap 'echo trapped $?' EXIT; exit 4",
+        "trap 'echo ERR' ERR; false",
+        "cat <<'EOF'\n$HOME `x` \\ 'q'\nEOF\necho done",
+        "echo before\nif then",
+    ];
+    for probe in probes {
+        let short = run(format!("{probe}\n#")).await;
+        let long = run(padded(probe, ARGV_MAX + 1)).await;
+        let pad = format!("#{}", "p".repeat(ARGV_MAX - 1 - probe.len()));
+        let same = |text: &str| {
+            text.replace(&pad, "#")
+                .replace(": eval: line ", ": -c: line ")
+        };
+        assert_eq!(
+            (
+                long.exit_code,
+                long.signal.as_deref(),
+                same(&long.stdout.text),
+                same(&long.stderr.text)
+            ),
+            (
+                short.exit_code,
+                short.signal.as_deref(),
+                short.stdout.text.clone(),
+                short.stderr.text.clone()
+            ),
+            "{mode:?}: {probe:?}"
+        );
+    }
 }

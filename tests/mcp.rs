@@ -323,6 +323,99 @@ fn tools_call_returns_the_tool_text_and_error_flag() {
     assert_eq!(texts(&r), [format!("{}\n[exit code: 3]", cwd.display())]);
 }
 
+/// The default `--max-command-bytes`.
+const MAX_COMMAND_BYTES: usize = 1 << 20;
+
+/// A command of exactly `len` bytes that writes a file through a quoted heredoc (lines of shell
+/// syntax that must stay literal, UTF-8, CR, tabs), then prints the file's size and `$0` and
+/// exits 3; with the bytes the file must hold.
+fn heredoc_command(file: &Path, len: usize) -> (String, String) {
+    let head = format!("cat > '{}' <<'EOF'\n", file.display());
+    let tail = format!("EOF\nwc -c < '{}'; echo \"$0\"; exit 3", file.display());
+    let size = len - head.len() - tail.len();
+    let mut content = String::with_capacity(size);
+    for i in 0.. {
+        let line = format!("{i:07} $HOME ${{x}} `id` $(id) \\ 'q' \"d\" \tEOF é 日本\r\n");
+        if content.len() + line.len() >= size {
+            break;
+        }
+        content.push_str(&line);
+    }
+    content.push_str(&"z".repeat(size - content.len() - 1));
+    content.push('\n');
+    let command = format!("{head}{content}{tail}");
+    assert_eq!(command.len(), len);
+    (command, content)
+}
+
+/// Commands from just under the kernel's limit on one argument (128 KiB) to exactly the
+/// default `--max-command-bytes` run whole, as `bash -c` would: a heredoc writes its file byte
+/// for byte, `$0` is what a short command sees, the exit code is kept.
+#[test]
+fn commands_up_to_the_limit_write_files_through_heredocs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut mcp = Mcp::start(&[]);
+    let short = mcp.bash("echo \"$0\"");
+    let dollar0 = texts(&short)[0].to_string();
+    assert!(dollar0.ends_with("bash\n"), "{dollar0}");
+    for len in [100_000, 200_000, MAX_COMMAND_BYTES] {
+        let file = dir.path().join(format!("written-{len}"));
+        let (command, content) = heredoc_command(&file, len);
+        let r = mcp.bash(&command);
+        assert!(!is_error(&r), "{len} bytes: {r}");
+        assert_eq!(
+            texts(&r),
+            [format!("{}\n{dollar0}[exit code: 3]", content.len())],
+            "{len} bytes"
+        );
+        let written = std::fs::read(&file).unwrap_or_else(|e| panic!("{len} bytes: {e}"));
+        assert!(
+            written == content.as_bytes(),
+            "{len} bytes: the file differs"
+        );
+    }
+}
+
+/// A command one byte over the limit, the default one or one lowered with
+/// `--max-command-bytes`, is an error naming the limit and the flag, and nothing of it runs.
+#[test]
+fn commands_over_the_limit_are_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flags, limit) in [
+        (vec![], MAX_COMMAND_BYTES),
+        (vec!["--max-command-bytes", "5000"], 5000),
+    ] {
+        let mut mcp = Mcp::start(&flags);
+        let marker = dir.path().join(format!("ran-{limit}"));
+        let touch = format!("touch '{}'\n#", marker.display());
+        let over = format!("{touch}{}", "x".repeat(limit + 1 - touch.len()));
+        for background in [false, true] {
+            let r = mcp.call(
+                "bash",
+                json!({
+                    "command": over,
+                    "description": "Run an oversized command",
+                    "run_in_background": background,
+                }),
+            );
+            assert!(is_error(&r), "{r}");
+            assert_eq!(
+                texts(&r),
+                [format!(
+                    "Error: command too long: {} bytes, more than the limit of {limit} bytes \
+                     (--max-command-bytes); nothing was run. Split the work into smaller \
+                     commands (write a large file in parts, e.g. appending with >>)",
+                    limit + 1
+                )]
+            );
+        }
+        assert!(!marker.exists(), "a refused command ran");
+        // Nothing was started in the background either.
+        let r = mcp.call("bash_output", json!({ "task_id": "bash-1" }));
+        assert_eq!(texts(&r), [r#"Error: unknown bash task "bash-1""#]);
+    }
+}
+
 #[test]
 fn completion_notices_are_notified_and_ride_on_the_next_result_once() {
     let mut mcp = Mcp::start(&[]);

@@ -117,6 +117,10 @@ pub struct CommonArgs {
     /// Background tasks allowed to run at once.
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_usize)]
     pub max_tasks: Option<usize>,
+    /// The longest command accepted, in bytes (default 1 MiB, at most 64 MiB); a longer one is
+    /// refused with an error naming this flag, and nothing runs.
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "BYTES", value_parser = positive_u64)]
+    pub max_command_bytes: Option<u64>,
     /// Also withhold from commands the variables whose names match PATTERN (`*` matches any run
     /// of characters; any case), besides names holding KEY, SECRET, TOKEN or PASSWORD.
     /// Repeatable.
@@ -211,6 +215,9 @@ impl CommonArgs {
         }
         if let Some(v) = self.max_tasks {
             c.max_tasks = v;
+        }
+        if let Some(v) = self.max_command_bytes {
+            c.max_command_bytes = v;
         }
         c.cwd = self.cwd.clone();
         c.keep_spill = self.keep_spill;

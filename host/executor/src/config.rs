@@ -28,6 +28,17 @@ impl Config {
         positive_count("max-spill-total-bytes", self.max_spill_total_bytes)?;
         positive_count("max-tasks", self.max_tasks as u64)?;
         positive_count("max-finished-tasks", self.max_finished_tasks as u64)?;
+        positive_count("max-command-bytes", self.max_command_bytes)?;
+        if self.max_command_bytes > crate::long_command::MAX_COMMAND_BYTES {
+            return Err(ConfigError {
+                setting: "max-command-bytes",
+                reason: format!(
+                    "{} exceeds the largest supported ({})",
+                    self.max_command_bytes,
+                    crate::long_command::MAX_COMMAND_BYTES
+                ),
+            });
+        }
         // A missing default cwd would fail every call without a workdir: refuse it up front.
         // The spill dir is not checked: an unusable one degrades to memory-only output.
         if let Some(cwd) = &self.cwd {
@@ -90,7 +101,7 @@ mod tests {
     #[test]
     fn each_bad_setting_is_named() {
         type Edit = fn(&mut Config);
-        let cases: [(Edit, &str); 12] = [
+        let cases: [(Edit, &str); 14] = [
             (|c| c.default_timeout_ms = 0.0, "timeout-ms"),
             (|c| c.default_timeout_ms = f64::NAN, "timeout-ms"),
             (|c| c.max_timeout_ms = f64::INFINITY, "max-timeout-ms"),
@@ -102,6 +113,11 @@ mod tests {
             (|c| c.max_spill_total_bytes = 0, "max-spill-total-bytes"),
             (|c| c.max_tasks = 0, "max-tasks"),
             (|c| c.max_finished_tasks = 0, "max-finished-tasks"),
+            (|c| c.max_command_bytes = 0, "max-command-bytes"),
+            (
+                |c| c.max_command_bytes = (64 << 20) + 1,
+                "max-command-bytes",
+            ),
             (|c| c.cwd = Some("/definitely/not/here".into()), "cwd"),
         ];
         for (edit, setting) in cases {

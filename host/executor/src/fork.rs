@@ -187,7 +187,8 @@ pub(crate) fn spawn_bash(setup: &BashExec<'_>) -> io::Result<(i32, OwnedFd)> {
 pub(crate) struct BashExec<'a> {
     /// The program, looked up on the child's PATH unless it holds a `/`.
     pub(crate) program: &'a CStr,
-    /// `program -c command`, null-terminated.
+    /// `program -c command`, or `program -c BOOTSTRAP program` for a long command
+    /// ([`crate::long_command`]), null-terminated.
     pub(crate) argv: &'a [*const c_char],
     pub(crate) workdir: &'a CStr,
     pub(crate) stdout: BorrowedFd<'a>,
@@ -200,11 +201,16 @@ pub(crate) struct BashExec<'a> {
     pub(crate) changed_signals: &'a [i32],
     /// The helper's socket to the host: bash reports itself there before its `exec`.
     pub(crate) report: BorrowedFd<'a>,
+    /// For a command too long to be an argument: the memfd holding it, which bash gets as
+    /// [`crate::long_command::COMMAND_FD`] (and `argv` runs the bootstrap that reads it). No
+    /// other descriptor used after `report` may be there.
+    pub(crate) command: Option<BorrowedFd<'a>>,
 }
 
 /// In the forked child: a new session, every signal back to its default and unblocked, dies
 /// with `parent`, stdin `/dev/null`, stdout and stderr on the command's pipes, in the workdir,
-/// nothing else open across the exec; then exec. Raw system calls only.
+/// nothing else open across the exec (but a long command's memfd, for bash to read and close);
+/// then exec. Raw system calls only.
 pub(crate) fn exec_bash(setup: &BashExec<'_>) -> ! {
     let fail = |step: Step, err: io::Error| -> ! {
         let mut record = [0u8; 8];
@@ -259,6 +265,11 @@ pub(crate) fn exec_bash(setup: &BashExec<'_>) -> ! {
             &crate::wire::Report::started_bytes(me),
             &[pidfd.as_fd()],
         );
+    }
+    if let Some(command) = setup.command
+        && let Err(err) = crate::long_command::install(command)
+    {
+        fail(Step::Setup, err);
     }
     // SAFETY: `program` and `argv` are valid, null-terminated, prepared before the fork;
     // execvp returns only on failure.

@@ -16,6 +16,7 @@ mod fork;
 mod launcher;
 mod lifecycle;
 mod local;
+mod long_command;
 mod pidfd;
 mod process;
 mod procfs;
@@ -163,6 +164,12 @@ pub struct Config {
     pub max_tasks: usize,
     /// Finished tasks retained for reads.
     pub max_finished_tasks: usize,
+    /// The longest command accepted, in bytes (default 1 MiB, at most 64 MiB). A longer one is
+    /// refused by [`Executor::resolve`] (and by `run` and `start`) with
+    /// [`ExecError::InvalidRequest`] naming the limit, before anything starts. Commands above
+    /// the kernel's limit on one `exec` argument (128 KiB) run too: bash reads them from a
+    /// descriptor instead of its arguments (see the `long_command` module).
+    pub max_command_bytes: u64,
     /// Working directory when a request names none; `None` is the host's cwd.
     pub cwd: Option<PathBuf>,
     /// How command trees are contained: a cgroup per command where possible, or subreaper
@@ -190,6 +197,7 @@ impl Default for Config {
             max_spill_total_bytes: 1024 * 1024 * 1024,
             max_tasks: 64,
             max_finished_tasks: 1024,
+            max_command_bytes: 1024 * 1024,
             cwd: None,
             containment: ContainmentPreference::Auto,
             keep_spill: false,

@@ -18,7 +18,8 @@ use crate::tasks::{End, Tasks};
 use crate::wire::Step;
 use crate::{
     BoxFuture, Config, ConfigError, Containment, ContainmentPreference, ExecError, Executor,
-    Limits, Read, Request, RunResult, Spec, Task, env, signal, spawn, spawn_helper, spill, workdir,
+    Limits, Read, Request, RunResult, Spec, Task, env, long_command, signal, spawn, spawn_helper,
+    spill, workdir,
 };
 
 /// The shell every command runs in, looked up on PATH.
@@ -202,6 +203,11 @@ impl LocalExecutor {
         }
     }
 
+    /// Refuses a command longer than the configured limit.
+    fn check_command(&self, command: &str) -> Result<(), ExecError> {
+        long_command::check(command, self.shared.config.max_command_bytes)
+    }
+
     fn timeout_ms(&self, requested: f64) -> Result<f64, ExecError> {
         if !requested.is_finite() || requested <= 0.0 {
             return Err(ExecError::InvalidRequest(format!(
@@ -221,6 +227,7 @@ impl LocalExecutor {
         if abort.is_cancelled() {
             return Err(ExecError::Aborted);
         }
+        self.check_command(&spec.command)?;
         let timeout_ms = self.timeout_ms(spec.timeout_ms)?;
         let outputs = self.outputs();
         let spawned = tokio::select! {
@@ -250,6 +257,7 @@ impl LocalExecutor {
     async fn start_program(&self, program: &OsStr, spec: Spec) -> Result<Task, ExecError> {
         // A slot first, so that a full table starts nothing; the id only once the command has
         // started, so that an unusable workdir leaves no trace.
+        self.check_command(&spec.command)?;
         self.shared.tasks().reserve()?;
         let outputs = self.outputs();
         let spawned = match self.spawn(program, &spec).await {
@@ -331,6 +339,7 @@ impl Executor for LocalExecutor {
 
     fn resolve(&self, req: Request) -> Result<Spec, ExecError> {
         let config = &self.shared.config;
+        self.check_command(&req.command)?;
         let timeout_ms = self.timeout_ms(req.timeout_ms.unwrap_or(config.default_timeout_ms))?;
         let workdir = match (req.workdir, &config.cwd) {
             (Some(dir), _) => dir,
@@ -424,16 +433,21 @@ mod tests {
     async fn foreground_spawn_failure_is_an_error() {
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         let exec = LocalExecutor::new(Config::default(), tx).unwrap();
-        let err = exec
-            .run_program(OsStr::new(MISSING), spec("true"), CancellationToken::new())
-            .await
-            .unwrap_err();
-        assert_eq!(
-            err,
-            ExecError::SpawnFailed(
-                "cannot start bash: No such file or directory (os error 2)".into()
-            )
-        );
+        // A command long enough to go through a memfd fails alike: the outcome pipe is not
+        // where the command's descriptor goes.
+        let long = format!("true #{}", "x".repeat(long_command::ARGV_MAX));
+        for command in ["true", &long] {
+            let err = exec
+                .run_program(OsStr::new(MISSING), spec(command), CancellationToken::new())
+                .await
+                .unwrap_err();
+            assert_eq!(
+                err,
+                ExecError::SpawnFailed(
+                    "cannot start bash: No such file or directory (os error 2)".into()
+                )
+            );
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

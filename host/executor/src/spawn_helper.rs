@@ -37,6 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::fork::{self, BashExec, Forked};
+use crate::long_command;
 use crate::wire::{self, Report};
 
 /// The first argument that makes a program [`dispatch`]ing into the helper.
@@ -384,31 +385,69 @@ fn serve(
         let _ = wire::send_report(sock, &Report::Refused(err.to_string()), None);
         return Served::NotStarted;
     }
-    let (Some(program), Some(command), Some(workdir)) = (
-        c_string(request.program),
-        c_string(request.command),
-        c_string(request.workdir),
-    ) else {
-        // Interior NUL bytes: the tools never send them; exec could not take them either.
-        let _ = rustix::io::write(&fds.started, &fail_record(libc::EINVAL));
-        return Served::NotStarted;
+    let wire::RequestFds {
+        stdout,
+        stderr,
+        mut started,
+    } = fds;
+    let refuse = |started: &OwnedFd, errno: i32| {
+        let _ = rustix::io::write(started, &fail_record(errno));
+        Served::NotStarted
     };
-    let argv = [
-        program.as_ptr(),
-        c"-c".as_ptr(),
-        command.as_ptr(),
-        std::ptr::null(),
-    ];
+    let long = long_command::needs_descriptor(&request.command);
+    // Interior NUL bytes: the tools never send them; neither exec nor bash could take them.
+    let (Some(program), Some(workdir), false) = (
+        c_string(request.program),
+        c_string(request.workdir),
+        long && request.command.contains(&0),
+    ) else {
+        return refuse(&started, libc::EINVAL);
+    };
+    // A command too long to be an argument goes in a memfd, which bash gets as descriptor 3
+    // (where the outcome pipe, used up to the exec, must not be).
+    let (command, command_fd) = if long {
+        let memfd = long_command::memfd(&request.command).and_then(|fd| {
+            long_command::off_command_fd(&mut started)?;
+            Ok(fd)
+        });
+        match memfd {
+            Ok(fd) => (None, Some(fd)),
+            Err(err) => return refuse(&started, err.raw_os_error().unwrap_or(libc::EIO)),
+        }
+    } else {
+        match c_string(request.command) {
+            Some(command) => (Some(command), None),
+            None => return refuse(&started, libc::EINVAL),
+        }
+    };
+    let null = std::ptr::null();
+    let argv = match &command {
+        Some(command) => [
+            program.as_ptr(),
+            c"-c".as_ptr(),
+            command.as_ptr(),
+            null,
+            null,
+        ],
+        None => [
+            program.as_ptr(),
+            c"-c".as_ptr(),
+            long_command::BOOTSTRAP.as_ptr(),
+            program.as_ptr(),
+            null,
+        ],
+    };
     let exec = BashExec {
         program: &program,
         argv: &argv,
         workdir: &workdir,
-        stdout: fds.stdout.as_fd(),
-        stderr: fds.stderr.as_fd(),
-        started: fds.started.as_fd(),
+        stdout: stdout.as_fd(),
+        stderr: stderr.as_fd(),
+        started: started.as_fd(),
         parent: rustix::process::getpid().as_raw_nonzero().get(),
         changed_signals,
         report: sock.as_fd(),
+        command: command_fd.as_ref().map(AsFd::as_fd),
     };
     match fork::spawn_bash(&exec) {
         // bash reported itself (Started) before its exec; only it keeps the command's pipes and
@@ -416,7 +455,7 @@ fn serve(
         Ok((bash, _pidfd)) => Served::Started(bash),
         Err(err) => {
             let _ = rustix::io::write(
-                &fds.started,
+                &started,
                 &fail_record(err.raw_os_error().unwrap_or(libc::EIO)),
             );
             Served::NotStarted

@@ -32,8 +32,9 @@ use rustix::net::{
 /// Most descriptors a request carries.
 pub(crate) const MAX_FDS: usize = 4;
 
-/// A request's longest field: far above the kernel's limit on one `exec` argument.
-const MAX_FIELD: usize = 64 << 20;
+/// A request's longest field: far above the kernel's limit on one `exec` argument, and the
+/// largest command limit a configuration may set (`Config::max_command_bytes`).
+pub(crate) const MAX_FIELD: usize = 64 << 20;
 
 /// What the helper is asked to start.
 #[derive(Debug)]
