@@ -428,7 +428,7 @@ async fn report_progress(peer: Peer<RoleServer>, token: ProgressToken, interval:
     loop {
         ticks.tick().await;
         let seconds = started.elapsed().as_secs_f64();
-        let message = format!("running for {seconds:.0} s");
+        let message = format!("running for {seconds:.1} s");
         let report = ProgressNotificationParam::new(token.clone(), seconds).with_message(message);
         if let Err(e) = peer.notify_progress(report).await {
             tracing::debug!("progress not sent: {e}");
