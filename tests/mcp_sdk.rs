@@ -1,32 +1,34 @@
 //! `dsh-host mcp` driven by the official MCP SDKs' clients, as MCP users run it.
 //!
 //! The clients live in `tests/mcp-clients/` with pinned lock files; `.ci/run` installs them
-//! (`npm ci --prefix tests/mcp-clients/node`). A missing client fails the test, naming the fix.
+//! (`npm ci --prefix tests/mcp-clients/node`, and the Python SDK into the venv
+//! `target/mcp-clients/venv`, or the interpreter named by `DSH_MCP_PYTHON`). A missing client
+//! fails the test, naming the fix.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use serde_json::Value;
+#[path = "support/procs.rs"]
+mod procs;
+use procs::alive;
+
+use serde_json::{Value, json};
 
 const NODE_HINT: &str = "install the TypeScript SDK client: npm ci --prefix tests/mcp-clients/node";
+const PYTHON_HINT: &str = "install the Python SDK client: python3 -m venv target/mcp-clients/venv && \
+     target/mcp-clients/venv/bin/python -m pip install --require-hashes \
+     -r tests/mcp-clients/python/requirements.txt";
 
 fn clients_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp-clients")
 }
 
-/// Runs a Node client script against the `dsh-host` binary; its one JSON line of output.
-fn node_client(script: &str, flags: &[&str]) -> Value {
-    let dir = clients_dir().join("node");
-    let sdk = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
-    assert!(sdk.is_file(), "{} is missing: {NODE_HINT}", sdk.display());
-    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache");
-    let out = Command::new("node")
-        .arg(dir.join(script))
-        .arg(env!("CARGO_BIN_EXE_dsh-host"))
-        .args(flags)
-        .env("DSH_CACHE_DIR", cache)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run node: {e}: {NODE_HINT}"));
+fn component_cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")
+}
+
+/// The checked output of a client run: its one JSON line.
+fn client_output(script: &str, out: std::process::Output) -> Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -35,6 +37,43 @@ fn node_client(script: &str, flags: &[&str]) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{script} printed {stdout}: {e}"))
+}
+
+/// Runs a Python client script against the `dsh-host` binary.
+fn python_client(script: &str, scratch: &std::path::Path, flags: &[&str]) -> Value {
+    let python = std::env::var_os("DSH_MCP_PYTHON").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/mcp-clients/venv/bin/python"),
+        PathBuf::from,
+    );
+    assert!(
+        python.exists(),
+        "{} is missing: {PYTHON_HINT}",
+        python.display()
+    );
+    let out = Command::new(&python)
+        .arg(clients_dir().join("python").join(script))
+        .arg(env!("CARGO_BIN_EXE_dsh-host"))
+        .arg(scratch)
+        .args(flags)
+        .env("DSH_CACHE_DIR", component_cache())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}: {PYTHON_HINT}", python.display()));
+    client_output(script, out)
+}
+
+/// Runs a Node client script against the `dsh-host` binary; its one JSON line of output.
+fn node_client(script: &str, flags: &[&str]) -> Value {
+    let dir = clients_dir().join("node");
+    let sdk = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
+    assert!(sdk.is_file(), "{} is missing: {NODE_HINT}", sdk.display());
+    let out = Command::new("node")
+        .arg(dir.join(script))
+        .arg(env!("CARGO_BIN_EXE_dsh-host"))
+        .args(flags)
+        .env("DSH_CACHE_DIR", component_cache())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run node: {e}: {NODE_HINT}"));
+    client_output(script, out)
 }
 
 /// The TypeScript SDK times a request out unless progress arrives and the caller asked it to
@@ -57,4 +96,47 @@ fn typescript_sdk_client_outlasts_its_request_timeout_on_progress() {
         r["withoutReset"], "MCP error -32001: Request timed out",
         "{r}"
     );
+}
+
+/// The Python SDK's client over stdio: initialize, list, every tool, a completion notice as a log
+/// message and as an extra block, cancellation by the client's own timeout (which kills the
+/// command), and progress reports.
+#[test]
+fn python_sdk_client_uses_every_tool_over_stdio() {
+    let scratch = tempfile::tempdir().unwrap();
+    let r = python_client(
+        "stdio_client.py",
+        scratch.path(),
+        &["--progress-interval-ms", "200", "--grace-ms", "200"],
+    );
+    assert_eq!(r["server"], "dsh-host", "{r}");
+    let names: Vec<&str> = r["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["bash", "bash_output", "bash_kill"], "{r}");
+    assert_eq!(r["foreground"], json!({"text": ["hi\n"], "isError": false}));
+    assert_eq!(r["background"], json!(["started background task bash-1"]));
+    let notice = "background bash task bash-1 finished [status: completed, exit code: 0]. \
+                  Read its output with bash_output.";
+    assert_eq!(
+        r["logged"][0],
+        json!({"level": "info", "logger": "tool-bash", "data": notice}),
+        "{r}"
+    );
+    assert_eq!(
+        r["output"],
+        json!(["bg\n\n[status: completed, exit code: 0]", notice]),
+        "{r}"
+    );
+    assert_eq!(r["second"], json!(["started background task bash-2"]));
+    assert_eq!(r["kill"], json!(["killed background task bash-2"]));
+    assert_eq!(r["cancelled"], "MCPError", "{r}");
+    let pid = r["cancelled_pid"].as_i64().unwrap() as i32;
+    assert!(!alive(pid), "the cancelled call's command {pid} still runs");
+    assert_eq!(r["progress"]["text"][0], "slow\n", "{r}");
+    let reports = r["progress"]["reports"].as_array().unwrap();
+    assert!(reports.len() >= 3, "{r}");
 }
