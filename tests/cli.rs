@@ -436,6 +436,43 @@ fn component_without_the_tools_export_fails_naming_it() {
     );
 }
 
+/// A component of the previous contract version (`dsh:bash@0.1.0`, before tool definitions had
+/// titles and annotations) is refused at load, naming the import this host does not provide.
+#[test]
+fn component_of_the_previous_contract_version_is_refused_naming_its_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.wasm");
+    std::fs::write(&path, component_importing("dsh:bash/bash-executor@0.1.0")).unwrap();
+    let o = run(&["--component", path.to_str().unwrap(), "tools"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains(
+            "it imports `dsh:bash/bash-executor@0.1.0`, which this host does not provide \
+             (it provides dsh:bash/bash-executor@0.2.0, dsh:bash/agent@0.2.0)"
+        ),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// The binary of a component whose only content is the import of an (empty) instance `name`.
+fn component_importing(name: &str) -> Vec<u8> {
+    fn section(id: u8, payload: &[u8]) -> Vec<u8> {
+        let len = u8::try_from(payload.len()).expect("a short section");
+        assert!(len < 0x80, "one-byte LEB128 length");
+        [&[id, len][..], payload].concat()
+    }
+    let name_len = u8::try_from(name.len()).expect("a short name");
+    assert!(name_len < 0x80, "one-byte LEB128 length");
+    let mut bytes = b"\0asm\x0d\x00\x01\x00".to_vec();
+    // Type section: one instance type without declarations.
+    bytes.extend(section(7, &[1, 0x42, 0]));
+    // Import section: one import, a plain name, of instance type 0.
+    let import = [&[1, 0, name_len][..], name.as_bytes(), &[0x05, 0]].concat();
+    bytes.extend(section(10, &import));
+    bytes
+}
+
 fn call_true_with_cache(cache: &std::path::Path) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dsh-host"));
     cmd.env("DSH_CACHE_DIR", cache).env_remove("DSH_LOG");
