@@ -74,12 +74,67 @@ fn tools_formats_share_one_schema() {
         serde_json::from_slice(&run(&["tools", "--format", "openai"]).stdout).unwrap();
     let anthropic: serde_json::Value =
         serde_json::from_slice(&run(&["tools", "--format", "anthropic"]).stdout).unwrap();
+    let keys =
+        |v: &serde_json::Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
     for i in 0..3 {
         assert_eq!(openai[i]["type"], "function");
         assert_eq!(openai[i]["function"]["parameters"], mcp[i]["inputSchema"]);
         assert_eq!(anthropic[i]["input_schema"], mcp[i]["inputSchema"]);
         assert_eq!(anthropic[i]["name"], mcp[i]["name"]);
+        // MCP has a place for a title and hints; OpenAI's and Anthropic's function tools have
+        // none, and none is made up for them.
+        assert_eq!(
+            keys(&mcp[i]),
+            ["name", "title", "description", "inputSchema", "annotations"]
+        );
+        assert_eq!(keys(&openai[i]), ["type", "function"]);
+        assert_eq!(
+            keys(&openai[i]["function"]),
+            ["name", "description", "parameters"]
+        );
+        assert_eq!(keys(&anthropic[i]), ["name", "description", "input_schema"]);
     }
+}
+
+/// The titles and hints are the component's (guest-tools/src/tools/*.rs, where each is argued),
+/// passed through in MCP's shape; the title also goes into `annotations.title`.
+#[test]
+fn tools_carry_the_component_titles_and_annotations() {
+    let o = run(&["tools", "--format", "mcp"]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let defs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let expected = [
+        ("bash", "Run a shell command", [false, true, false, true]),
+        (
+            "bash_output",
+            "Read background task output",
+            [true, false, false, false],
+        ),
+        (
+            "bash_kill",
+            "Stop a background task",
+            [false, true, true, false],
+        ),
+    ];
+    for (def, (name, title, [read_only, destructive, idempotent, open_world])) in
+        defs.as_array().unwrap().iter().zip(expected)
+    {
+        assert_eq!(def["name"], name);
+        assert_eq!(def["title"], title, "{name}");
+        assert_eq!(
+            def["annotations"],
+            serde_json::json!({
+                "title": title,
+                "readOnlyHint": read_only,
+                "destructiveHint": destructive,
+                "idempotentHint": idempotent,
+                "openWorldHint": open_world,
+            }),
+            "{name}"
+        );
+    }
+    // The default format is MCP's.
+    assert_eq!(run(&["tools"]).stdout, o.stdout);
 }
 
 #[test]
@@ -409,10 +464,47 @@ fn component_without_the_tools_export_fails_naming_it() {
     let o = run(&["--component", path.to_str().unwrap(), "tools"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("dsh:bash/tools@0.1.0"),
+        stderr(&o).contains("dsh:bash/tools@0.2.0"),
         "{}",
         stderr(&o)
     );
+}
+
+/// A component of the previous contract version (`dsh:bash@0.1.0`, before tool definitions had
+/// titles and annotations) is refused at load, naming the import this host does not provide.
+#[test]
+fn component_of_the_previous_contract_version_is_refused_naming_its_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.wasm");
+    std::fs::write(&path, component_importing("dsh:bash/bash-executor@0.1.0")).unwrap();
+    let o = run(&["--component", path.to_str().unwrap(), "tools"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains(
+            "it imports `dsh:bash/bash-executor@0.1.0`, which this host does not provide \
+             (it provides dsh:bash/bash-executor@0.2.0, dsh:bash/agent@0.2.0)"
+        ),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// The binary of a component whose only content is the import of an (empty) instance `name`.
+fn component_importing(name: &str) -> Vec<u8> {
+    fn section(id: u8, payload: &[u8]) -> Vec<u8> {
+        let len = u8::try_from(payload.len()).expect("a short section");
+        assert!(len < 0x80, "one-byte LEB128 length");
+        [&[id, len][..], payload].concat()
+    }
+    let name_len = u8::try_from(name.len()).expect("a short name");
+    assert!(name_len < 0x80, "one-byte LEB128 length");
+    let mut bytes = b"\0asm\x0d\x00\x01\x00".to_vec();
+    // Type section: one instance type without declarations.
+    bytes.extend(section(7, &[1, 0x42, 0]));
+    // Import section: one import, a plain name, of instance type 0.
+    let import = [&[1, 0, name_len][..], name.as_bytes(), &[0x05, 0]].concat();
+    bytes.extend(section(10, &import));
+    bytes
 }
 
 fn call_true_with_cache(cache: &std::path::Path) -> Output {

@@ -170,19 +170,32 @@ fn the_policy_caps_timeouts_and_says_so() {
             "isError": false
         })
     );
-    let description = |component: Option<&Path>| {
+    let definitions = |component: Option<&Path>| -> Value {
         let out = dsh_host(component, &["tools"]);
-        let defs: Value = serde_json::from_slice(&out.stdout).unwrap();
-        defs[0]["description"].as_str().unwrap().to_string()
+        serde_json::from_slice(&out.stdout).unwrap()
     };
-    let capped = description(Some(&c.path));
+    let (composed_defs, plain_defs) = (definitions(Some(&c.path)), definitions(None));
+    let capped = composed_defs[0]["description"].as_str().unwrap();
     assert!(
         capped
             .contains("Timeout: 1000 ms by default (set timeoutMs to change it), at most 1000 ms"),
         "{capped}"
     );
-    let plain = description(None);
+    let plain = plain_defs[0]["description"].as_str().unwrap();
     assert!(plain.contains("at most 600000 ms"), "{plain}");
+    // Titles and hints are the tools component's own: the policy in front changes neither.
+    for i in 0..3 {
+        assert!(composed_defs[i]["title"].is_string(), "{composed_defs}");
+        assert_eq!(composed_defs[i]["title"], plain_defs[i]["title"]);
+        assert!(
+            composed_defs[i]["annotations"].is_object(),
+            "{composed_defs}"
+        );
+        assert_eq!(
+            composed_defs[i]["annotations"],
+            plain_defs[i]["annotations"]
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,8 +13,8 @@ use wasmtime::{Config, Engine};
 /// Every import the tools component may have. WASI imports are compared without their version
 /// (the toolchain picks the 0.2.x release); the project's own are exact.
 const ALLOWED: [&str; 15] = [
-    "dsh:bash/bash-executor@0.1.0",
-    "dsh:bash/agent@0.1.0",
+    "dsh:bash/bash-executor@0.2.0",
+    "dsh:bash/agent@0.2.0",
     "wasi:io/error",
     "wasi:io/poll",
     "wasi:io/streams",
@@ -92,7 +92,7 @@ fn the_tools_component_imports_only_its_world_and_cli_io() {
     );
 
     let present: BTreeSet<&str> = imports.iter().map(|n| unversioned(n)).collect();
-    for own in ["dsh:bash/bash-executor@0.1.0", "dsh:bash/agent@0.1.0"] {
+    for own in ["dsh:bash/bash-executor@0.2.0", "dsh:bash/agent@0.2.0"] {
         assert!(
             present.contains(own),
             "the tools component no longer imports {own}"
@@ -115,5 +115,5 @@ fn the_tools_component_exports_only_the_tools() {
         .exports(engine)
         .map(|(name, _)| name.to_string())
         .collect();
-    assert_eq!(exports, ["dsh:bash/tools@0.1.0"]);
+    assert_eq!(exports, ["dsh:bash/tools@0.2.0"]);
 }

@@ -222,7 +222,21 @@ fn initialize_names_the_server_and_its_capabilities() {
     let init = mcp.initialize();
     assert_eq!(init["protocolVersion"], "2025-06-18");
     assert_eq!(init["serverInfo"]["name"], "dsh-host");
+    assert_eq!(init["serverInfo"]["title"], "dsh bash tools");
     assert_eq!(init["serverInfo"]["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        init["instructions"],
+        "These tools run shell commands on the machine this server runs on.\n\
+         - Use bash in the foreground for commands that finish within its timeout (the bash \
+         tool's description names the default and the maximum); the call returns their output.\n\
+         - For servers, watchers, long builds and anything else that keeps running, set \
+         run_in_background: the call returns a task id at once and no timeout applies. Poll the \
+         task's new output and status with bash_output, and stop it with bash_kill. When a task \
+         ends, a notice says so on a later result.\n\
+         - Every call starts a fresh shell: cd, variables and functions do not carry over. Set \
+         workdir instead of using cd.\n\
+         - Running tasks are stopped when this server stops."
+    );
     assert!(
         init["capabilities"]["tools"].is_object(),
         "tools capability: {init}"
@@ -260,6 +274,30 @@ fn tools_list_passes_the_component_schema_through() {
     assert_eq!(bash["type"], "object");
     assert!(tools[0]["description"].as_str().unwrap().contains("120000"));
 
+    // The component's titles and hints (each argued in guest-tools/src/tools/*.rs): clients
+    // ask for approval of bash and bash_kill, and may let bash_output through.
+    let expected = [
+        ("Run a shell command", [false, true, false, true]),
+        ("Read background task output", [true, false, false, false]),
+        ("Stop a background task", [false, true, true, false]),
+    ];
+    for (tool, (title, [read_only, destructive, idempotent, open_world])) in
+        tools.iter().zip(expected)
+    {
+        assert_eq!(tool["title"], title, "{tool}");
+        assert_eq!(
+            tool["annotations"],
+            json!({
+                "title": title,
+                "readOnlyHint": read_only,
+                "destructiveHint": destructive,
+                "idempotentHint": idempotent,
+                "openWorldHint": open_world,
+            }),
+            "{tool}"
+        );
+    }
+
     // Exactly the definitions `dsh-host tools` prints, key order included.
     let out = Command::new(env!("CARGO_BIN_EXE_dsh-host"))
         .arg("tools")
@@ -275,13 +313,9 @@ fn tools_list_passes_the_component_schema_through() {
         String::from_utf8_lossy(&out.stderr)
     );
     let defs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(defs.as_array().map(Vec::len), Some(3));
     for (tool, def) in tools.iter().zip(defs.as_array().unwrap()) {
-        assert_eq!(tool["name"], def["name"]);
-        assert_eq!(tool["description"], def["description"]);
-        assert_eq!(
-            tool["inputSchema"].to_string(),
-            def["inputSchema"].to_string()
-        );
+        assert_eq!(tool.to_string(), def.to_string());
     }
 }
 
@@ -634,6 +668,11 @@ async fn serve_runs_a_session_over_any_byte_stream() {
     }))
     .await;
     assert_eq!(init["result"]["serverInfo"]["name"], "dsh-host");
+    assert_eq!(
+        init["result"]["serverInfo"]["title"],
+        dsh_host::mcp::SERVER_TITLE
+    );
+    assert_eq!(init["result"]["instructions"], dsh_host::mcp::INSTRUCTIONS);
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
     let started = exchange(json!({
@@ -864,6 +903,29 @@ fn a_request_with_the_inline_lifecycle_meta_needs_no_initialize() {
     );
     let tools = mcp.result_within(id, STARTUP_TIMEOUT);
     assert_eq!(tools["tools"].as_array().map(Vec::len), Some(3), "{tools}");
+}
+
+/// A 2026-07-28 client learns the instructions and the server's title from `server/discover`,
+/// as older ones do from `initialize`.
+#[test]
+fn discovery_carries_the_instructions_and_the_title() {
+    let mut mcp = Mcp::spawn(&[]);
+    let id = mcp.request(
+        "server/discover",
+        json!({"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}
+        }}),
+    );
+    let found = mcp.result_within(id, STARTUP_TIMEOUT);
+    assert_eq!(
+        found["instructions"],
+        dsh_host::mcp::INSTRUCTIONS,
+        "{found}"
+    );
+    let info = &found["_meta"]["io.modelcontextprotocol/serverInfo"];
+    assert_eq!(info["name"], "dsh-host", "{found}");
+    assert_eq!(info["title"], "dsh bash tools", "{found}");
 }
 
 /// From revision 2026-07-28 on, a request opts in to log messages with the `_meta` log level: a

@@ -278,7 +278,21 @@ fn rust_tools(host: &ToolHost) -> Value {
     Value::Array(
         host.tools()
             .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": t.input_schema}))
+            .map(|t| {
+                let a = t.annotations;
+                json!({
+                    "name": t.name,
+                    "title": t.title,
+                    "description": t.description,
+                    "inputSchema": t.input_schema,
+                    "annotations": {
+                        "readOnlyHint": a.read_only_hint,
+                        "destructiveHint": a.destructive_hint,
+                        "idempotentHint": a.idempotent_hint,
+                        "openWorldHint": a.open_world_hint,
+                    },
+                })
+            })
             .collect(),
     )
 }

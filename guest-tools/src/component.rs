@@ -27,8 +27,15 @@ impl wit_tools::Guest for Component {
             .into_iter()
             .map(|tool| wit_tools::ToolDefinition {
                 name: tool.name,
+                title: tool.title,
                 description: tool.description,
                 input_schema: tool.input_schema,
+                annotations: wit_tools::ToolAnnotations {
+                    read_only_hint: tool.annotations.read_only_hint,
+                    destructive_hint: tool.annotations.destructive_hint,
+                    idempotent_hint: tool.annotations.idempotent_hint,
+                    open_world_hint: tool.annotations.open_world_hint,
+                },
             })
             .collect()
     }

@@ -15,15 +15,17 @@ pub const UNKNOWN_TOOL: &str = "UNKNOWN_TOOL";
 pub const ABORTED: &str = "ABORTED";
 pub const TOOL_ERROR: &str = "TOOL_ERROR";
 
-/// The tools in their stable order, each with its schema as compact JSON.
+/// The tools in their stable order, each with its title, schema as compact JSON, and hints.
 pub fn list_tools(exec: &dyn Executor) -> Vec<ToolDefinition> {
     let limits = exec.current_limits();
     Tool::ALL
         .into_iter()
         .map(|tool| ToolDefinition {
             name: tool.name().to_string(),
+            title: tool.title().to_string(),
             description: tool.description(&limits),
             input_schema: schema::to_json_schema(&tool.params()).to_json_string(),
+            annotations: tool.annotations(),
         })
         .collect()
 }

@@ -132,12 +132,23 @@ pub trait Agent {
     fn inject(&self, owner: &str, text: &str, source: Source) -> Result<(), InjectError>;
 }
 
+/// `tools.tool-annotations`: hints for clients about what a tool may do to its environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolAnnotations {
+    pub read_only_hint: bool,
+    pub destructive_hint: bool,
+    pub idempotent_hint: bool,
+    pub open_world_hint: bool,
+}
+
 /// `tools.tool-definition`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolDefinition {
     pub name: String,
+    pub title: String,
     pub description: String,
     pub input_schema: String,
+    pub annotations: ToolAnnotations,
 }
 
 /// `tools.caller`: who is calling.

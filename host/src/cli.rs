@@ -61,7 +61,7 @@ pub enum Command {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
-    /// MCP `tools/list` entries: name, description, inputSchema.
+    /// MCP `tools/list` entries: name, title, description, inputSchema, annotations.
     Mcp,
     /// OpenAI function tools: {type:"function", function:{name, description, parameters}}.
     Openai,
@@ -315,7 +315,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
     let (host, local) = build_host(&cli.common).await?;
     let code = match cli.command {
         Command::Tools { format } => {
-            let defs = definitions_json(host.tools(), format);
+            let defs = definitions_json(host.tools(), format)?;
             let text = serde_json::to_string_pretty(&defs).map_err(anyhow::Error::from)?;
             print_out(&format!("{text}\n"));
             0
@@ -387,19 +387,33 @@ fn print_out(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
-/// The definitions in the shape one agent ecosystem expects, all from the component's schema.
-pub fn definitions_json(tools: &[ToolDefinition], format: Format) -> serde_json::Value {
-    let entries = tools.iter().map(|t| match format {
-        Format::Mcp => serde_json::json!({
-            "name": t.name, "description": t.description, "inputSchema": t.input_schema,
-        }),
-        Format::Openai => serde_json::json!({
-            "type": "function",
-            "function": { "name": t.name, "description": t.description, "parameters": t.input_schema },
-        }),
-        Format::Anthropic => serde_json::json!({
-            "name": t.name, "description": t.description, "input_schema": t.input_schema,
-        }),
-    });
-    serde_json::Value::Array(entries.collect())
+/// The definitions in the shape one agent ecosystem expects, all from the component's
+/// definitions. MCP's are exactly the entries of `dsh-host mcp`'s `tools/list`, title and
+/// annotations included; OpenAI's and Anthropic's function tools have no place for a title or
+/// annotations, so they carry name, description and schema only.
+pub fn definitions_json(
+    tools: &[ToolDefinition],
+    format: Format,
+) -> anyhow::Result<serde_json::Value> {
+    let entries = match format {
+        Format::Mcp => return Ok(serde_json::to_value(crate::mcp::mcp_tools(tools)?)?),
+        Format::Openai => tools
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "type": "function",
+                    "function": { "name": t.name, "description": t.description, "parameters": t.input_schema },
+                })
+            })
+            .collect(),
+        Format::Anthropic => tools
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "name": t.name, "description": t.description, "input_schema": t.input_schema,
+                })
+            })
+            .collect(),
+    };
+    Ok(serde_json::Value::Array(entries))
 }

@@ -13,5 +13,7 @@ pub mod inject;
 pub mod mcp;
 
 pub use dsh_executor as executor;
-pub use engine::{Caller, ComponentSource, HostOptions, ToolDefinition, ToolHost, ToolResult};
+pub use engine::{
+    Caller, ComponentSource, HostOptions, ToolAnnotations, ToolDefinition, ToolHost, ToolResult,
+};
 pub use inject::{Injection, Session, SessionRouter};

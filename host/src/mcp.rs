@@ -5,7 +5,10 @@
 //! carries it. What the server does on top of rmcp:
 //!
 //! - `tools/list` lists the component's tools with their input schemas exactly as the component
-//!   converted them.
+//!   converted them, and the component's titles and annotations (`readOnlyHint`,
+//!   `destructiveHint`, `idempotentHint`, `openWorldHint`).
+//! - The `initialize` result carries [`INSTRUCTIONS`] (foreground or background, fresh shells)
+//!   and the server's title, [`SERVER_TITLE`].
 //! - `tools/call` hands the name and the `arguments` object (as JSON text, `{}` when absent) to
 //!   the component unchecked, so that the component answers unknown tools and bad arguments
 //!   itself. The result is the tool text as the first text block, `isError` from the component.
@@ -35,6 +38,7 @@ use rmcp::model::{
     CustomResult, ErrorCode, Implementation, JsonObject, ListToolsResult, LoggingLevel,
     LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
     ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig, SetLevelRequestParams, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::{QuitReason, RequestContext, ServerInitializeError, serve_server_with_ct};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
@@ -48,6 +52,23 @@ use transport::LineTransport;
 
 /// The server name in the `initialize` result.
 pub const SERVER_NAME: &str = "dsh-host";
+
+/// The server's title in the `initialize` result, for clients to display.
+pub const SERVER_TITLE: &str = "dsh bash tools";
+
+/// The `instructions` of the `initialize` result: how the three tools work together, for the
+/// client to hand to the model.
+pub const INSTRUCTIONS: &str = "\
+These tools run shell commands on the machine this server runs on.
+- Use bash in the foreground for commands that finish within its timeout (the bash tool's \
+description names the default and the maximum); the call returns their output.
+- For servers, watchers, long builds and anything else that keeps running, set \
+run_in_background: the call returns a task id at once and no timeout applies. Poll the task's new \
+output and status with bash_output, and stop it with bash_kill. When a task ends, a notice says \
+so on a later result.
+- Every call starts a fresh shell: cd, variables and functions do not carry over. Set workdir \
+instead of using cd.
+- Running tasks are stopped when this server stops.";
 
 /// The logger name of the completion-notice log messages.
 pub const NOTICE_LOGGER: &str = "tool-bash";
@@ -200,8 +221,10 @@ where
     Ok(())
 }
 
-/// The component's tools as MCP tools, schemas passed through unchanged.
-fn mcp_tools(defs: &[ToolDefinition]) -> anyhow::Result<Vec<Tool>> {
+/// The component's tools as MCP tools (the entries of `tools/list`): schemas passed through
+/// unchanged, with the component's titles and annotations. The title is also the annotations'
+/// `title`, where clients of the 2025-03-26 revision (which has no tool `title`) look for it.
+pub fn mcp_tools(defs: &[ToolDefinition]) -> anyhow::Result<Vec<Tool>> {
     defs.iter()
         .map(|d| {
             let serde_json::Value::Object(schema) = &d.input_schema else {
@@ -210,11 +233,21 @@ fn mcp_tools(defs: &[ToolDefinition]) -> anyhow::Result<Vec<Tool>> {
                     d.name
                 );
             };
+            let hints = d.annotations;
+            let annotations = ToolAnnotations::from_raw(
+                Some(d.title.clone()),
+                Some(hints.read_only_hint),
+                Some(hints.destructive_hint),
+                Some(hints.idempotent_hint),
+                Some(hints.open_world_hint),
+            );
             Ok(Tool::new(
                 d.name.clone(),
                 d.description.clone(),
                 Arc::new(schema.clone()),
-            ))
+            )
+            .with_title(d.title.clone())
+            .with_annotations(annotations))
         })
         .collect()
 }
@@ -327,7 +360,11 @@ impl ServerHandler for McpServer {
             .enable_tools()
             .build();
         ServerConfig::new(capabilities)
-            .with_server_info(Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION")))
+            .with_server_info(
+                Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION"))
+                    .with_title(SERVER_TITLE),
+            )
+            .with_instructions(INSTRUCTIONS)
     }
 
     async fn list_tools(

@@ -1,4 +1,4 @@
-//! An executor middleware component: it imports `dsh:bash/bash-executor@0.1.0` (the real
+//! An executor middleware component: it imports `dsh:bash/bash-executor@0.2.0` (the real
 //! executor) and exports the same interface, so that a composition can put it in front of the
 //! tools component's executor import without rebuilding the tools:
 //!

@@ -4,6 +4,7 @@ use super::*;
 use crate::fake::{Call, FakeAgent, FakeExecutor};
 use crate::world::{
     ExecError, Limits, Read, Request, RunResult, Spec, StreamDelta, StreamOutput, TaskState,
+    ToolAnnotations,
 };
 
 fn ok(text: &str) -> ToolResult {
@@ -152,6 +153,56 @@ fn task_tool_descriptions_are_exact() {
          grace period. Returns at once; the task reads as killed from then on, and bash_output \
          still shows what it wrote."
     );
+}
+
+#[test]
+fn titles_are_exact() {
+    let exec = FakeExecutor::default();
+    let titles: Vec<String> = list_tools(&exec).into_iter().map(|t| t.title).collect();
+    assert_eq!(
+        titles,
+        [
+            "Run a shell command",
+            "Read background task output",
+            "Stop a background task",
+        ]
+    );
+}
+
+#[test]
+fn annotations_are_exact() {
+    let exec = FakeExecutor::default();
+    let tools = list_tools(&exec);
+    let hints = |read_only, destructive, idempotent, open_world| ToolAnnotations {
+        read_only_hint: read_only,
+        destructive_hint: destructive,
+        idempotent_hint: idempotent,
+        open_world_hint: open_world,
+    };
+    // bash runs anything: it writes and deletes, a repeat runs again, and it reaches the world.
+    assert_eq!(tools[0].annotations, hints(false, true, false, true));
+    // bash_output changes no file or process, but each read consumes the output it returns.
+    assert_eq!(tools[1].annotations, hints(true, false, false, false));
+    // bash_kill ends processes, and a second kill of the same task has no further effect.
+    assert_eq!(tools[2].annotations, hints(false, true, true, false));
+}
+
+/// Titles and hints do not depend on the executor's limits; only bash's description does.
+#[test]
+fn titles_and_annotations_do_not_follow_the_limits() {
+    let small = FakeExecutor {
+        limits: Limits {
+            default_timeout_ms: 1.0,
+            max_timeout_ms: 2.0,
+            max_output_bytes: 1,
+            grace_ms: 1.0,
+        },
+        ..Default::default()
+    };
+    let default = FakeExecutor::default();
+    for (a, b) in list_tools(&small).into_iter().zip(list_tools(&default)) {
+        assert_eq!((&a.title, a.annotations), (&b.title, b.annotations));
+    }
 }
 
 // ---- call-tool: dispatch and validation -------------------------------------------------------

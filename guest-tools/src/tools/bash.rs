@@ -3,8 +3,22 @@
 use super::{ToolError, str_arg};
 use crate::json::Json;
 use crate::schema::{Param, Prop};
-use crate::world::{Caller, Executor, Limits, Request};
+use crate::world::{Caller, Executor, Limits, Request, ToolAnnotations};
 use crate::{jsnum, jstrim, render, workdir};
+
+pub const TITLE: &str = "Run a shell command";
+
+/// A command can do anything the host's user can: `bash` is the one tool that needs approval.
+pub const ANNOTATIONS: ToolAnnotations = ToolAnnotations {
+    // It runs whatever it is given, and most commands change something.
+    read_only_hint: false,
+    // `rm`, `>` and `git reset --hard` overwrite and delete what the tool did not create.
+    destructive_hint: true,
+    // Running a command again runs it again: appends append twice, counters count twice.
+    idempotent_hint: false,
+    // Commands reach the whole file system, the network and every program on the machine.
+    open_world_hint: true,
+};
 
 pub fn params() -> Vec<Param> {
     vec![

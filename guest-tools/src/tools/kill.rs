@@ -2,7 +2,21 @@
 
 use super::{ToolError, task_id};
 use crate::json::Json;
-use crate::world::{Caller, Executor};
+use crate::world::{Caller, Executor, ToolAnnotations};
+
+pub const TITLE: &str = "Stop a background task";
+
+pub const ANNOTATIONS: ToolAnnotations = ToolAnnotations {
+    // It ends processes.
+    read_only_hint: false,
+    // Whatever the task was doing is cut short and cannot be resumed.
+    destructive_hint: true,
+    // Killing a task again changes nothing: the executor's kill is idempotent (a second kill
+    // does not restart the escalation), and the tool answers that the task had already finished.
+    idempotent_hint: true,
+    // It reaches only a task this host started (and this session owns or may touch).
+    open_world_hint: false,
+};
 
 pub const DESCRIPTION: &str = "Stop a background bash task: its whole process tree gets SIGTERM, \
 then SIGKILL after a grace period. Returns at once; the task reads as killed from then on, and \

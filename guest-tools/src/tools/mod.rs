@@ -10,7 +10,7 @@ mod task_id;
 
 use crate::json::Json;
 use crate::schema::Param;
-use crate::world::{Caller, ExecError, Executor, Limits};
+use crate::world::{Caller, ExecError, Executor, Limits, ToolAnnotations};
 
 /// Why a tool body failed. The dispatcher turns it into an error result.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +65,24 @@ impl Tool {
         match self {
             Tool::Bash => bash::params(),
             Tool::BashOutput | Tool::BashKill => task_id::params(),
+        }
+    }
+
+    /// A short human title, for clients to display.
+    pub fn title(self) -> &'static str {
+        match self {
+            Tool::Bash => bash::TITLE,
+            Tool::BashOutput => output::TITLE,
+            Tool::BashKill => kill::TITLE,
+        }
+    }
+
+    /// What the tool may do to its environment, for clients deciding what needs approval.
+    pub fn annotations(self) -> ToolAnnotations {
+        match self {
+            Tool::Bash => bash::ANNOTATIONS,
+            Tool::BashOutput => output::ANNOTATIONS,
+            Tool::BashKill => kill::ANNOTATIONS,
         }
     }
 

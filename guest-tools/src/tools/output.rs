@@ -2,8 +2,22 @@
 
 use super::{ToolError, task_id};
 use crate::json::Json;
-use crate::world::{Caller, Executor};
+use crate::world::{Caller, Executor, ToolAnnotations};
 use crate::{render, status};
+
+pub const TITLE: &str = "Read background task output";
+
+pub const ANNOTATIONS: ToolAnnotations = ToolAnnotations {
+    // It changes no file and no process: it only moves the caller's read position in the task's
+    // output, which is the host's bookkeeping of what this session was shown.
+    read_only_hint: true,
+    destructive_hint: false,
+    // Yet a second identical call is not a repeat of the first: it returns only what the task
+    // wrote since, so a retried call whose answer was lost does not get that output back.
+    idempotent_hint: false,
+    // It reaches only a task this host started (and this session may read).
+    open_world_hint: false,
+};
 
 pub const DESCRIPTION: &str = "Read a background bash task's new output: everything it wrote \
 since the previous bash_output call on it (stdout, then stderr after a [stderr] line), followed \

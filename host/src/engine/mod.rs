@@ -30,13 +30,30 @@ use state::CallState;
 
 use crate::inject::{Session, SessionRouter};
 
-/// A tool as the model sees it.
+/// A tool as the model and the client see it, as the component lists it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolDefinition {
     pub name: String,
+    /// A short human title, for clients to display.
+    pub title: String,
     pub description: String,
     /// JSON Schema of the arguments, exactly as the component converted it.
     pub input_schema: serde_json::Value,
+    pub annotations: ToolAnnotations,
+}
+
+/// What a tool may do to its environment, as the component states it: hints for clients
+/// deciding which calls need the user's approval (MCP's tool annotations), never enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolAnnotations {
+    /// The tool changes nothing in its environment.
+    pub read_only_hint: bool,
+    /// The tool may change or delete what it did not create.
+    pub destructive_hint: bool,
+    /// Repeating a call with the same arguments has no further effect.
+    pub idempotent_hint: bool,
+    /// The tool may reach entities outside the host.
+    pub open_world_hint: bool,
 }
 
 /// Who calls: the session's owner token and working directory.
@@ -296,8 +313,15 @@ impl Inner {
                 })?;
                 Ok(ToolDefinition {
                     name: d.name,
+                    title: d.title,
                     description: d.description,
                     input_schema,
+                    annotations: ToolAnnotations {
+                        read_only_hint: d.annotations.read_only_hint,
+                        destructive_hint: d.annotations.destructive_hint,
+                        idempotent_hint: d.annotations.idempotent_hint,
+                        open_world_hint: d.annotations.open_world_hint,
+                    },
                 })
             })
             .collect()
@@ -360,7 +384,7 @@ fn engine_config(pooling: bool) -> wasmtime::Config {
 }
 
 /// The interfaces the world imports, as the component names them.
-const WORLD_IMPORTS: [&str; 2] = ["dsh:bash/bash-executor@0.1.0", "dsh:bash/agent@0.1.0"];
+const WORLD_IMPORTS: [&str; 2] = ["dsh:bash/bash-executor@0.2.0", "dsh:bash/agent@0.2.0"];
 
 /// Link the world's imports: the executor and agent interfaces, and the WASI pieces a Rust guest
 /// needs (cli and io), backed by a deny-all context. Nothing else is linked.

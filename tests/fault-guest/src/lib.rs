@@ -53,8 +53,16 @@ mod component {
             .into_iter()
             .map(|name| wit_tools::ToolDefinition {
                 name: name.into(),
+                title: format!("Misbehave: {name}"),
                 description: format!("misbehave: {name}"),
                 input_schema: r#"{"type":"object","properties":{}}"#.into(),
+                // The most cautious hints: MCP's defaults for a tool that says nothing.
+                annotations: wit_tools::ToolAnnotations {
+                    read_only_hint: false,
+                    destructive_hint: true,
+                    idempotent_hint: false,
+                    open_world_hint: true,
+                },
             })
             .collect()
         }

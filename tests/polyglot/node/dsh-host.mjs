@@ -393,7 +393,18 @@ export class ToolHost {
     executor.onTaskDone = (task) => this.taskDone(task);
     this.tools = this.instance()
       .listTools()
-      .map((t) => ({ name: t.name, description: t.description, inputSchema: JSON.parse(t.inputSchema) }));
+      .map((t) => ({
+        name: t.name,
+        title: t.title,
+        description: t.description,
+        inputSchema: JSON.parse(t.inputSchema),
+        annotations: {
+          readOnlyHint: t.annotations.readOnlyHint,
+          destructiveHint: t.annotations.destructiveHint,
+          idempotentHint: t.annotations.idempotentHint,
+          openWorldHint: t.annotations.openWorldHint,
+        },
+      }));
   }
 
   openSession(cwd = undefined) {

@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional
 import wasmtime
 from wasmtime.component import Component, Linker, Record, Variant
 
-WIT_VERSION = "0.1.0"
+WIT_VERSION = "0.2.0"
 EXECUTOR = f"dsh:bash/bash-executor@{WIT_VERSION}"
 AGENT = f"dsh:bash/agent@{WIT_VERSION}"
 TOOLS = f"dsh:bash/tools@{WIT_VERSION}"
@@ -565,7 +565,16 @@ class ToolHost:
             with root.add_instance(AGENT) as agent:
                 agent.add_func("inject", self._inject)
         self.tools = [
-            {"name": d.name, "description": d.description, "input_schema": json.loads(_get(d, "input_schema"))}
+            {
+                "name": d.name,
+                "title": d.title,
+                "description": d.description,
+                "input_schema": json.loads(_get(d, "input_schema")),
+                "annotations": {
+                    hint: _get(d.annotations, hint)
+                    for hint in ("read_only_hint", "destructive_hint", "idempotent_hint", "open_world_hint")
+                },
+            }
             for d in self._export("list-tools")()
         ]
 

@@ -118,7 +118,19 @@ def main():
         result["cases"][name[: -len(".json")]] = outcomes
         if result["tools"] is None:
             result["tools"] = [
-                {"name": t["name"], "description": t["description"], "inputSchema": t["input_schema"]} for t in host.tools
+                {
+                    "name": t["name"],
+                    "title": t["title"],
+                    "description": t["description"],
+                    "inputSchema": t["input_schema"],
+                    "annotations": {
+                        "readOnlyHint": t["annotations"]["read_only_hint"],
+                        "destructiveHint": t["annotations"]["destructive_hint"],
+                        "idempotentHint": t["annotations"]["idempotent_hint"],
+                        "openWorldHint": t["annotations"]["open_world_hint"],
+                    },
+                }
+                for t in host.tools
             ]
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
