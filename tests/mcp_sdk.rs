@@ -117,6 +117,15 @@ fn python_sdk_client_uses_every_tool_over_stdio() {
         .map(|t| t["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["bash", "bash_output", "bash_kill"], "{r}");
+    // Titles and hints as the SDK parsed them.
+    assert_eq!(r["tools"][0]["title"], "Run a shell command", "{r}");
+    assert_eq!(
+        r["tools"][1]["annotations"],
+        json!({"title": "Read background task output", "readOnlyHint": true,
+               "destructiveHint": false, "idempotentHint": false, "openWorldHint": false}),
+        "{r}"
+    );
+    assert_eq!(r["tools"][2]["annotations"]["idempotentHint"], true, "{r}");
     assert_eq!(r["foreground"], json!({"text": ["hi\n"], "isError": false}));
     assert_eq!(r["background"], json!(["started background task bash-1"]));
     let notice = "background bash task bash-1 finished [status: completed, exit code: 0]. \

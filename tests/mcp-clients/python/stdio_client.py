@@ -38,7 +38,7 @@ async def main():
                 {
                     "name": t.name,
                     "title": t.title,
-                    "annotations": t.annotations.model_dump(exclude_none=True) if t.annotations else None,
+                    "annotations": t.annotations.model_dump(by_alias=True, exclude_none=True) if t.annotations else None,
                 }
                 for t in tools.tools
             ]
