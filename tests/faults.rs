@@ -6,47 +6,18 @@
 #[path = "support/nested_cargo.rs"]
 mod nested_cargo;
 
+#[path = "support/fault_guest.rs"]
+mod fault_guest;
+
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
+
+use fault_guest::fault_guest;
 
 use dsh_host::executor::{Config, Executor, LocalExecutor, TaskState};
 use dsh_host::{Caller, ComponentSource, HostOptions, SessionRouter, ToolHost};
 use tokio_util::sync::CancellationToken;
-
-fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// Build the fault guest once per test process.
-fn fault_guest() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let root = workspace_root();
-            let target_dir = root.join("target").join("guest-wasm");
-            let mut cmd = std::process::Command::new(env!("CARGO"));
-            cmd.current_dir(&root)
-                .args([
-                    "build",
-                    "-p",
-                    "fault-guest",
-                    "--release",
-                    "--target",
-                    "wasm32-wasip2",
-                    "--target-dir",
-                ])
-                .arg(&target_dir);
-            nested_cargo::scrub_outer_cargo_env(&mut cmd);
-            let status = cmd.status().expect("cargo runs");
-            assert!(status.success(), "building fault-guest failed");
-            target_dir.join("wasm32-wasip2/release/fault_guest.wasm")
-        })
-        .clone()
-}
 
 async fn faulty_host() -> ToolHost {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();

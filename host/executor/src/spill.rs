@@ -6,6 +6,20 @@
 //! A file is only ever presented while it holds every byte of its stream: one that hit its cap,
 //! failed to write or was removed at shutdown is withdrawn, and output continues in memory only.
 //!
+//! The spill parent may be shared with other users (the system temp dir, or a `--spill-dir`
+//! without the sticky bit), so nothing here trusts a path after creating it. The directory is
+//! made like `mkdtemp`: a fresh random name (`dsh-bash-<host pid>-<12 hex>`) created with `mkdir`
+//! mode `0700` (a name already taken, even by a symlink, is never reused: another name is tried),
+//! opened at once with `O_NOFOLLOW`, and refused unless the open descriptor is a directory owned
+//! by this user. That descriptor stays open, and every file is created relative to it
+//! (`openat(O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC, 0600)`) and deleted relative to it (`unlinkat`):
+//! a directory moved away and replaced by a symlink or by someone else's directory gets none of
+//! the host's writes or deletes. The files' paths are still what the model is given (the
+//! contract names spill files by path), but a path is only presented while it leads to the file
+//! the host wrote: one that resolves elsewhere is withdrawn like a failed file. At shutdown the
+//! files go through the descriptor, and the directory is removed from its parent only while its
+//! name still refers to it.
+//!
 //! Disk is bounded per executor: every byte written to any of its spill files counts against one
 //! total budget ([`crate::Config::max_spill_total_bytes`]). A file whose write would exceed the
 //! budget is treated exactly like one that hit its own cap (it keeps what fit, stops growing and
@@ -14,15 +28,26 @@
 //! everything at shutdown. A foreground command's files are presented to the model by path, so
 //! they stay until shutdown and stay counted: the budget is what bounds them.
 
-use std::fs::{DirBuilder, File, OpenOptions};
+use std::ffi::CString;
+use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::PathBuf;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+use rustix::io::Errno;
+
 /// Numbers the commands of this process in spill file names.
 static COUNTER: AtomicU64 = AtomicU64::new(1);
+
+/// Fresh directory names tried before giving up (each taken name is someone else's or a race).
+const DIR_ATTEMPTS: usize = 64;
+
+/// How deep [`remove_contents`] descends into directories the commands made in the spill
+/// directory.
+const MAX_REMOVE_DEPTH: usize = 32;
 
 /// The bytes all spill files of one executor may hold together.
 #[derive(Debug)]
@@ -64,13 +89,156 @@ impl Budget {
     }
 }
 
+/// Whether two `stat` results are the same file.
+fn same_file(a: &Stat, b: &Stat) -> bool {
+    a.st_dev == b.st_dev && a.st_ino == b.st_ino
+}
+
+/// The per-process directory, once created: held open for as long as it is in use.
+#[derive(Debug)]
+struct Created {
+    /// Where it was created; what the model's paths are made of.
+    path: PathBuf,
+    /// The directory itself. Files are created and deleted relative to it, and each file keeps
+    /// a handle on it (so a file made before the directory vanished is deleted where it is).
+    fd: Arc<OwnedFd>,
+    /// The spill parent it was created in, and its name there: to remove it at shutdown.
+    parent: OwnedFd,
+    name: String,
+    /// Its identity, to check at shutdown that the name still refers to it.
+    stat: Stat,
+}
+
+impl Created {
+    /// Makes a fresh directory in `parent_path`, `0700`, like `mkdtemp`.
+    fn make(parent_path: &Path) -> io::Result<Self> {
+        let parent = rustix::fs::open(
+            parent_path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let euid = rustix::process::geteuid().as_raw();
+        for _ in 0..DIR_ATTEMPTS {
+            let name = format!("dsh-bash-{}-{}", std::process::id(), random_hex());
+            match rustix::fs::mkdirat(&parent, name.as_str(), Mode::RWXU) {
+                Ok(()) => {}
+                // Taken (by anything, a symlink included): another name.
+                Err(Errno::EXIST) => continue,
+                Err(err) => return Err(err.into()),
+            }
+            // Opened without following a symlink; in a shared parent without the sticky bit the
+            // new directory may already have been swapped for a symlink or for a directory of
+            // someone else, which is refused (and left alone) here.
+            let fd = match rustix::fs::openat(
+                &parent,
+                name.as_str(),
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => fd,
+                Err(err @ (Errno::LOOP | Errno::NOTDIR | Errno::NOENT)) => {
+                    tracing::warn!(dir = %parent_path.join(&name).display(), %err, "the new spill directory was replaced before it was opened; trying another name");
+                    continue;
+                }
+                Err(err) => return Err(err.into()),
+            };
+            let stat = rustix::fs::fstat(&fd)?;
+            if stat.st_uid != euid || FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
+                tracing::warn!(dir = %parent_path.join(&name).display(), owner = stat.st_uid, "the new spill directory was replaced by someone else's before it was opened; trying another name");
+                continue;
+            }
+            // The umask may have narrowed the mode; make it exactly 0700.
+            rustix::fs::fchmod(&fd, Mode::RWXU)?;
+            return Ok(Self {
+                path: parent_path.join(&name),
+                fd: Arc::new(fd),
+                parent,
+                name,
+                stat,
+            });
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "no fresh spill directory name in {} after {DIR_ATTEMPTS} tries",
+                parent_path.display()
+            ),
+        ))
+    }
+
+    /// Deletes every file in the directory through its descriptor, then the directory itself if
+    /// its name in the parent still refers to it.
+    fn remove(self) -> io::Result<()> {
+        let files = remove_contents(&self.fd, MAX_REMOVE_DEPTH);
+        let dir = match rustix::fs::statat(
+            &self.parent,
+            self.name.as_str(),
+            AtFlags::SYMLINK_NOFOLLOW,
+        ) {
+            Ok(now) if same_file(&now, &self.stat) => {
+                match rustix::fs::unlinkat(&self.parent, self.name.as_str(), AtFlags::REMOVEDIR) {
+                    Ok(()) | Err(Errno::NOENT) => Ok(()),
+                    Err(err) => Err(err.into()),
+                }
+            }
+            Ok(_) => {
+                tracing::warn!(dir = %self.path.display(), "the spill directory was moved and its name reused; its files were deleted, what is under the name now is left alone");
+                Ok(())
+            }
+            Err(Errno::NOENT) => Ok(()),
+            Err(err) => Err(err.into()),
+        };
+        files.and(dir)
+    }
+}
+
+/// Deletes everything in the directory `dir` without following symlinks: files and symlinks are
+/// unlinked, directories (which commands may have made) emptied the same way up to `depth`
+/// levels down and removed. Returns the first error; deletes what it can.
+fn remove_contents(dir: &OwnedFd, depth: usize) -> io::Result<()> {
+    let mut names: Vec<CString> = Vec::new();
+    for entry in rustix::fs::Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name != c"." && name != c".." {
+            names.push(name.to_owned());
+        }
+    }
+    let mut result = Ok(());
+    for name in names {
+        let removed = match rustix::fs::unlinkat(dir, name.as_c_str(), AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(Errno::ISDIR) if depth > 0 => rustix::fs::openat(
+                dir,
+                name.as_c_str(),
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(io::Error::from)
+            .and_then(|sub| remove_contents(&sub, depth - 1))
+            .and_then(|()| {
+                Ok(rustix::fs::unlinkat(
+                    dir,
+                    name.as_c_str(),
+                    AtFlags::REMOVEDIR,
+                )?)
+            }),
+            Err(err) => Err(err.into()),
+        };
+        if result.is_ok() {
+            result = removed;
+        }
+    }
+    result
+}
+
 /// An executor's spill directory, and the budget its files share.
 #[derive(Debug)]
 pub(crate) struct SpillDir {
     /// `None`: the system temp dir.
     parent: Option<PathBuf>,
     /// The directory, once created.
-    path: Mutex<Option<PathBuf>>,
+    dir: Mutex<Option<Created>>,
     /// Removed at shutdown: no file is presented or created any more.
     removed: AtomicBool,
     budget: Budget,
@@ -89,7 +257,7 @@ impl SpillDir {
     pub(crate) fn with_budget(parent: Option<PathBuf>, total_bytes: u64) -> Arc<Self> {
         Arc::new(Self {
             parent,
-            path: Mutex::new(None),
+            dir: Mutex::new(None),
             removed: AtomicBool::new(false),
             budget: Budget {
                 total: total_bytes,
@@ -108,44 +276,34 @@ impl SpillDir {
         self.parent.clone().unwrap_or_else(std::env::temp_dir)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<PathBuf>> {
-        self.path.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Created>> {
+        self.dir.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The directory if it was created (and not removed).
+    /// The directory's path if it was created (and not removed).
     pub(crate) fn path(&self) -> Option<PathBuf> {
-        self.lock().clone()
+        self.lock().as_ref().map(|dir| dir.path.clone())
     }
 
     fn is_removed(&self) -> bool {
         self.removed.load(Ordering::Acquire)
     }
 
-    /// The directory, created `0700` on first use.
-    fn get(&self) -> io::Result<PathBuf> {
-        let mut path = self.lock();
+    /// The directory (its descriptor and path), created `0700` on first use.
+    fn get(&self) -> io::Result<(Arc<OwnedFd>, PathBuf)> {
+        let mut dir = self.lock();
         if self.is_removed() {
             return Err(io::Error::other(
                 "the spill directory was removed at shutdown",
             ));
         }
-        if let Some(dir) = &*path {
-            return Ok(dir.clone());
+        if let Some(dir) = &*dir {
+            return Ok((dir.fd.clone(), dir.path.clone()));
         }
-        let parent = self.parent();
-        loop {
-            let dir = parent.join(format!("dsh-bash-{}-{}", std::process::id(), random_hex()));
-            match DirBuilder::new().mode(0o700).create(&dir) {
-                Ok(()) => {
-                    // The umask may have narrowed the mode; make it exactly 0700.
-                    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-                    *path = Some(dir.clone());
-                    return Ok(dir);
-                }
-                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(err) => return Err(err),
-            }
-        }
+        let created = Created::make(&self.parent())?;
+        let got = (created.fd.clone(), created.path.clone());
+        *dir = Some(created);
+        Ok(got)
     }
 
     /// Forgets a directory that vanished (e.g. a temp cleaner), so the next spill recreates it.
@@ -156,13 +314,10 @@ impl SpillDir {
     /// Removes the directory with every file in it. Files being written are unlinked; no spill
     /// file is presented or created from now on.
     pub(crate) fn remove(&self) -> io::Result<()> {
-        let mut path = self.lock();
+        let mut dir = self.lock();
         self.removed.store(true, Ordering::Release);
-        match path.take() {
-            Some(dir) => match std::fs::remove_dir_all(&dir) {
-                Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
-                _ => Ok(()),
-            },
+        match dir.take() {
+            Some(created) => created.remove(),
             None => Ok(()),
         }
     }
@@ -202,16 +357,53 @@ pub(crate) fn random_hex() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn create_file(dir: &SpillDir, name: &str) -> io::Result<(File, PathBuf)> {
-    let path = dir.get()?.join(name);
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    Ok((file, path))
+/// A spill file on disk: where the host made it, and the path the model is given.
+#[derive(Debug)]
+struct Placed {
+    /// The directory it was created in.
+    dir: Arc<OwnedFd>,
+    path: PathBuf,
+    /// Its identity, from the descriptor it was created with.
+    stat: Stat,
+}
+
+impl Placed {
+    /// The path, while it leads to this file.
+    fn presentable_path(&self) -> Option<String> {
+        match rustix::fs::stat(&self.path) {
+            Ok(now) if same_file(&now, &self.stat) => {
+                Some(self.path.to_string_lossy().into_owned())
+            }
+            Ok(_) => {
+                tracing::warn!(path = %self.path.display(), "the spill file's path leads to another file (its directory was moved or replaced); the path is withdrawn");
+                None
+            }
+            Err(err) => {
+                tracing::warn!(path = %self.path.display(), %err, "the spill file's path no longer leads to it; the path is withdrawn");
+                None
+            }
+        }
+    }
+}
+
+/// Creates `name` in the spill directory: exclusively, `0600`, never through a symlink.
+fn create_file(dir: &SpillDir, name: &str) -> io::Result<(File, Placed)> {
+    let (dir_fd, dir_path) = dir.get()?;
+    let fd = rustix::fs::openat(
+        &*dir_fd,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::RUSR | Mode::WUSR,
+    )?;
+    // The umask may have narrowed the mode; make it exactly 0600.
+    rustix::fs::fchmod(&fd, Mode::RUSR | Mode::WUSR)?;
+    let stat = rustix::fs::fstat(&fd)?;
+    let placed = Placed {
+        dir: dir_fd,
+        path: dir_path.join(name),
+        stat,
+    };
+    Ok((File::from(fd), placed))
 }
 
 #[derive(Debug)]
@@ -219,15 +411,15 @@ enum State {
     NotStarted,
     Open {
         file: File,
-        path: PathBuf,
+        at: Placed,
     },
     Closed {
-        path: PathBuf,
+        at: Placed,
     },
     /// Hit its cap or the executor's budget: the file stays (still counted), but it is not the
     /// full output. No file when the budget was exhausted before it was created.
     Capped {
-        path: Option<PathBuf>,
+        at: Option<Placed>,
     },
     /// Could not be created or written: memory only.
     Failed,
@@ -268,7 +460,7 @@ impl Spill {
                 total = dir.budget.total,
                 "the spill budget is used up; output stays in memory only"
             );
-            self.state = State::Capped { path: None };
+            self.state = State::Capped { at: None };
             return;
         }
         let created = create_file(dir, &self.target.file_name).or_else(|err| {
@@ -280,7 +472,7 @@ impl Spill {
             }
         });
         self.state = match created {
-            Ok((file, path)) => State::Open { file, path },
+            Ok((file, at)) => State::Open { file, at },
             Err(err) => {
                 tracing::warn!(dir = %dir.parent().display(), %err, "cannot create spill file; output stays in memory only");
                 State::Failed
@@ -290,7 +482,7 @@ impl Spill {
 
     /// Appends to the file, up to its cap and as far as the executor's budget allows.
     pub(crate) fn write(&mut self, data: &[u8]) {
-        let State::Open { file, path } = &mut self.state else {
+        let State::Open { file, at } = &mut self.state else {
             return;
         };
         let budget = &self.target.dir.budget;
@@ -300,26 +492,26 @@ impl Spill {
         // `granted <= data.len()`, so this never truncates.
         let take = usize::try_from(granted).unwrap_or(usize::MAX);
         if let Err(err) = file.write_all(&data[..take]) {
-            tracing::warn!(path = %path.display(), %err, "spill write failed; output stays in memory only");
+            tracing::warn!(path = %at.path.display(), %err, "spill write failed; output stays in memory only");
             // A partial file must not pass for the full output, nor fill the disk further.
-            let path = path.clone();
             self.written += granted;
-            self.state = State::Failed;
-            self.delete(&path);
+            if let State::Open { at, .. } = std::mem::replace(&mut self.state, State::Failed) {
+                self.delete(&at);
+            }
             return;
         }
         self.written += granted;
         if take < data.len() {
             if granted < want {
                 tracing::debug!(
-                    path = %path.display(),
+                    path = %at.path.display(),
                     total = budget.total,
                     "the spill budget is used up; the file stops growing and output stays in memory only"
                 );
             }
-            self.state = State::Capped {
-                path: Some(path.clone()),
-            };
+            if let State::Open { at, .. } = std::mem::replace(&mut self.state, State::Failed) {
+                self.state = State::Capped { at: Some(at) };
+            }
         }
     }
 
@@ -327,21 +519,20 @@ impl Spill {
     /// stream is memory-only from now on: no file is presented, and none is created later. Used
     /// when the task is evicted from the finished list.
     pub(crate) fn discard(&mut self) {
-        let path = match std::mem::replace(&mut self.state, State::Discarded) {
-            State::Open { path, .. }
-            | State::Closed { path }
-            | State::Capped { path: Some(path) } => path,
+        let at = match std::mem::replace(&mut self.state, State::Discarded) {
+            State::Open { at, .. } | State::Closed { at } | State::Capped { at: Some(at) } => at,
             _ => return,
         };
-        self.delete(&path);
+        self.delete(&at);
     }
 
-    /// Removes a file of this stream and returns its bytes to the budget. A file that cannot be
-    /// removed stays counted: its bytes are still on disk.
-    fn delete(&mut self, path: &std::path::Path) {
-        match std::fs::remove_file(path) {
-            Err(err) if err.kind() != io::ErrorKind::NotFound => {
-                tracing::warn!(path = %path.display(), %err, "cannot delete a spill file; its bytes stay counted");
+    /// Removes a file of this stream (relative to the directory it was created in) and returns
+    /// its bytes to the budget. A file that cannot be removed stays counted: its bytes are still
+    /// on disk.
+    fn delete(&mut self, at: &Placed) {
+        match rustix::fs::unlinkat(&*at.dir, self.target.file_name.as_str(), AtFlags::empty()) {
+            Err(err) if err != Errno::NOENT => {
+                tracing::warn!(path = %at.path.display(), %err, "cannot delete a spill file; its bytes stay counted");
             }
             _ => {
                 self.target.dir.budget.release(self.written);
@@ -352,20 +543,20 @@ impl Spill {
 
     /// The stream ended: close the file.
     pub(crate) fn close(&mut self) {
-        if let State::Open { path, .. } = &self.state {
-            self.state = State::Closed { path: path.clone() };
+        if matches!(self.state, State::Open { .. })
+            && let State::Open { at, .. } = std::mem::replace(&mut self.state, State::Discarded)
+        {
+            self.state = State::Closed { at };
         }
     }
 
-    /// The file's path while it holds every byte of the stream.
+    /// The file's path while it holds every byte of the stream (and the path leads to it).
     pub(crate) fn complete_path(&self) -> Option<String> {
         if self.target.dir.is_removed() {
             return None;
         }
         match &self.state {
-            State::Open { path, .. } | State::Closed { path } => {
-                Some(path.to_string_lossy().into_owned())
-            }
+            State::Open { at, .. } | State::Closed { at } => at.presentable_path(),
             _ => None,
         }
     }
@@ -373,6 +564,8 @@ impl Spill {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     #[test]
@@ -548,6 +741,44 @@ mod tests {
         spill.close();
         assert!(spill.started());
         assert_eq!(spill.complete_path(), None);
+    }
+
+    #[test]
+    fn removal_empties_what_commands_made_without_following_symlinks() {
+        let parent = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, b"victim").unwrap();
+        let dir = SpillDir::new(Some(parent.path().into()));
+        let mut spill = open_spill(&dir, 100);
+        spill.write(b"abc");
+        let spill_dir = dir.path().unwrap();
+        // What a command running as the same user might leave in there.
+        std::fs::create_dir_all(spill_dir.join("sub/deeper")).unwrap();
+        std::fs::write(spill_dir.join("sub/deeper/file"), b"x").unwrap();
+        std::os::unix::fs::symlink(&victim, spill_dir.join("link")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), spill_dir.join("sub/dirlink")).unwrap();
+        dir.remove().unwrap();
+        assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0);
+        assert_eq!(std::fs::read(&victim).unwrap(), b"victim");
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn the_directory_is_private_and_named_for_the_host() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = SpillDir::new(Some(parent.path().into()));
+        let _spill = open_spill(&dir, 100);
+        let path = dir.path().unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.is_dir());
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o700);
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let suffix = name
+            .strip_prefix(&format!("dsh-bash-{}-", std::process::id()))
+            .unwrap();
+        assert_eq!(suffix.len(), 12);
+        assert!(suffix.bytes().all(|b| b.is_ascii_hexdigit()));
     }
 
     #[test]
