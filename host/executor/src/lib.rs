@@ -32,6 +32,7 @@ mod workdir;
 
 pub use env::EnvPolicy;
 pub use local::LocalExecutor;
+pub use spill::random_hex;
 
 /// A boxed future, so that [`Executor`] stays object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

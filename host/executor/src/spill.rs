@@ -343,8 +343,9 @@ pub(crate) fn targets(dir: &Arc<SpillDir>, cap: u64) -> (SpillTarget, SpillTarge
     (target("stdout"), target("stderr"))
 }
 
-/// 12 random hex digits, so that names cannot be guessed ahead of time.
-pub(crate) fn random_hex() -> String {
+/// 12 random hex digits, so that names cannot be guessed ahead of time (spill files, command
+/// cgroups, and the host's cache temporary files).
+pub fn random_hex() -> String {
     let mut bytes = [0u8; 6];
     if getrandom::fill(&mut bytes).is_err() {
         // Never seen in practice; the name is still unique through pid and counter, and the

@@ -389,7 +389,7 @@ impl CacheDir {
                 ".tmp-{}-{}-{}",
                 std::process::id(),
                 TMP_COUNTER.fetch_add(1, Ordering::Relaxed),
-                random_hex()
+                dsh_executor::random_hex()
             );
             match create_exclusive(&self.fd, &name) {
                 Ok(fd) => return Ok((name, fd)),
@@ -437,20 +437,6 @@ fn create_exclusive(dir: impl AsFd, name: &str) -> io::Result<OwnedFd> {
         flags,
         Mode::RUSR | Mode::WUSR,
     )?)
-}
-
-/// 12 random hex digits.
-fn random_hex() -> String {
-    let mut bytes = [0u8; 6];
-    if getrandom::fill(&mut bytes).is_err() {
-        // Never seen in practice; pid and counter keep the name unique, and the exclusive create
-        // refuses anything planted under it.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        bytes.copy_from_slice(&nanos.to_le_bytes()[..6]);
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
