@@ -885,7 +885,7 @@ fn per_request_log_levels_decide_whether_notices_are_logged() {
             meta["io.modelcontextprotocol/logLevel"] = json!(level);
         }
         let mut mcp = Mcp::spawn(&[]);
-        let mut call = |mcp: &mut Mcp, arguments: Value| {
+        let call = |mcp: &mut Mcp, arguments: Value| {
             let id = mcp.request(
                 "tools/call",
                 json!({"name": "bash", "arguments": arguments, "_meta": meta}),

@@ -318,10 +318,10 @@ fn decode(line: &[u8]) -> Decoded {
         Ok(message) => return Decoded::Message(Box::new(message)),
         Err(e) => e,
     };
-    if error.to_string().starts_with("number out of range") {
-        if let Some(stood_in) = super::big_numbers::stand_in(line) {
-            return decode(&stood_in);
-        }
+    if error.to_string().starts_with("number out of range")
+        && let Some(stood_in) = super::big_numbers::stand_in(line)
+    {
+        return decode(&stood_in);
     }
     if error.is_syntax() || error.is_eof() || error.is_io() {
         tracing::debug!("unparsable MCP input: {error}");
