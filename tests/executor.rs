@@ -1273,7 +1273,7 @@ async fn a_command_still_running_at_the_limit_continues_as_a_task() {
 async fn output_around_the_hand_over_is_neither_lost_nor_doubled() {
     let mut h = harness(|c| c.yield_after_ms = Some(YIELD_MS));
     let r = h
-        .run("for i in $(seq 1 3000); do echo $i; echo $i >&2; sleep 0.0005; done")
+        .run("for i in $(seq 1 1000); do echo $i; echo $i >&2; sleep 0.002; done")
         .await;
     let task = r.yielded.expect("the run yielded").task;
     assert!(
@@ -1286,8 +1286,26 @@ async fn output_around_the_hand_over_is_neither_lost_nor_doubled() {
         !read.stdout.text.is_empty(),
         "some output came after the limit"
     );
-    assert_eq!(r.stdout.text + &read.stdout.text, seq(1, 3000));
-    assert_eq!(r.stderr.text + &read.stderr.text, seq(1, 3000));
+    // Compared as line lists, so that a failure shows where the split went wrong.
+    let lines = |a: &str, b: &str| -> Vec<u32> {
+        (a.to_string() + b)
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect()
+    };
+    let all: Vec<u32> = (1..=1000).collect();
+    let stdout = lines(&r.stdout.text, &read.stdout.text);
+    let stderr = lines(&r.stderr.text, &read.stderr.text);
+    assert!(
+        stdout == all,
+        "stdout split at {:?}",
+        r.stdout.text.lines().last()
+    );
+    assert!(
+        stderr == all,
+        "stderr split at {:?}",
+        r.stderr.text.lines().last()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

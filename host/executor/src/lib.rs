@@ -289,6 +289,8 @@ pub trait Executor: Send + Sync + 'static {
     fn resolve(&self, req: Request) -> Result<Spec, ExecError>;
     /// Foreground run. Cancelling `abort` kills the command; the result then has `aborted` set
     /// (or the call fails with [`ExecError::Aborted`] when it was cancelled before starting).
+    /// With [`Config::yield_after_ms`], a command still running then returns early as a task
+    /// ([`RunResult::yielded`]), and `abort` no longer reaches it.
     fn run(
         &self,
         spec: Spec,
