@@ -1378,3 +1378,30 @@ async fn commands_ending_before_the_limit_and_runs_without_it_end_in_the_call() 
     assert_eq!(r.stdout.text, "a\nb\n");
     assert!(h.exec.list().is_empty());
 }
+
+/// Commands ending around the moment of the hand-over: each end is reported exactly once,
+/// either in the call's result or, for one that was handed over, as its task's event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_racing_the_hand_over_is_reported_once() {
+    let mut h = harness(|c| c.yield_after_ms = Some(300.0));
+    let mut yielded = 0;
+    for i in 0..12 {
+        let r = h.run(&format!("sleep 0.{}; echo done", 290 + 2 * i)).await;
+        match r.yielded {
+            Some(y) => {
+                yielded += 1;
+                let done = h.next_event().await;
+                assert_eq!(
+                    (done.id, done.state, done.exit_code),
+                    (y.task.id.clone(), TaskState::Completed, Some(0))
+                );
+                let read = h.exec.read_output(&y.task.id).unwrap();
+                assert_eq!(r.stdout.text + &read.stdout.text, "done\n");
+            }
+            None => assert_eq!((r.exit_code, r.stdout.text.as_str()), (Some(0), "done\n")),
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(h.events.try_recv().unwrap_err(), TryRecvError::Empty);
+    assert_eq!(h.exec.list().len(), yielded);
+}
