@@ -159,6 +159,34 @@ fn call_non_zero_exit_is_not_an_error() {
     assert_eq!(stdout(&o), "failing\n[exit code: 3]\n");
 }
 
+/// With `call`, a command past `--yield-after-ms` returns its output so far and the task line;
+/// the host then exits, which stops the task.
+#[test]
+fn call_with_yield_after_ms_returns_early_and_stops_the_task_at_exit() {
+    let started = std::time::Instant::now();
+    let o = run(&[
+        "--yield-after-ms",
+        "300",
+        "call",
+        "bash",
+        r#"{"command":"echo $$; exec sleep 30","description":"Sleep for a while"}"#,
+    ]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    assert_eq!(o.status.code(), Some(0));
+    let text = stdout(&o);
+    let (pid, marker) = text.split_once('\n').unwrap();
+    assert_eq!(
+        marker,
+        "[still running after 300ms; continues as background task bash-1; read its output with \
+         bash_output]\n"
+    );
+    let pid: i32 = pid.parse().unwrap();
+    assert!(
+        !procs::alive(pid),
+        "the task's process {pid} outlived the host"
+    );
+}
+
 #[test]
 fn call_json_output_and_error_exit_status() {
     let o = run(&["call", "--json", "bash", "{}"]);
@@ -398,6 +426,9 @@ fn bad_flag_values_exit_2_naming_the_flag() {
         ("--max-tasks", "-1"),
         ("--max-command-bytes", "0"),
         ("--max-command-bytes", "67108865"),
+        ("--yield-after-ms", "0"),
+        ("--yield-after-ms", "-1"),
+        ("--yield-after-ms", "inf"),
     ] {
         let o = run(&[flag, value, "tools"]);
         assert_eq!(o.status.code(), Some(2), "{flag} {value}");

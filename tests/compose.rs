@@ -198,6 +198,27 @@ fn the_policy_caps_timeouts_and_says_so() {
     }
 }
 
+/// A run that continues as a background task (`--yield-after-ms`) passes through the policy
+/// with its task: the composed tools name it as the embedded ones do.
+#[test]
+fn a_run_continuing_as_a_task_passes_through() {
+    let c = composed();
+    let args = bash("echo a; sleep 5; echo b", None).to_string();
+    let out = dsh_host(
+        Some(&c.path),
+        &["--yield-after-ms", "300", "call", "bash", &args, "--json"],
+    );
+    let result: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(
+        result,
+        json!({
+            "text": "a\n[still running after 300ms; continues as background task bash-1; read its output with bash_output]",
+            "isError": false
+        })
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn everything_else_passes_through() {
     let c = composed();

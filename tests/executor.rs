@@ -211,6 +211,11 @@ fn invalid_config_names_the_setting() {
         ),
         (Box::new(|c| c.cwd = Some("/no/such/dsh/dir".into())), "cwd"),
         (Box::new(move |c| c.cwd = Some(file_path.clone())), "cwd"),
+        (Box::new(|c| c.yield_after_ms = Some(0.0)), "yield-after-ms"),
+        (
+            Box::new(|c| c.yield_after_ms = Some(f64::INFINITY)),
+            "yield-after-ms",
+        ),
     ];
     for (edit, setting) in cases {
         let mut config = Config::default();
@@ -1181,4 +1186,222 @@ async fn long_commands_run_as_bash_c_would(mode: Mode) {
             "{mode:?}: {probe:?}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The opt-in foreground limit (`yield_after_ms`)
+
+/// Milliseconds after which a foreground command continues as a task, in these tests: long
+/// enough for bash to have printed its first line on a busy machine.
+const YIELD_MS: f64 = 400.0;
+
+/// A spec of the tools' kind, owned by `me`, with a timeout of its own.
+fn owned_spec(h: &Harness, command: &str, timeout_ms: f64) -> Spec {
+    Spec {
+        owner: Some("me".to_string()),
+        timeout_ms,
+        ..h.spec(command)
+    }
+}
+
+#[test]
+fn yielding_is_off_by_default() {
+    assert_eq!(Config::default().yield_after_ms, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_still_running_at_the_limit_continues_as_a_task() {
+    let mut h = harness(|c| c.yield_after_ms = Some(YIELD_MS));
+    // A timeout shorter than the command: once it is a task, no timeout applies.
+    let spec = owned_spec(
+        &h,
+        "echo a; echo e >&2; sleep 1.5; echo b; echo f >&2",
+        1000.0,
+    );
+    let abort = CancellationToken::new();
+    let started = Instant::now();
+    let r = h.exec.run(spec, abort.clone()).await.unwrap();
+    let returned = started.elapsed();
+    assert!(
+        returned >= Duration::from_millis(YIELD_MS as u64),
+        "{returned:?}"
+    );
+    assert!(returned < Duration::from_millis(1400), "{returned:?}");
+    let yielded = r.yielded.clone().expect("the run yielded");
+    assert_eq!(yielded.after_ms, YIELD_MS);
+    assert_eq!(yielded.task.id, "bash-1");
+    assert_eq!(yielded.task.owner.as_deref(), Some("me"));
+    assert_eq!(yielded.task.state, TaskState::Running);
+    assert_eq!(
+        (r.stdout.text.as_str(), r.stderr.text.as_str()),
+        ("a\n", "e\n")
+    );
+    assert!(!r.stdout.truncated && !r.stderr.truncated);
+    assert_eq!((r.exit_code, r.signal.as_deref()), (None, None));
+    assert!(!r.timed_out && !r.aborted);
+    assert_eq!((r.timeout_ms, r.leftover_processes), (1000.0, 0));
+    // The call is over: its abort token no longer reaches the command.
+    abort.cancel();
+
+    assert_eq!(h.exec.get("bash-1").unwrap().state, TaskState::Running);
+    assert_eq!(h.exec.owner_of("bash-1").as_deref(), Some("me"));
+    let done = h.next_event().await;
+    assert_eq!(done.id, "bash-1");
+    assert_eq!(done.owner.as_deref(), Some("me"));
+    assert_eq!(
+        (done.state, done.exit_code, done.signal.as_deref()),
+        (TaskState::Completed, Some(0), None)
+    );
+    // The first read holds only what came after the call's output.
+    let read = h.exec.read_output("bash-1").unwrap();
+    assert_eq!(
+        (read.stdout.text.as_str(), read.stderr.text.as_str()),
+        ("b\n", "f\n")
+    );
+    assert!(!read.stdout.lossy && !read.stderr.lossy);
+    assert_eq!(read.task.state, TaskState::Completed);
+    let again = h.exec.read_output("bash-1").unwrap();
+    assert_eq!(
+        (again.stdout.text.as_str(), again.stderr.text.as_str()),
+        ("", "")
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(h.events.try_recv().unwrap_err(), TryRecvError::Empty);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_around_the_hand_over_is_neither_lost_nor_doubled() {
+    let mut h = harness(|c| c.yield_after_ms = Some(YIELD_MS));
+    let r = h
+        .run("for i in $(seq 1 1000); do echo $i; echo $i >&2; sleep 0.002; done")
+        .await;
+    let task = r.yielded.expect("the run yielded").task;
+    assert!(
+        !r.stdout.text.is_empty(),
+        "some output came before the limit"
+    );
+    h.next_event().await;
+    let read = h.exec.read_output(&task.id).unwrap();
+    assert!(
+        !read.stdout.text.is_empty(),
+        "some output came after the limit"
+    );
+    // Compared as line lists, so that a failure shows where the split went wrong.
+    let lines = |a: &str, b: &str| -> Vec<u32> {
+        (a.to_string() + b)
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect()
+    };
+    let all: Vec<u32> = (1..=1000).collect();
+    let stdout = lines(&r.stdout.text, &read.stdout.text);
+    let stderr = lines(&r.stderr.text, &read.stderr.text);
+    assert!(
+        stdout == all,
+        "stdout split at {:?}",
+        r.stdout.text.lines().last()
+    );
+    assert!(
+        stderr == all,
+        "stderr split at {:?}",
+        r.stderr.text.lines().last()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_yielded_task_is_killed_like_any_task_and_by_shutdown() {
+    let mut h = harness(|c| c.yield_after_ms = Some(YIELD_MS));
+    let r = h.run("echo $$; sleep 30").await;
+    let task = r.yielded.expect("the run yielded").task;
+    let pid = pids(&r.stdout.text)[0];
+    assert_eq!(h.exec.kill(&task.id), Ok(true));
+    assert_eq!(h.exec.get(&task.id).unwrap().state, TaskState::Killed);
+    let done = h.next_event().await;
+    assert_eq!(
+        (done.id.as_str(), done.state, done.signal.as_deref()),
+        (task.id.as_str(), TaskState::Killed, Some("SIGTERM"))
+    );
+    assert!(!alive(pid));
+
+    let r = h.run("echo $$; sleep 30").await;
+    let pid = pids(&r.stdout.text)[0];
+    assert!(r.yielded.is_some());
+    h.exec.shutdown().await;
+    assert!(!alive(pid), "shutdown kills and awaits a yielded task");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(h.events.try_recv().unwrap_err(), TryRecvError::Empty);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_task_slot_taken_the_command_stays_in_the_foreground() {
+    let mut h = harness(|c| {
+        c.yield_after_ms = Some(YIELD_MS);
+        c.max_tasks = 1;
+    });
+    let blocker = h.start("sleep 30").await;
+    let r = h.run("echo a; sleep 1; echo b").await;
+    assert_eq!(r.yielded, None);
+    assert_eq!((r.stdout.text.as_str(), r.exit_code), ("a\nb\n", Some(0)));
+    // ... and its timeout still applies.
+    let r = h.run_spec(owned_spec(&h, "echo a; sleep 30", 1000.0)).await;
+    assert_eq!(r.yielded, None);
+    assert!(r.timed_out);
+    assert_eq!(r.stdout.text, "a\n");
+    assert_eq!(h.exec.list().len(), 1, "no task was made");
+
+    // A free slot again: the same command yields, and takes the next id.
+    assert_eq!(h.exec.kill(&blocker.id), Ok(true));
+    h.next_event().await;
+    let r = h.run("echo a; sleep 1; echo b").await;
+    assert_eq!(r.yielded.expect("the run yielded").task.id, "bash-2");
+    // Now the yielded task holds the only slot.
+    assert!(matches!(
+        h.exec.start(h.spec("true")).await,
+        Err(ExecError::TaskLimit(_))
+    ));
+    assert_eq!(h.next_event().await.id, "bash-2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_ending_before_the_limit_and_runs_without_it_end_in_the_call() {
+    let h = harness(|c| c.yield_after_ms = Some(YIELD_MS));
+    let r = h.run("echo quick").await;
+    assert_eq!((r.yielded, r.stdout.text.as_str()), (None, "quick\n"));
+    // A timeout before the limit still fires.
+    let r = h.run_timeout("sleep 30", 100.0).await;
+    assert!(r.timed_out && r.yielded.is_none());
+    assert!(h.exec.list().is_empty());
+
+    let h = harness(|_| {});
+    let r = h.run("echo a; sleep 1; echo b").await;
+    assert_eq!(r.yielded, None);
+    assert_eq!(r.stdout.text, "a\nb\n");
+    assert!(h.exec.list().is_empty());
+}
+
+/// Commands ending around the moment of the hand-over: each end is reported exactly once,
+/// either in the call's result or, for one that was handed over, as its task's event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_racing_the_hand_over_is_reported_once() {
+    let mut h = harness(|c| c.yield_after_ms = Some(300.0));
+    let mut yielded = 0;
+    for i in 0..12 {
+        let r = h.run(&format!("sleep 0.{}; echo done", 290 + 2 * i)).await;
+        match r.yielded {
+            Some(y) => {
+                yielded += 1;
+                let done = h.next_event().await;
+                assert_eq!(
+                    (done.id, done.state, done.exit_code),
+                    (y.task.id.clone(), TaskState::Completed, Some(0))
+                );
+                let read = h.exec.read_output(&y.task.id).unwrap();
+                assert_eq!(r.stdout.text + &read.stdout.text, "done\n");
+            }
+            None => assert_eq!((r.exit_code, r.stdout.text.as_str()), (Some(0), "done\n")),
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(h.events.try_recv().unwrap_err(), TryRecvError::Empty);
+    assert_eq!(h.exec.list().len(), yielded);
 }

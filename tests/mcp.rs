@@ -1015,3 +1015,59 @@ fn a_call_with_a_progress_token_reports_progress_until_its_result() {
         );
     }
 }
+
+/// The line that follows the output so far of a call that continues as task `bash-1`.
+const YIELDED_AT_300: &str = "[still running after 300ms; continues as background task bash-1; read its output with bash_output]";
+
+#[test]
+fn with_yield_after_ms_a_long_call_returns_its_output_so_far_and_continues_as_a_task() {
+    let mut mcp = Mcp::start(&["--yield-after-ms", "300"]);
+    let started = Instant::now();
+    let r = mcp.bash("echo a; sleep 2; echo b");
+    let returned = started.elapsed();
+    assert_eq!(texts(&r), [format!("a\n{YIELDED_AT_300}")]);
+    assert!(!is_error(&r));
+    assert!(returned < Duration::from_millis(1800), "{returned:?}");
+
+    // What the call returned is not read again.
+    let r = mcp.call("bash_output", json!({ "task_id": "bash-1" }));
+    assert_eq!(texts(&r), ["(no new output)\n[status: running]"]);
+
+    let message = mcp.notification("notifications/message");
+    assert_eq!(message["params"]["logger"], "tool-bash");
+    assert_eq!(message["params"]["data"], NOTICE);
+    let r = mcp.call("bash_output", json!({ "task_id": "bash-1" }));
+    assert_eq!(
+        texts(&r),
+        ["b\n\n[status: completed, exit code: 0]", NOTICE]
+    );
+}
+
+#[test]
+fn a_yielded_task_is_stopped_with_bash_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let mut mcp = Mcp::start(&["--yield-after-ms", "300"]);
+    let r = mcp.bash(&sleeper(&pid_file));
+    assert_eq!(texts(&r), [format!("(no output)\n{YIELDED_AT_300}")]);
+    let pid = read_pid(&pid_file);
+    let r = mcp.call("bash_kill", json!({ "task_id": "bash-1" }));
+    assert_eq!(texts(&r), ["killed background task bash-1"]);
+    wait_gone(pid, READ_TIMEOUT);
+    let message = mcp.notification("notifications/message");
+    assert_eq!(
+        message["params"]["data"],
+        "background bash task bash-1 finished [status: killed by SIGTERM]. Read its output with bash_output."
+    );
+}
+
+#[test]
+fn without_yield_after_ms_a_long_call_runs_to_its_end() {
+    let mut mcp = Mcp::start(&[]);
+    let started = Instant::now();
+    let r = mcp.bash("echo a; sleep 2; echo b");
+    assert_eq!(texts(&r), ["a\nb\n"]);
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    let r = mcp.call("bash_output", json!({ "task_id": "bash-1" }));
+    assert_eq!(texts(&r), [r#"Error: unknown bash task "bash-1""#]);
+}

@@ -15,7 +15,7 @@ use exports::dsh::bash::tools as wit_tools;
 use crate::dispatch;
 use crate::world::{
     Agent, Caller, ExecError, Executor, InjectError, Limits, Read, Request, RunResult, Source,
-    Spec, StreamDelta, StreamOutput, Task, TaskState,
+    Spec, StreamDelta, StreamOutput, Task, TaskState, Yielded,
 };
 
 /// The exported component.
@@ -106,6 +106,10 @@ impl Executor for WitExecutor {
                 stdout: stream_from_wit(r.stdout),
                 stderr: stream_from_wit(r.stderr),
                 leftover_processes: r.leftover_processes,
+                yielded: r.yielded.map(|y| Yielded {
+                    task: task_from_wit(y.task),
+                    after_ms: y.after_ms,
+                }),
             })
             .map_err(error_from_wit)
     }

@@ -4,17 +4,37 @@
 //! job so that every executor reads the same.
 
 use crate::jsnum;
-use crate::world::{Read, RunResult, StreamOutput};
+use crate::world::{Read, RunResult, StreamOutput, Yielded};
 
 /// Shown instead of a spill path when no complete spill file exists.
 const UNAVAILABLE: &str = "(unavailable)";
 
 /// A foreground run's text (contract §2, "Foreground result text").
+///
+/// A run that continues as a background task (our extension, the executor's opt-in foreground
+/// limit) is rendered by the same rules: its output so far is the body, and one marker names the
+/// task instead of the end markers, since nothing ended.
 pub fn foreground(result: &RunResult) -> String {
     let mut body = join_streams(&stream_text(&result.stdout), &stream_text(&result.stderr));
     if body.is_empty() {
         body.push_str("(no output)");
     }
+    let markers = match &result.yielded {
+        Some(yielded) => vec![yielded_marker(yielded)],
+        None => end_markers(result),
+    };
+    if markers.is_empty() {
+        return body;
+    }
+    if !body.ends_with('\n') {
+        body.push('\n');
+    }
+    body.push_str(&markers.join("\n"));
+    body
+}
+
+/// How the command ended: timeout, signal or exit code, leftovers.
+fn end_markers(result: &RunResult) -> Vec<String> {
     let mut markers = Vec::new();
     if result.timed_out {
         markers.push(format!(
@@ -33,14 +53,17 @@ pub fn foreground(result: &RunResult) -> String {
             result.leftover_processes
         ));
     }
-    if markers.is_empty() {
-        return body;
-    }
-    if !body.ends_with('\n') {
-        body.push('\n');
-    }
-    body.push_str(&markers.join("\n"));
-    body
+    markers
+}
+
+/// The marker of a run that continues as a background task: where it went and how to follow it,
+/// worded like the start line of a background task (`started background task <id>`).
+fn yielded_marker(yielded: &Yielded) -> String {
+    format!(
+        "[still running after {}ms; continues as background task {}; read its output with bash_output]",
+        jsnum::to_js_string(yielded.after_ms),
+        yielded.task.id
+    )
 }
 
 /// A stream's kept text, plus the truncation marker when bytes were dropped.
@@ -265,6 +288,67 @@ mod tests {
         assert_eq!(
             foreground(&r),
             "started\n[stopped 1 leftover background process(es); use run_in_background for long-lived processes]"
+        );
+    }
+
+    fn yielded(id: &str, after_ms: f64, stdout: StreamOutput, stderr: StreamOutput) -> RunResult {
+        RunResult {
+            timeout_ms: 1000.0,
+            stdout,
+            stderr,
+            yielded: Some(Yielded {
+                task: Task {
+                    id: id.into(),
+                    command: "x".into(),
+                    owner: Some("s1".into()),
+                    state: TaskState::Running,
+                    exit_code: None,
+                    signal: None,
+                },
+                after_ms,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_yielded_run_shows_its_output_so_far_and_names_its_task() {
+        assert_eq!(
+            foreground(&yielded("bash-3", 300.0, out("a\n"), out(""))),
+            "a\n[still running after 300ms; continues as background task bash-3; read its output with bash_output]"
+        );
+        assert_eq!(
+            foreground(&yielded("bash-1", 60000.0, out("a"), out("e"))),
+            "a\n[stderr]\ne\n[still running after 60000ms; continues as background task bash-1; read its output with bash_output]"
+        );
+        assert_eq!(
+            foreground(&yielded("bash-12", 1500.5, out(""), out(""))),
+            "(no output)\n[still running after 1500.5ms; continues as background task bash-12; read its output with bash_output]"
+        );
+    }
+
+    #[test]
+    fn a_yielded_run_keeps_the_truncation_rules_and_has_no_end_markers() {
+        let truncated = StreamOutput {
+            text: "tail\n".into(),
+            truncated: true,
+            spill_path: Some("/s/o.log".into()),
+        };
+        assert_eq!(
+            foreground(&yielded("bash-2", 300.0, truncated, out(""))),
+            "tail\n\n[output truncated; full output: /s/o.log]\n\
+             [still running after 300ms; continues as background task bash-2; read its output with bash_output]"
+        );
+        // Only the task marker, even from an executor that also reports end facts.
+        let r = RunResult {
+            timed_out: true,
+            exit_code: Some(3),
+            leftover_processes: 1,
+            ..yielded("bash-2", 300.0, out("x\n"), out(""))
+        };
+        assert_eq!(
+            foreground(&r),
+            "x\n[still running after 300ms; continues as background task bash-2; read its output with bash_output]"
         );
     }
 

@@ -30,7 +30,8 @@ pub struct StreamOutput {
     pub spill_path: Option<String>,
 }
 
-/// `bash-executor.run-result`: the facts of a finished foreground command.
+/// `bash-executor.run-result`: the facts of a finished foreground command, or of one that
+/// continues as a background task (`yielded`).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RunResult {
     pub exit_code: Option<i32>,
@@ -41,6 +42,15 @@ pub struct RunResult {
     pub stdout: StreamOutput,
     pub stderr: StreamOutput,
     pub leftover_processes: u32,
+    pub yielded: Option<Yielded>,
+}
+
+/// `bash-executor.yielded`: the background task a foreground command continues as, after the
+/// executor's foreground limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Yielded {
+    pub task: Task,
+    pub after_ms: f64,
 }
 
 /// `bash-executor.task-state`.

@@ -117,6 +117,12 @@ pub struct CommonArgs {
     /// Background tasks allowed to run at once.
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_usize)]
     pub max_tasks: Option<usize>,
+    /// Off by default. A foreground command still running after MS continues as a background
+    /// task: the call returns its output so far and a line naming the task (read it with
+    /// bash_output). For clients that give up on a request after a fixed time. When
+    /// --max-tasks tasks already run, the command stays in the foreground until its timeout.
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "MS", value_parser = positive_ms)]
+    pub yield_after_ms: Option<f64>,
     /// The longest command accepted, in bytes (default 1 MiB, at most 64 MiB); a longer one is
     /// refused with an error naming this flag, and nothing runs.
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "BYTES", value_parser = positive_u64)]
@@ -219,6 +225,7 @@ impl CommonArgs {
         if let Some(v) = self.max_command_bytes {
             c.max_command_bytes = v;
         }
+        c.yield_after_ms = self.yield_after_ms;
         c.cwd = self.cwd.clone();
         c.keep_spill = self.keep_spill;
         c.env = EnvPolicy {

@@ -127,6 +127,12 @@ mod component {
                 stdout: stream_output(r.stdout),
                 stderr: stream_output(r.stderr),
                 leftover_processes: r.leftover_processes,
+                // A command past the executor's foreground limit is a task like a started one,
+                // which this policy lets through too.
+                yielded: r.yielded.map(|y| outer::Yielded {
+                    task: task(y.task),
+                    after_ms: y.after_ms,
+                }),
             })
         }
 

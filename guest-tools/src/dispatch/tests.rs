@@ -544,6 +544,42 @@ fn timeout_and_signal_are_not_errors() {
 }
 
 #[test]
+fn a_run_continuing_in_the_background_is_no_error_and_names_its_task() {
+    let exec = FakeExecutor {
+        run: Ok(RunResult {
+            yielded: Some(crate::world::Yielded {
+                task: crate::world::Task {
+                    id: "bash-4".into(),
+                    command: "make".into(),
+                    owner: Some("s1".into()),
+                    state: TaskState::Running,
+                    exit_code: None,
+                    signal: None,
+                },
+                after_ms: 50000.0,
+            }),
+            exit_code: None,
+            ..exited(0, "compiling\n")
+        }),
+        ..Default::default()
+    };
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"make","description":"Build the project"}"#,
+            &session("s1", "/w")
+        ),
+        ok(
+            "compiling\n[still running after 50000ms; continues as background task bash-4; \
+            read its output with bash_output]"
+        )
+    );
+    // A foreground run, as far as the tools are concerned: nothing was started for it.
+    assert!(matches!(exec.calls().last(), Some(Call::Run(_))));
+}
+
+#[test]
 fn aborted_run_discards_output() {
     let exec = FakeExecutor {
         run: Ok(RunResult {

@@ -29,6 +29,9 @@ impl Config {
         positive_count("max-tasks", self.max_tasks as u64)?;
         positive_count("max-finished-tasks", self.max_finished_tasks as u64)?;
         positive_count("max-command-bytes", self.max_command_bytes)?;
+        if let Some(ms) = self.yield_after_ms {
+            positive_ms("yield-after-ms", ms)?;
+        }
         if self.max_command_bytes > crate::long_command::MAX_COMMAND_BYTES {
             return Err(ConfigError {
                 setting: "max-command-bytes",
@@ -101,7 +104,7 @@ mod tests {
     #[test]
     fn each_bad_setting_is_named() {
         type Edit = fn(&mut Config);
-        let cases: [(Edit, &str); 14] = [
+        let cases: [(Edit, &str); 17] = [
             (|c| c.default_timeout_ms = 0.0, "timeout-ms"),
             (|c| c.default_timeout_ms = f64::NAN, "timeout-ms"),
             (|c| c.max_timeout_ms = f64::INFINITY, "max-timeout-ms"),
@@ -119,6 +122,9 @@ mod tests {
                 "max-command-bytes",
             ),
             (|c| c.cwd = Some("/definitely/not/here".into()), "cwd"),
+            (|c| c.yield_after_ms = Some(0.0), "yield-after-ms"),
+            (|c| c.yield_after_ms = Some(f64::NAN), "yield-after-ms"),
+            (|c| c.yield_after_ms = Some(f64::INFINITY), "yield-after-ms"),
         ];
         for (edit, setting) in cases {
             let mut config = Config::default();

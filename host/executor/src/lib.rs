@@ -13,6 +13,7 @@ mod cgroup;
 mod config;
 mod env;
 mod fork;
+mod handoff;
 mod launcher;
 mod lifecycle;
 mod local;
@@ -78,6 +79,20 @@ pub struct RunResult {
     pub stderr: StreamOutput,
     /// Members of the tree still alive after the leader exited and the drain ended, then stopped.
     pub leftover_processes: u32,
+    /// Set when the command was still running at [`Config::yield_after_ms`] and now continues as
+    /// this background task. The streams above are then its output so far, and exit code,
+    /// signal, `timed_out`, `aborted` and `leftover_processes` are unset: nothing ended.
+    pub yielded: Option<Yielded>,
+}
+
+/// A foreground command handed over to the task table while it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Yielded {
+    /// The task it continues as. Its first [`Executor::read_output`] returns only what came after
+    /// the streams of the run result.
+    pub task: Task,
+    /// How long it ran in the call, in milliseconds ([`Config::yield_after_ms`]).
+    pub after_ms: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,6 +199,14 @@ pub struct Config {
     pub spawn_helper: Option<PathBuf>,
     /// Which of the host's variables commands do not get.
     pub env: EnvPolicy,
+    /// Opt-in (off by default, as the executor contract has it): a foreground command still
+    /// running after this many milliseconds continues as a background task, and
+    /// [`Executor::run`] returns its output so far with [`RunResult::yielded`] set. For clients
+    /// that give up on a request after a fixed time. From then on it is a task like a started
+    /// one: no timeout, stopped by `kill`, a task-done event when it ends, a running slot. When
+    /// every slot is taken at that moment, the command stays in the foreground (its timeout
+    /// still applies).
+    pub yield_after_ms: Option<f64>,
 }
 
 impl Default for Config {
@@ -204,6 +227,7 @@ impl Default for Config {
             keep_spill: false,
             spawn_helper: None,
             env: EnvPolicy::default(),
+            yield_after_ms: None,
         }
     }
 }
@@ -266,6 +290,8 @@ pub trait Executor: Send + Sync + 'static {
     fn resolve(&self, req: Request) -> Result<Spec, ExecError>;
     /// Foreground run. Cancelling `abort` kills the command; the result then has `aborted` set
     /// (or the call fails with [`ExecError::Aborted`] when it was cancelled before starting).
+    /// With [`Config::yield_after_ms`], a command still running then returns early as a task
+    /// ([`RunResult::yielded`]), and `abort` no longer reaches it.
     fn run(
         &self,
         spec: Spec,

@@ -9,8 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cgroup::CgroupRoot;
 use crate::config::duration_ms;
+use crate::handoff::Foreground;
 use crate::launcher::Launcher;
-use crate::lifecycle::{self, Stop};
+use crate::lifecycle::{self, Outcome, Stop};
 use crate::spawn::{Spawned, StartError};
 use crate::spill::SpillDir;
 use crate::stream::Output;
@@ -18,8 +19,8 @@ use crate::tasks::{End, Tasks};
 use crate::wire::Step;
 use crate::{
     BoxFuture, Config, ConfigError, Containment, ContainmentPreference, ExecError, Executor,
-    Limits, Read, Request, RunResult, Spec, Task, env, long_command, signal, spawn, spawn_helper,
-    spill, workdir,
+    Limits, Read, Request, RunResult, Spec, Task, Yielded, env, long_command, signal, spawn,
+    spawn_helper, spill, workdir,
 };
 
 /// The shell every command runs in, looked up on PATH.
@@ -234,13 +235,37 @@ impl LocalExecutor {
             spawned = self.spawn(program, &spec) => spawned?,
             () = abort.cancelled() => return Err(ExecError::Aborted),
         };
-        let stop = async {
+        let shared = self.shared.clone();
+        let mut command = Foreground::launch(
+            spawned,
+            outputs.clone(),
+            self.shared.grace,
+            move |task, outcome| shared.finish(task, end_of(&outcome)),
+        );
+        let timeout = tokio::time::sleep(duration_ms(timeout_ms));
+        let yield_after_ms = self.shared.config.yield_after_ms;
+        // Off by default: then this deadline is never armed.
+        let mut may_yield = yield_after_ms.is_some();
+        let yield_at = tokio::time::sleep(duration_ms(yield_after_ms.unwrap_or(f64::MAX)));
+        tokio::pin!(timeout, yield_at);
+        let outcome = loop {
             tokio::select! {
-                () = tokio::time::sleep(duration_ms(timeout_ms)) => Stop::Timeout,
-                () = abort.cancelled() => Stop::Abort,
+                // An end beats a deadline passing at the same moment; a timeout beats a yield.
+                biased;
+                outcome = command.outcome() => break outcome?,
+                () = &mut timeout, if !command.stopping() => command.stop(Stop::Timeout),
+                () = abort.cancelled(), if !command.stopping() => command.stop(Stop::Abort),
+                () = &mut yield_at, if may_yield && !command.stopping() => {
+                    // One try: with every slot taken it stays in the foreground, timeout and all.
+                    may_yield = false;
+                    let after_ms = yield_after_ms.unwrap_or_default();
+                    let handed = self.hand_over(&mut command, &spec, &outputs, after_ms);
+                    if let Some(yielded) = handed {
+                        return Ok(RunResult { timeout_ms, ..yielded });
+                    }
+                }
             }
         };
-        let outcome = lifecycle::drive(spawned, outputs.clone(), self.shared.grace, stop).await;
         Ok(RunResult {
             exit_code: outcome.exit.code,
             signal: outcome.exit.signal.map(signal::name),
@@ -250,6 +275,50 @@ impl LocalExecutor {
             stdout: outputs[0].snapshot(),
             stderr: outputs[1].snapshot(),
             leftover_processes: outcome.leftovers,
+            yielded: None,
+        })
+    }
+
+    /// Makes a running foreground command a background task, if a running slot is free: the
+    /// result (its `timeout_ms` left for the caller to set) holds the output so far, and the
+    /// task's reads start after it. `None` when the command stays the call's (no free slot,
+    /// shutting down, or it has just ended).
+    fn hand_over(
+        &self,
+        command: &mut Foreground,
+        spec: &Spec,
+        outputs: &[Arc<Output>; 2],
+        after_ms: f64,
+    ) -> Option<RunResult> {
+        let (task, [stdout, stderr]) = command.hand_over(|control| {
+            let mut tasks = self.shared.tasks();
+            if let Err(err) = tasks.reserve() {
+                tracing::debug!(%err, "a foreground command stays in the foreground");
+                return None;
+            }
+            // Under the table lock, so the snapshot and the offsets are taken at one moment for
+            // each stream; output arriving later is the task's first read.
+            let (stdout, stdout_at) = outputs[0].snapshot_so_far();
+            let (stderr, stderr_at) = outputs[1].snapshot_so_far();
+            let task = tasks.adopt_reserved(
+                &spec.command,
+                spec.owner.clone(),
+                outputs.clone(),
+                [stdout_at, stderr_at],
+                control,
+            );
+            Some((task, [stdout, stderr]))
+        })?;
+        Some(RunResult {
+            exit_code: None,
+            signal: None,
+            timed_out: false,
+            aborted: false,
+            timeout_ms: spec.timeout_ms,
+            stdout,
+            stderr,
+            leftover_processes: 0,
+            yielded: Some(Yielded { task, after_ms }),
         })
     }
 
@@ -281,11 +350,7 @@ impl LocalExecutor {
                         Stop::Kill
                     };
                     let outcome = lifecycle::drive(spawned, outputs, shared.grace, stop).await;
-                    let end = End::Exited {
-                        code: outcome.exit.code,
-                        signal: outcome.exit.signal.map(signal::name),
-                    };
-                    shared.finish(&base, end);
+                    shared.finish(&base, end_of(&outcome));
                     control.ended.cancel();
                 });
             }
@@ -303,6 +368,14 @@ impl LocalExecutor {
             }
         }
         Ok(task)
+    }
+}
+
+/// How a task's command ended, for the table.
+fn end_of(outcome: &Outcome) -> End {
+    End::Exited {
+        code: outcome.exit.code,
+        signal: outcome.exit.signal.map(signal::name),
     }
 }
 

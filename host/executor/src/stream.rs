@@ -86,6 +86,29 @@ impl Output {
         }
     }
 
+    /// Everything kept so far of a stream that may still be open, and the whole-stream offset it
+    /// ends at, taken together so that a reader starting there gets exactly what came after.
+    /// For a foreground command handed over to the task table: the call returns the snapshot,
+    /// the task's reads start at the offset. As with [`read_since`](Self::read_since), an
+    /// incomplete UTF-8 sequence at the end of an open stream is left for the next read.
+    pub(crate) fn snapshot_so_far(&self) -> (StreamOutput, u64) {
+        let inner = self.lock();
+        let tail = &inner.tail;
+        let mut end = tail.total();
+        if !inner.closed {
+            end -= incomplete_utf8_suffix(&tail.last_bytes(3)) as u64;
+        }
+        let mut bytes = Vec::new();
+        tail.copy_from(tail.start(), &mut bytes);
+        bytes.truncate(end.saturating_sub(tail.start()) as usize);
+        let snapshot = StreamOutput {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            truncated: tail.truncated(),
+            spill_path: inner.spill.complete_path(),
+        };
+        (snapshot, end)
+    }
+
     /// Output since whole-stream offset `from`, and the offset to read from next time.
     ///
     /// When `from` fell out of the window the whole window is returned, flagged lossy. While the
@@ -178,6 +201,32 @@ mod tests {
         out.close();
         let (delta, next) = out.read_since(next);
         assert_eq!((delta.text.as_str(), next), ("\u{FFFD}", 7));
+    }
+
+    #[test]
+    fn a_snapshot_so_far_and_the_reads_after_it_split_the_stream_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = output(8, dir.path());
+        out.write(b"ab\xc3");
+        let (snapshot, at) = out.snapshot_so_far();
+        assert_eq!(
+            (snapshot.text.as_str(), snapshot.truncated, at),
+            ("ab", false, 2)
+        );
+        assert_eq!(snapshot.spill_path, None);
+        out.write(b"\xa9cd");
+        let (delta, next) = out.read_since(at);
+        assert_eq!((delta.text.as_str(), delta.lossy, next), ("écd", false, 6));
+        out.write(b"efghi");
+        let (snapshot, at) = out.snapshot_so_far();
+        assert_eq!(
+            (snapshot.text.as_str(), snapshot.truncated, at),
+            ("\u{FFFD}cdefghi", true, 11)
+        );
+        let path = snapshot
+            .spill_path
+            .expect("the open spill file holds everything so far");
+        assert_eq!(std::fs::read(path).unwrap(), b"ab\xc3\xa9cdefghi");
     }
 
     #[test]

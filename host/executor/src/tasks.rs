@@ -141,6 +141,23 @@ impl Tasks {
         owner: Option<String>,
         outputs: [Arc<Output>; 2],
     ) -> (Task, Arc<Control>) {
+        let control = Arc::new(Control::default());
+        let task = self.adopt_reserved(command, owner, outputs, [0, 0], control.clone());
+        (task, control)
+    }
+
+    /// [`insert_reserved`](Self::insert_reserved) for a command already running: a foreground
+    /// command handed over to the table. Its driver answers to `control` already, and `read_from`
+    /// are the stream offsets up to which the call returned the output, so the task's first read
+    /// starts after them.
+    pub(crate) fn adopt_reserved(
+        &mut self,
+        command: &str,
+        owner: Option<String>,
+        outputs: [Arc<Output>; 2],
+        read_from: [u64; 2],
+        control: Arc<Control>,
+    ) -> Task {
         self.reserved -= 1;
         let task = Task {
             id: format!("bash-{}", self.next_id),
@@ -151,22 +168,21 @@ impl Tasks {
             signal: None,
         };
         self.next_id += 1;
-        let control = Arc::new(Control::default());
         self.records.insert(
             task.id.clone(),
             Record {
                 task: task.clone(),
                 outputs,
-                offsets: [0, 0],
+                offsets: read_from,
                 control: control.clone(),
             },
         );
-        self.live.insert(task.id.clone(), control.clone());
+        self.live.insert(task.id.clone(), control);
         self.running += 1;
         if self.shutdown {
             let _ = self.kill(&task.id);
         }
-        (task, control)
+        task
     }
 
     fn record(&self, id: &str) -> Result<&Record, ExecError> {
@@ -406,6 +422,30 @@ mod tests {
         let done = tasks.finish(&c, exited(0));
         assert_eq!((done.state, done.exit_code), (TaskState::Killed, Some(0)));
         assert_eq!(tasks.running, 0);
+    }
+
+    #[test]
+    fn an_adopted_task_reads_from_the_given_offsets() {
+        let mut tasks = Tasks::new(1, 10);
+        let outputs = outputs();
+        outputs[0].write(b"seen");
+        outputs[1].write(b"e1");
+        tasks.reserve().unwrap();
+        let control = Arc::new(Control::default());
+        let task = tasks.adopt_reserved("x", None, outputs.clone(), [4, 2], control.clone());
+        assert_eq!(task.id, "bash-1");
+        assert!(matches!(tasks.reserve(), Err(ExecError::TaskLimit(_))));
+        outputs[0].write(b"new");
+        let read = tasks.read("bash-1").unwrap();
+        assert_eq!(
+            (read.stdout.text.as_str(), read.stderr.text.as_str()),
+            ("new", "")
+        );
+        tasks.kill("bash-1").unwrap();
+        assert!(
+            control.kill.is_cancelled(),
+            "the table kills through the given control"
+        );
     }
 
     #[test]

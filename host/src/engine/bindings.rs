@@ -68,6 +68,16 @@ impl From<ex::RunResult> for wit_ex::RunResult {
             stdout: r.stdout.into(),
             stderr: r.stderr.into(),
             leftover_processes: r.leftover_processes,
+            yielded: r.yielded.map(Into::into),
+        }
+    }
+}
+
+impl From<ex::Yielded> for wit_ex::Yielded {
+    fn from(y: ex::Yielded) -> Self {
+        Self {
+            task: y.task.into(),
+            after_ms: y.after_ms,
         }
     }
 }

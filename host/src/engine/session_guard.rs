@@ -6,7 +6,8 @@
 //! the owner token the host passes to the guest as `caller.owner` for that call, and every
 //! import goes through it. Whatever the guest does, it can then only:
 //! - start or run commands as its own session (a `request` or `spec` naming another owner is
-//!   refused before the executor sees it);
+//!   refused before the executor sees it; a run that continues as a background task must have
+//!   become a task of the caller's);
 //! - see and act on its own session's tasks and on tasks without an owner, which the contract
 //!   opens to all; a task of another session reads as an unknown one (`unknown-task`, as the
 //!   executor answers for an id it never had), so neither its output, state, command nor owner
@@ -70,7 +71,20 @@ impl SessionGuard {
 
     pub async fn run(&self, spec: Spec, abort: CancellationToken) -> Result<RunResult, ExecError> {
         self.check_claim(spec.owner.as_deref())?;
-        self.executor.run(spec, abort).await
+        let result = self.executor.run(spec, abort).await?;
+        if let Some(yielded) = &result.yielded
+            && yielded.task.owner.as_deref() != self.caller()
+        {
+            // The executor gives the task the spec's owner, the caller's (checked above); any
+            // other is an executor fault. Such a task is out of the caller's reach, and its
+            // notice would go elsewhere: stop it rather than hand it to the guest.
+            tracing::error!(task = %yielded.task.id, "a yielded task is not the caller's; killed");
+            let _ = self.executor.kill(&yielded.task.id);
+            return Err(ExecError::Internal(
+                "the command continued as a task of another session; it was stopped".to_string(),
+            ));
+        }
+        Ok(result)
     }
 
     pub async fn start(&self, spec: Spec) -> Result<Task, ExecError> {
@@ -222,12 +236,29 @@ mod tests {
         fn resolve(&self, _: Request) -> Result<Spec, ExecError> {
             unreachable!("a claim for another owner never reaches the executor")
         }
+        /// Runs as a faulty executor would: the command continues as `bash-1`, owned by `a`,
+        /// whoever asked.
         fn run(
             &self,
-            _: Spec,
+            spec: Spec,
             _: CancellationToken,
         ) -> dsh_executor::BoxFuture<'_, Result<RunResult, ExecError>> {
-            unreachable!("a claim for another owner never reaches the executor")
+            self.log("run", &spec.command);
+            let result = RunResult {
+                exit_code: None,
+                signal: None,
+                timed_out: false,
+                aborted: false,
+                timeout_ms: spec.timeout_ms,
+                stdout: Default::default(),
+                stderr: Default::default(),
+                leftover_processes: 0,
+                yielded: Some(dsh_executor::Yielded {
+                    task: Self::task("bash-1").unwrap(),
+                    after_ms: 100.0,
+                }),
+            };
+            Box::pin(async move { Ok(result) })
         }
         fn start(&self, _: Spec) -> dsh_executor::BoxFuture<'_, Result<Task, ExecError>> {
             unreachable!("a claim for another owner never reaches the executor")
@@ -302,7 +333,7 @@ mod tests {
             owner: owner.map(str::to_string),
         };
         for (caller, claim) in [(Some("b"), Some("a")), (None, Some("a")), (Some("b"), None)] {
-            let (_, guard) = guard(caller);
+            let (executor, guard) = guard(caller);
             let request = Request {
                 command: "true".into(),
                 workdir: None,
@@ -313,7 +344,28 @@ mod tests {
             assert_eq!(guard.start(spec(claim)).await, Err(refused()));
             let run = guard.run(spec(claim), CancellationToken::new()).await;
             assert_eq!(run.unwrap_err(), refused());
+            assert!(executor.reached().is_empty(), "{:?}", executor.reached());
         }
+    }
+
+    #[tokio::test]
+    async fn a_run_continuing_as_a_task_of_another_owner_is_stopped() {
+        let spec = |owner: Option<&str>| Spec {
+            command: "sleep 30".into(),
+            workdir: "/".into(),
+            timeout_ms: 1000.0,
+            owner: owner.map(str::to_string),
+        };
+        for caller in [Some("b"), None] {
+            let (executor, guard) = guard(caller);
+            let run = guard.run(spec(caller), CancellationToken::new()).await;
+            assert!(matches!(run, Err(ExecError::Internal(_))), "{run:?}");
+            assert_eq!(executor.reached(), ["run sleep 30", "kill bash-1"]);
+        }
+        let (executor, guard) = guard(Some("a"));
+        let run = guard.run(spec(Some("a")), CancellationToken::new()).await;
+        assert_eq!(run.unwrap().yielded.unwrap().task.id, "bash-1");
+        assert_eq!(executor.reached(), ["run sleep 30"]);
     }
 
     #[test]

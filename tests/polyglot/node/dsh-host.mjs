@@ -151,6 +151,8 @@ export class LocalExecutor {
       stdout: r.stdout,
       stderr: r.stderr,
       leftoverProcesses: r.leftovers,
+      // This executor has no foreground limit: a run never continues as a task.
+      yielded: undefined,
     };
   }
 

@@ -323,6 +323,8 @@ class LocalExecutor:
             "stdout": proc.out.snapshot(),
             "stderr": proc.err.snapshot(),
             "leftover_processes": end["leftovers"],
+            # This executor has no foreground limit: a run never continues as a task.
+            "yielded": None,
         }
 
     def start(self, spec: dict) -> dict:
