@@ -983,11 +983,11 @@ fn a_call_with_a_progress_token_reports_progress_until_its_result() {
     let mut mcp = Mcp::start(&["--progress-interval-ms", "150"]);
     let id = mcp.request(
         "tools/call",
-        json!({"name": "bash", "arguments": {"command": "sleep 1; echo done", "description": "d"},
+        json!({"name": "bash", "arguments": {"command": "printf 12345; sleep 1; echo done", "description": "d"},
                "_meta": {"progressToken": "p-1"}}),
     );
     let result = mcp.result(id);
-    assert_eq!(texts(&result), ["done\n"]);
+    assert_eq!(texts(&result), ["12345done\n"]);
     let plain = mcp.request(
         "tools/call",
         json!({"name": "bash", "arguments": {"command": "sleep 0.5", "description": "d"}}),
@@ -1014,6 +1014,9 @@ fn a_call_with_a_progress_token_reports_progress_until_its_result() {
             "{report}"
         );
     }
+    // By the last report the command had written its first 5 bytes.
+    let last = reports.last().unwrap()["message"].as_str().unwrap();
+    assert!(last.ends_with(" s; 5 bytes of output so far"), "{last}");
 }
 
 /// The line that follows the output so far of a call that continues as task `bash-1`.

@@ -48,6 +48,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Caller, ToolDefinition, ToolHost};
 use crate::inject::{Injection, Session};
+use dsh_executor::OutputMeter;
 use transport::LineTransport;
 
 /// The server name in the `initialize` result.
@@ -393,11 +394,13 @@ impl ServerHandler for McpServer {
         let abort = context.ct.child_token();
         let _abort_on_drop = abort.clone().drop_guard();
         // Ends with the call, however it ends.
+        let meter = OutputMeter::new();
         let _progress = context.meta.get_progress_token().map(|token| {
             let reporting = tokio::spawn(report_progress(
                 context.peer.clone(),
                 token,
                 self.progress_interval,
+                meter.clone(),
             ));
             AbortOnDrop(reporting)
         });
@@ -407,7 +410,13 @@ impl ServerHandler for McpServer {
         };
         let result = self
             .host
-            .call(&request.name, &arguments, &self.caller, abort.clone())
+            .call_metered(
+                &request.name,
+                &arguments,
+                &self.caller,
+                abort.clone(),
+                meter,
+            )
             .await;
 
         let mut content = vec![ContentBlock::text(result.text)];
@@ -457,15 +466,24 @@ impl ServerHandler for McpServer {
 }
 
 /// Sends `notifications/progress` for a call every `interval` until aborted: the progress is the
-/// seconds the call has run, which grows with each report as the protocol requires.
-async fn report_progress(peer: Peer<RoleServer>, token: ProgressToken, interval: Duration) {
+/// seconds the call has run, which grows with each report as the protocol requires, and the
+/// message says how much output its command has written so far.
+async fn report_progress(
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    interval: Duration,
+    meter: OutputMeter,
+) {
     let started = tokio::time::Instant::now();
     let mut ticks = tokio::time::interval_at(started + interval, interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         let seconds = started.elapsed().as_secs_f64();
-        let message = format!("running for {seconds:.1} s");
+        let message = format!(
+            "running for {seconds:.1} s; {} bytes of output so far",
+            meter.bytes()
+        );
         let report = ProgressNotificationParam::new(token.clone(), seconds).with_message(message);
         if let Err(e) = peer.notify_progress(report).await {
             tracing::debug!("progress not sent: {e}");

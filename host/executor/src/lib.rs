@@ -18,6 +18,7 @@ mod launcher;
 mod lifecycle;
 mod local;
 mod long_command;
+mod meter;
 mod pidfd;
 mod process;
 mod procfs;
@@ -33,6 +34,7 @@ mod workdir;
 
 pub use env::EnvPolicy;
 pub use local::LocalExecutor;
+pub use meter::OutputMeter;
 pub use spill::random_hex;
 
 /// A boxed future, so that [`Executor`] stays object-safe.
@@ -299,6 +301,17 @@ pub trait Executor: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<RunResult, ExecError>>;
     /// Background start. Resolves once the command has started (or failed to), without waiting
     /// for it to end.
+    /// [`Executor::run`], counting the command's output into `meter` as it comes (for progress
+    /// reports). Executors that do not count leave the meter at 0.
+    fn run_metered(
+        &self,
+        spec: Spec,
+        abort: CancellationToken,
+        meter: OutputMeter,
+    ) -> BoxFuture<'_, Result<RunResult, ExecError>> {
+        let _ = meter;
+        self.run(spec, abort)
+    }
     fn start(&self, spec: Spec) -> BoxFuture<'_, Result<Task, ExecError>>;
     fn read_output(&self, id: &str) -> Result<Read, ExecError>;
     fn kill(&self, id: &str) -> Result<bool, ExecError>;

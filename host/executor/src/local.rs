@@ -19,8 +19,8 @@ use crate::tasks::{End, Tasks};
 use crate::wire::Step;
 use crate::{
     BoxFuture, Config, ConfigError, Containment, ContainmentPreference, ExecError, Executor,
-    Limits, Read, Request, RunResult, Spec, Task, Yielded, env, long_command, signal, spawn,
-    spawn_helper, spill, workdir,
+    Limits, OutputMeter, Read, Request, RunResult, Spec, Task, Yielded, env, long_command, signal,
+    spawn, spawn_helper, spill, workdir,
 };
 
 /// The shell every command runs in, looked up on PATH.
@@ -224,6 +224,7 @@ impl LocalExecutor {
         program: &OsStr,
         spec: Spec,
         abort: CancellationToken,
+        meter: OutputMeter,
     ) -> Result<RunResult, ExecError> {
         if abort.is_cancelled() {
             return Err(ExecError::Aborted);
@@ -231,6 +232,7 @@ impl LocalExecutor {
         self.check_command(&spec.command)?;
         let timeout_ms = self.timeout_ms(spec.timeout_ms)?;
         let outputs = self.outputs();
+        meter.attach(&outputs);
         let spawned = tokio::select! {
             spawned = self.spawn(program, &spec) => spawned?,
             () = abort.cancelled() => return Err(ExecError::Aborted),
@@ -435,7 +437,16 @@ impl Executor for LocalExecutor {
         spec: Spec,
         abort: CancellationToken,
     ) -> BoxFuture<'_, Result<RunResult, ExecError>> {
-        Box::pin(self.run_program(&self.shared.shell, spec, abort))
+        Box::pin(self.run_program(&self.shared.shell, spec, abort, OutputMeter::new()))
+    }
+
+    fn run_metered(
+        &self,
+        spec: Spec,
+        abort: CancellationToken,
+        meter: OutputMeter,
+    ) -> BoxFuture<'_, Result<RunResult, ExecError>> {
+        Box::pin(self.run_program(&self.shared.shell, spec, abort, meter))
     }
 
     fn start(&self, spec: Spec) -> BoxFuture<'_, Result<Task, ExecError>> {
@@ -511,7 +522,12 @@ mod tests {
         let long = format!("true #{}", "x".repeat(long_command::ARGV_MAX));
         for command in ["true", &long] {
             let err = exec
-                .run_program(OsStr::new(MISSING), spec(command), CancellationToken::new())
+                .run_program(
+                    OsStr::new(MISSING),
+                    spec(command),
+                    CancellationToken::new(),
+                    OutputMeter::new(),
+                )
                 .await
                 .unwrap_err();
             assert_eq!(

@@ -60,6 +60,11 @@ impl Output {
     }
 
     /// The stream ended: close the spill file and trim memory to what is kept.
+    /// Bytes written so far, kept or not.
+    pub(crate) fn total(&self) -> u64 {
+        self.lock().tail.total()
+    }
+
     pub(crate) fn close(&self) {
         let mut inner = self.lock();
         inner.closed = true;

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use dsh_executor::{Executor, Task};
+use dsh_executor::{Executor, OutputMeter, Task};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use wasmtime::component::{Component, HasSelf, Linker};
@@ -181,6 +181,20 @@ impl ToolHost {
         caller: &Caller,
         abort: CancellationToken,
     ) -> ToolResult {
+        self.call_metered(name, arguments, caller, abort, OutputMeter::new())
+            .await
+    }
+
+    /// [`ToolHost::call`], counting a foreground command's output into `meter` while it runs,
+    /// for progress reports.
+    pub async fn call_metered(
+        &self,
+        name: &str,
+        arguments: &str,
+        caller: &Caller,
+        abort: CancellationToken,
+        meter: OutputMeter,
+    ) -> ToolResult {
         let caller = wit_tools::Caller {
             owner: caller.owner.clone(),
             cwd: caller.cwd.clone(),
@@ -194,6 +208,7 @@ impl ToolHost {
             };
             let state = store.data_mut();
             state.abort = abort;
+            state.meter = meter;
             // The guest is told this owner in `caller`; the host holds it to the same one.
             state.session.bind(caller.owner.clone());
             let result = instance

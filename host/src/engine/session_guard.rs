@@ -22,7 +22,9 @@
 
 use std::sync::Arc;
 
-use dsh_executor::{ExecError, Executor, Limits, Read, Request, RunResult, Spec, Task};
+use dsh_executor::{
+    ExecError, Executor, Limits, OutputMeter, Read, Request, RunResult, Spec, Task,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::inject::{Injection, SessionRouter, UnknownOwner};
@@ -69,9 +71,14 @@ impl SessionGuard {
         self.executor.resolve(req)
     }
 
-    pub async fn run(&self, spec: Spec, abort: CancellationToken) -> Result<RunResult, ExecError> {
+    pub async fn run(
+        &self,
+        spec: Spec,
+        abort: CancellationToken,
+        meter: OutputMeter,
+    ) -> Result<RunResult, ExecError> {
         self.check_claim(spec.owner.as_deref())?;
-        let result = self.executor.run(spec, abort).await?;
+        let result = self.executor.run_metered(spec, abort, meter).await?;
         if let Some(yielded) = &result.yielded
             && yielded.task.owner.as_deref() != self.caller()
         {
@@ -342,7 +349,9 @@ mod tests {
             };
             assert_eq!(guard.resolve(request), Err(refused()));
             assert_eq!(guard.start(spec(claim)).await, Err(refused()));
-            let run = guard.run(spec(claim), CancellationToken::new()).await;
+            let run = guard
+                .run(spec(claim), CancellationToken::new(), OutputMeter::new())
+                .await;
             assert_eq!(run.unwrap_err(), refused());
             assert!(executor.reached().is_empty(), "{:?}", executor.reached());
         }
@@ -358,12 +367,20 @@ mod tests {
         };
         for caller in [Some("b"), None] {
             let (executor, guard) = guard(caller);
-            let run = guard.run(spec(caller), CancellationToken::new()).await;
+            let run = guard
+                .run(spec(caller), CancellationToken::new(), OutputMeter::new())
+                .await;
             assert!(matches!(run, Err(ExecError::Internal(_))), "{run:?}");
             assert_eq!(executor.reached(), ["run sleep 30", "kill bash-1"]);
         }
         let (executor, guard) = guard(Some("a"));
-        let run = guard.run(spec(Some("a")), CancellationToken::new()).await;
+        let run = guard
+            .run(
+                spec(Some("a")),
+                CancellationToken::new(),
+                OutputMeter::new(),
+            )
+            .await;
         assert_eq!(run.unwrap().yielded.unwrap().task.id, "bash-1");
         assert_eq!(executor.reached(), ["run sleep 30"]);
     }

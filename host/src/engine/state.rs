@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use dsh_executor::Executor;
+use dsh_executor::{Executor, OutputMeter};
 use tokio_util::sync::CancellationToken;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -21,6 +21,8 @@ pub struct CallState {
     /// imports below have no other way to either.
     pub(crate) session: SessionGuard,
     pub(crate) abort: CancellationToken,
+    /// Counts a foreground command's output for the caller's progress reports.
+    pub(crate) meter: OutputMeter,
     pub(crate) limiter: GuestLimiter,
     wasi: WasiCtx,
     table: ResourceTable,
@@ -36,6 +38,7 @@ impl CallState {
         Self {
             session: SessionGuard::new(executor, sessions),
             abort,
+            meter: OutputMeter::new(),
             limiter,
             // Deny-all: no preopens, no env, no args, no network; stdio goes nowhere.
             wasi: WasiCtx::builder().build(),
@@ -69,7 +72,10 @@ impl wit_ex::Host for CallState {
     }
 
     async fn run(&mut self, spec: wit_ex::Spec) -> ExResult<wit_ex::RunResult> {
-        let result = self.session.run(spec.into(), self.abort.clone()).await;
+        let result = self
+            .session
+            .run(spec.into(), self.abort.clone(), self.meter.clone())
+            .await;
         Ok(result.map(Into::into).map_err(Into::into))
     }
 
