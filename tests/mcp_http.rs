@@ -432,6 +432,13 @@ fn a_session_closed_by_the_client_loses_its_tasks() {
     let seen = server.client("close", TOKEN, dir.path());
     let pid = seen["pid"].as_i64().unwrap() as i32;
     gone_within(pid, "the session ended with DELETE");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("term"))
+            .ok()
+            .as_deref(),
+        Some("TERM\n"),
+        "the command was not sent SIGTERM"
+    );
     // The server serves on.
     let (status, response) = server.initialize(&[("Authorization", &bearer(TOKEN))]);
     assert_eq!(status, 200, "{response}");
@@ -494,6 +501,16 @@ fn sigterm_ends_the_server_and_kills_every_task() {
     assert_eq!(status.code(), Some(0), "{}", server.stderr());
     for pid in pids {
         assert!(!alive(pid), "command {pid} outlived the server");
+    }
+    // Each was stopped in order (SIGTERM, then the grace), not left to die with the host.
+    for dir in [&first, &second] {
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("term"))
+                .ok()
+                .as_deref(),
+            Some("TERM\n"),
+            "a command was not sent SIGTERM"
+        );
     }
 }
 

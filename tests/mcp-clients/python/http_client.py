@@ -118,9 +118,12 @@ async def isolation(url, token, scratch):
 
 async def close(url, token, scratch, terminate_on_close=True):
     pid_file = os.path.join(scratch, "pid")
+    # The shell notes a SIGTERM (the kill the server sends first, before SIGKILL) in `term`.
+    term_file = os.path.join(scratch, "term")
+    command = f"echo $$ > {pid_file}; trap 'echo TERM > {term_file}; exit 0' TERM; sleep 60 & wait"
     seen = {}
     async with open_session(url, token, terminate_on_close=terminate_on_close) as s:
-        task, seen["started"] = await start_background(s, f"echo $$ > {pid_file}; exec sleep 60")
+        task, seen["started"] = await start_background(s, command)
         seen["task"] = task
         seen["pid"] = read_pid(pid_file)
     print(json.dumps(seen))
