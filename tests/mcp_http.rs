@@ -486,6 +486,22 @@ fn the_session_limit_refuses_one_more_session() {
 }
 
 #[test]
+fn the_limit_on_calls_in_flight_holds_per_session() {
+    let server = Server::start(&["--max-calls-in-flight", "1"]);
+    let dir = scratch();
+    let seen = server.client("calls", TOKEN, dir.path());
+    assert_eq!(texts(&seen["a_slow"]), ["slow\n"], "{seen}");
+    assert_eq!(seen["a_second"]["type"], "MCPError", "{seen}");
+    let message = seen["a_second"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the limit is 1 (--max-calls-in-flight)"),
+        "{message}"
+    );
+    // The other session's call ran while A's was in flight.
+    assert_eq!(texts(&seen["b"]), ["b\n"], "{seen}");
+}
+
+#[test]
 fn sigterm_ends_the_server_and_kills_every_task() {
     let mut server = Server::start(&[]);
     let first = scratch();

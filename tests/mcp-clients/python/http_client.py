@@ -10,6 +10,7 @@ Scenarios:
   close      a session starts a background command and ends (the SDK sends DELETE)
   leave      a session starts a background command and goes without ending the session
   limit      sessions up to the server's limit of 2, then one more, then one after a close
+  calls      two calls at once in one session and one in another (--max-calls-in-flight 1)
 """
 
 import json
@@ -155,7 +156,37 @@ async def limit(url, token, scratch):
     print(json.dumps(seen))
 
 
-SCENARIOS = {"isolation": isolation, "close": close, "leave": leave, "limit": limit}
+async def calls(url, token, scratch):
+    """With --max-calls-in-flight 1: a second call in flight in one session is refused, while
+    another session's call runs."""
+    seen = {}
+    async with open_session(url, token) as a, open_session(url, token) as b:
+
+        async def slow():
+            r = await a.call_tool("bash", {"command": "sleep 1; echo slow", "description": "Slow"})
+            seen["a_slow"] = texts(r)
+
+        async def second():
+            await anyio.sleep(0.3)
+            try:
+                r = await a.call_tool("bash", {"command": "echo a2", "description": "Second"})
+                seen["a_second"] = texts(r)
+            except Exception as e:
+                seen["a_second"] = {"type": type(e).__name__, "message": str(e)}
+
+        async def other():
+            await anyio.sleep(0.3)
+            r = await b.call_tool("bash", {"command": "echo b", "description": "Other"})
+            seen["b"] = texts(r)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow)
+            tg.start_soon(second)
+            tg.start_soon(other)
+    print(json.dumps(seen))
+
+
+SCENARIOS = {"isolation": isolation, "close": close, "leave": leave, "limit": limit, "calls": calls}
 
 
 def main():
