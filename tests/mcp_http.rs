@@ -558,6 +558,14 @@ fn requests_outside_a_session_are_refused_with_a_reason() {
     assert_eq!(status, 400, "{response}");
     assert!(response.contains("needs a session"), "{response}");
 
+    // A body that is not JSON gets JSON-RPC's parse error, as on stdio.
+    let (status, response) = server.request("POST", &headers, "{not json");
+    assert_eq!(status, 400, "{response}");
+    assert!(
+        response.contains(r#""id":null"#) && response.contains("-32700"),
+        "{response}"
+    );
+
     let mut stream = TcpStream::connect(&server.authority).unwrap();
     write!(
         stream,

@@ -345,11 +345,21 @@ impl Gate {
             }
         };
         let in_session = parts.headers.contains_key("mcp-session-id");
-        let probe = probe(&body);
+        let message = match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(message) => message,
+            Err(e) => {
+                return jsonrpc_error(
+                    StatusCode::BAD_REQUEST,
+                    serde_json::Value::Null,
+                    -32700,
+                    format!("Parse error: the request body is not JSON: {e}"),
+                );
+            }
+        };
+        let probe = probe(message);
         let request = Request::from_parts(parts, Full::new(body));
         let Some(probe) = probe else {
-            // Not a JSON-RPC request (a notification, a response, or no JSON at all): rmcp
-            // answers it.
+            // Not one JSON-RPC request (a notification, a response, a batch): rmcp answers it.
             return self.service.handle(request).await;
         };
         if probe.sessionless || (!in_session && probe.method != "initialize") {
@@ -397,9 +407,9 @@ struct Probe {
     sessionless: bool,
 }
 
-/// The request in `body`, if it is one JSON-RPC request.
-fn probe(body: &[u8]) -> Option<Probe> {
-    let serde_json::Value::Object(message) = serde_json::from_slice(body).ok()? else {
+/// The request in `message`, if it is one JSON-RPC request.
+fn probe(message: serde_json::Value) -> Option<Probe> {
+    let serde_json::Value::Object(message) = message else {
         return None;
     };
     let id = message.get("id")?.clone();
