@@ -105,9 +105,14 @@ impl Server {
 
     /// Sends SIGTERM and waits for the exit; the exit status.
     fn terminate(&mut self) -> std::process::ExitStatus {
+        self.signal(libc::SIGTERM)
+    }
+
+    /// Sends `signal` and waits for the exit; the exit status.
+    fn signal(&mut self, signal: i32) -> std::process::ExitStatus {
         let pid = self.child.id() as i32;
         // SAFETY: signalling our own child.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(status) = self.child.try_wait().expect("wait for dsh-host") {
@@ -528,6 +533,26 @@ fn sigterm_ends_the_server_and_kills_every_task() {
             "a command was not sent SIGTERM"
         );
     }
+}
+
+#[test]
+fn sigint_ends_the_server_as_sigterm_does() {
+    let mut server = Server::start(&[]);
+    let dir = scratch();
+    let pid = server.client("leave", TOKEN, dir.path())["pid"]
+        .as_i64()
+        .unwrap() as i32;
+    assert!(alive(pid), "command {pid} ended before SIGINT");
+    let status = server.signal(libc::SIGINT);
+    assert_eq!(status.code(), Some(0), "{}", server.stderr());
+    assert!(!alive(pid), "command {pid} outlived the server");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("term"))
+            .ok()
+            .as_deref(),
+        Some("TERM\n"),
+        "the command was not sent SIGTERM"
+    );
 }
 
 #[test]
