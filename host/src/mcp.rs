@@ -1,9 +1,9 @@
 //! `dsh-host mcp`: the tools over the Model Context Protocol, served with the official Rust SDK
 //! (`rmcp`).
 //!
-//! One connection (on stdio) or one MCP session (over HTTP, see `dsh-host mcp --http`) is one agent session:
-//! it gets its own owner token, and every call it makes carries it; when it ends, its running
-//! tasks are killed. What the server does on top of rmcp:
+//! One connection (on stdio) or one MCP session (over HTTP: `dsh-host mcp --http`) is one agent
+//! session: it gets its own owner token, and every call it makes carries it; when it ends, its
+//! running tasks are killed. What the server does on top of rmcp:
 //!
 //! - `tools/list` lists the component's tools with their input schemas exactly as the component
 //!   converted them.
