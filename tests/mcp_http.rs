@@ -491,11 +491,25 @@ fn the_session_limit_refuses_one_more_session() {
 }
 
 #[test]
-fn the_limit_on_calls_in_flight_holds_per_session() {
-    let server = Server::start(&["--max-calls-in-flight", "1"]);
+fn calls_in_flight_and_progress_are_per_session() {
+    let server = Server::start(&[
+        "--max-calls-in-flight",
+        "1",
+        "--progress-interval-ms",
+        "200",
+    ]);
     let dir = scratch();
     let seen = server.client("calls", TOKEN, dir.path());
     assert_eq!(texts(&seen["a_slow"]), ["slow\n"], "{seen}");
+    // The call that asked for progress got reports every 200 ms, on its own stream.
+    let reports = seen["a_slow_progress"].as_array().unwrap();
+    assert!(reports.len() >= 2, "{seen}");
+    assert!(
+        reports[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("running for ")),
+        "{seen}"
+    );
     assert_eq!(seen["a_second"]["type"], "MCPError", "{seen}");
     let message = seen["a_second"]["message"].as_str().unwrap();
     assert!(

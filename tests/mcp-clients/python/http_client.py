@@ -10,7 +10,8 @@ Scenarios:
   close      a session starts a background command and ends (the SDK sends DELETE)
   leave      a session starts a background command and goes without ending the session
   limit      sessions up to the server's limit of 2, then one more, then one after a close
-  calls      two calls at once in one session and one in another (--max-calls-in-flight 1)
+  calls      two calls at once in one session and one in another (--max-calls-in-flight 1), the
+             first with a progressToken
 """
 
 import json
@@ -162,9 +163,19 @@ async def calls(url, token, scratch):
     seen = {}
     async with open_session(url, token) as a, open_session(url, token) as b:
 
+        reports = []
+
+        async def on_progress(progress, total, message):
+            reports.append({"progress": progress, "message": message})
+
         async def slow():
-            r = await a.call_tool("bash", {"command": "sleep 1; echo slow", "description": "Slow"})
+            r = await a.call_tool(
+                "bash",
+                {"command": "sleep 1; echo slow", "description": "Slow"},
+                progress_callback=on_progress,
+            )
             seen["a_slow"] = texts(r)
+            seen["a_slow_progress"] = reports
 
         async def second():
             await anyio.sleep(0.3)
