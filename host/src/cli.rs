@@ -54,9 +54,71 @@ pub enum Command {
         /// that reset their request timeout on progress then wait for long commands).
         #[arg(long, value_name = "MS", default_value_t = 10000.0, allow_negative_numbers = true, value_parser = progress_ms)]
         progress_interval_ms: f64,
+        #[command(flatten)]
+        http: HttpArgs,
     },
     /// Report how this machine contains commands and where the host keeps its files.
     Doctor,
+}
+
+/// `dsh-host mcp --http`: MCP over streamable HTTP, one dsh session per MCP session.
+#[derive(Debug, Clone, Args)]
+pub struct HttpArgs {
+    /// Serve MCP streamable HTTP at ADDR (IP:PORT, localhost:PORT, or PORT on 127.0.0.1; port 0
+    /// picks a free one) instead of stdio, with one dsh session per MCP session. The endpoint
+    /// is /mcp; the address is printed on stderr.
+    #[arg(long, value_name = "ADDR", value_parser = crate::mcp::http_listen_addr)]
+    pub http: Option<std::net::SocketAddr>,
+    /// Read the bearer token every request must carry from FILE (keep it mode 0600). Without
+    /// this, --http-token or DSH_HTTP_TOKEN, a random token is written to a new file whose path
+    /// is printed.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "http",
+        conflicts_with = "http_token"
+    )]
+    pub http_token_file: Option<PathBuf>,
+    /// The bearer token itself. Other users can read it in the process list: prefer
+    /// --http-token-file or DSH_HTTP_TOKEN.
+    #[arg(long, value_name = "TOKEN", requires = "http")]
+    pub http_token: Option<String>,
+    /// Also accept requests whose Origin is ORIGIN (scheme://host[:port]); loopback origins and
+    /// requests without Origin always pass. Repeatable.
+    #[arg(long = "http-allow-origin", value_name = "ORIGIN", requires = "http", value_parser = crate::mcp::http_origin)]
+    pub http_allow_origin: Vec<String>,
+    /// MCP sessions open at once (default 64); one more initialize is refused.
+    #[arg(long, value_name = "N", requires = "http", allow_negative_numbers = true, value_parser = call_limit)]
+    pub http_max_sessions: Option<usize>,
+    /// Close a session idle this long (no message either way; default 1800000, 30 min) and
+    /// kill its tasks.
+    #[arg(long, value_name = "MS", requires = "http", allow_negative_numbers = true, value_parser = positive_ms)]
+    pub http_session_idle_ms: Option<f64>,
+}
+
+impl HttpArgs {
+    /// The HTTP server's settings, when `--http` is given.
+    pub fn options(&self, session: crate::mcp::McpOptions) -> Option<crate::mcp::HttpOptions> {
+        let addr = self.http?;
+        let mut options = crate::mcp::HttpOptions::new(addr);
+        options.token = match (&self.http_token, &self.http_token_file) {
+            (Some(token), _) => crate::mcp::TokenSource::Value(token.clone()),
+            (None, Some(file)) => crate::mcp::TokenSource::File(file.clone()),
+            (None, None) => match std::env::var(crate::mcp::HTTP_TOKEN_ENV) {
+                Ok(token) if !token.is_empty() => crate::mcp::TokenSource::Value(token),
+                _ => crate::mcp::TokenSource::Generate,
+            },
+        };
+        options.allowed_origins = self.http_allow_origin.clone();
+        if let Some(n) = self.http_max_sessions {
+            options.max_sessions = n;
+        }
+        if let Some(ms) = self.http_session_idle_ms {
+            options.session_idle = Duration::from_secs_f64(ms / 1000.0);
+        }
+        options.session = session;
+        Some(options)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -346,13 +408,17 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Mcp {
             max_calls_in_flight,
             progress_interval_ms,
+            http,
         } => {
             let options = crate::mcp::McpOptions {
                 cwd,
                 max_calls_in_flight,
                 progress_interval: Duration::from_secs_f64(progress_interval_ms / 1000.0),
             };
-            crate::mcp::serve_stdio(host.clone(), options).await?;
+            match http.options(options.clone()) {
+                Some(http) => crate::mcp::serve_http(host.clone(), http).await?,
+                None => crate::mcp::serve_stdio(host.clone(), options).await?,
+            }
             0
         }
         Command::Doctor => {

@@ -1,8 +1,9 @@
 //! `dsh-host mcp`: the tools over the Model Context Protocol, served with the official Rust SDK
 //! (`rmcp`).
 //!
-//! One connection is one agent session: it gets its own owner token, and every call it makes
-//! carries it. What the server does on top of rmcp:
+//! One connection (on stdio) or one MCP session (over HTTP: `dsh-host mcp --http`) is one agent
+//! session: it gets its own owner token, and every call it makes carries it; when it ends, its
+//! running tasks are killed. What the server does on top of rmcp:
 //!
 //! - `tools/list` lists the component's tools with their input schemas exactly as the component
 //!   converted them, and the component's titles and annotations (`readOnlyHint`,
@@ -28,11 +29,13 @@
 #![allow(deprecated)]
 
 mod big_numbers;
+mod http;
 mod transport;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dsh_executor::TaskState;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
     CustomResult, ErrorCode, Implementation, JsonObject, ListToolsResult, LoggingLevel,
@@ -40,7 +43,9 @@ use rmcp::model::{
     ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig, SetLevelRequestParams, Tool,
     ToolAnnotations,
 };
-use rmcp::service::{QuitReason, RequestContext, ServerInitializeError, serve_server_with_ct};
+use rmcp::service::{
+    NotificationContext, QuitReason, RequestContext, ServerInitializeError, serve_server_with_ct,
+};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
@@ -49,6 +54,11 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::{Caller, ToolDefinition, ToolHost};
 use crate::inject::{Injection, Session};
 use dsh_executor::OutputMeter;
+pub use http::{
+    DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE, ENDPOINT as HTTP_ENDPOINT, HttpOptions,
+    TOKEN_ENV as HTTP_TOKEN_ENV, TokenSource, parse_listen_addr as http_listen_addr,
+    parse_origin as http_origin, serve_http, serve_http_until,
+};
 use transport::LineTransport;
 
 /// The server name in the `initialize` result.
@@ -166,23 +176,12 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let tools = mcp_tools(host.tools())?;
-    let mut session = host.open_session(options.cwd);
-    let injections = session.take_receiver();
-    let notices = Arc::new(Notices::default());
+    let tools = Arc::new(mcp_tools(host.tools())?);
     // The handler holds the only sender. rmcp shares the handler with each request it runs, so
     // the channel closes once the service ended and every in-flight call with it.
     let (in_flight, mut calls_ended) = mpsc::channel::<()>(1);
-    let server = McpServer {
-        host: host.clone(),
-        tools: Arc::new(tools),
-        caller: session.caller(),
-        notices: notices.clone(),
-        call_slots: CallSlots::new(options.max_calls_in_flight),
-        progress_interval: options.progress_interval,
-        _session: session,
-        _in_flight: in_flight,
-    };
+    let (server, injections) = McpServer::open(host, tools, &options, in_flight);
+    let notices = server.notices.clone();
 
     // A child token: rmcp cancels the token it is given when it is done, which must not reach
     // the caller's. The transport cancels it when the client is gone (its input ended, or a
@@ -349,9 +348,68 @@ struct McpServer {
     notices: Arc<Notices>,
     call_slots: CallSlots,
     progress_interval: Duration,
+    /// The session's notices, for a server whose transport starts the handler itself (HTTP):
+    /// the handler forwards them from `notifications/initialized` on, to the peer it learns
+    /// there.
+    unpumped: Mutex<Option<mpsc::UnboundedReceiver<Injection>>>,
+    /// Kills the session's running tasks when the handler goes, which is when the session
+    /// ended.
+    _tasks: SessionTasks,
     /// Keeps the session's owner token registered while the server may still make calls.
     _session: Session,
     _in_flight: mpsc::Sender<()>,
+}
+
+impl McpServer {
+    /// The handler of a new session of `host` (its own owner token), and the receiver of the
+    /// session's completion notices.
+    fn open(
+        host: &ToolHost,
+        tools: Arc<Vec<Tool>>,
+        options: &McpOptions,
+        in_flight: mpsc::Sender<()>,
+    ) -> (Self, mpsc::UnboundedReceiver<Injection>) {
+        let mut session = host.open_session(options.cwd.clone());
+        let injections = session.take_receiver();
+        let server = McpServer {
+            host: host.clone(),
+            tools,
+            caller: session.caller(),
+            notices: Arc::new(Notices::default()),
+            call_slots: CallSlots::new(options.max_calls_in_flight),
+            progress_interval: options.progress_interval,
+            unpumped: Mutex::new(None),
+            _tasks: SessionTasks {
+                host: host.clone(),
+                owner: session.owner().to_string(),
+            },
+            _session: session,
+            _in_flight: in_flight,
+        };
+        (server, injections)
+    }
+}
+
+/// A session's background tasks, killed when it ends.
+struct SessionTasks {
+    host: ToolHost,
+    owner: String,
+}
+
+impl Drop for SessionTasks {
+    fn drop(&mut self) {
+        let executor = self.host.executor();
+        for task in executor.list() {
+            if task.state == TaskState::Running && task.owner.as_deref() == Some(&self.owner) {
+                match executor.kill(&task.id) {
+                    Ok(_) => tracing::info!("session ended: killed its task {}", task.id),
+                    Err(e) => {
+                        tracing::warn!("session ended: cannot kill its task {}: {e}", task.id)
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl ServerHandler for McpServer {
@@ -462,6 +520,13 @@ impl ServerHandler for McpServer {
     ) -> Result<(), McpError> {
         self.notices.set_level(request.level);
         Ok(())
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Some(injections) = lock(&self.unpumped).take() {
+            // Ends when the session (the handler) goes: its notice channel closes then.
+            tokio::spawn(pump_notices(injections, context.peer, self.notices.clone()));
+        }
     }
 }
 

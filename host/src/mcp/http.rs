@@ -1,0 +1,772 @@
+//! `dsh-host mcp --http ADDR`: the tools over MCP's streamable HTTP transport, for a host that
+//! runs many agents with one server.
+//!
+//! rmcp's streamable HTTP service keeps the MCP sessions (`Mcp-Session-Id`, the `initialize`
+//! handshake, `DELETE` to end one, idle expiry); each MCP session gets its own [`McpServer`],
+//! so each is its own dsh session: its own owner token, tasks and completion notices, kept apart
+//! by the host's session guard as on stdio. In front of rmcp, every request passes this
+//! module's gate:
+//!
+//! - the path must be [`ENDPOINT`] (404 otherwise);
+//! - an `Origin` header must name a loopback host or an origin allowed with
+//!   `--http-allow-origin` (403 otherwise), against DNS rebinding from browsers; requests
+//!   without `Origin` (programs, not browsers) pass;
+//! - `Authorization: Bearer TOKEN` must carry the server's token, compared in constant time
+//!   (401 with `WWW-Authenticate: Bearer` otherwise);
+//! - a JSON-RPC request that would run outside a session (no `Mcp-Session-Id` and not an
+//!   `initialize`, or with the sessionless `_meta` of revision 2026-07-28) is refused with a
+//!   JSON-RPC error saying to initialize: tasks and notices live in a session;
+//! - an `initialize` beyond `--http-max-sessions` open sessions is refused (HTTP 503, JSON-RPC
+//!   error -32000 naming the limit).
+//!
+//! A session ends when the client sends `DELETE`, when it was idle for `--http-session-idle-ms`
+//! (no message either way), or when the server stops; its running tasks are killed then.
+//! SIGINT or SIGTERM stop the server: it stops accepting, ends every session, kills every task,
+//! waits for each, and returns.
+
+use std::convert::Infallible;
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{McpOptions, McpServer, lock, mcp_tools, watch_signals};
+use crate::engine::ToolHost;
+
+/// The path of the MCP endpoint.
+pub const ENDPOINT: &str = "/mcp";
+
+/// Sessions open at once by default.
+pub const DEFAULT_MAX_SESSIONS: usize = 64;
+
+/// How long a session may be idle (no message either way) before it is closed, by default.
+pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
+
+/// The environment variable that may hold the bearer token.
+pub const TOKEN_ENV: &str = "DSH_HTTP_TOKEN";
+
+/// The largest request body, as for one stdio message.
+const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// How long a client may take to send a request's headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long open connections may take to finish once the server stops, on top of the kill
+/// grace.
+const CONNECTION_DRAIN_SLACK: Duration = Duration::from_secs(2);
+
+/// The JSON-RPC error of an `initialize` beyond the session limit (as for calls in flight).
+const SESSIONS_EXCEEDED: i64 = -32000;
+
+/// Where the bearer token comes from.
+#[derive(Debug, Clone)]
+pub enum TokenSource {
+    /// Read from this file (surrounding whitespace trimmed).
+    File(PathBuf),
+    /// Given on the command line or in `DSH_HTTP_TOKEN`.
+    Value(String),
+    /// Generate a random one and write it to a new file readable by the user only.
+    Generate,
+}
+
+/// How the HTTP server is served.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// The address to listen on (port 0: any free port).
+    pub addr: SocketAddr,
+    pub token: TokenSource,
+    /// Browser origins allowed besides loopback ones (`scheme://host[:port]`, lowercase).
+    pub allowed_origins: Vec<String>,
+    /// Sessions open at once; one more `initialize` is refused.
+    pub max_sessions: usize,
+    /// A session idle this long is closed and its tasks killed.
+    pub session_idle: Duration,
+    /// Each session's settings (cwd, calls in flight, progress interval).
+    pub session: McpOptions,
+}
+
+impl HttpOptions {
+    /// Defaults for everything but the address.
+    pub fn new(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            token: TokenSource::Generate,
+            allowed_origins: Vec::new(),
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            session_idle: DEFAULT_SESSION_IDLE,
+            session: McpOptions::default(),
+        }
+    }
+}
+
+/// Parse `--http`'s value: `HOST:PORT` with an IP address or `localhost` as host, or a bare
+/// port on 127.0.0.1.
+pub fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
+    let s = s.trim();
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    if let Some(port) = s
+        .strip_prefix("localhost:")
+        .and_then(|p| p.parse::<u16>().ok())
+    {
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    Err(format!(
+        "expected IP:PORT (e.g. 127.0.0.1:8765, [::1]:8765), localhost:PORT or PORT, got {s:?}"
+    ))
+}
+
+/// Parse an `--http-allow-origin` value: `scheme://host[:port]` as browsers send it, or `null`.
+pub fn parse_origin(s: &str) -> Result<String, String> {
+    let origin = s.trim().trim_end_matches('/').to_ascii_lowercase();
+    if origin == "null" || split_origin(&origin).is_some() {
+        Ok(origin)
+    } else {
+        Err(format!(
+            "expected an origin such as https://app.example.com or http://localhost:3000, got {s:?}"
+        ))
+    }
+}
+
+/// Serve the tools over MCP streamable HTTP until SIGINT or SIGTERM, then end every session,
+/// kill every running task of `host`, wait for each, and return.
+pub async fn serve_http(host: ToolHost, options: HttpOptions) -> anyhow::Result<()> {
+    let stop = CancellationToken::new();
+    let signals = watch_signals(stop.clone())?;
+    let result = serve_http_until(&host, options, stop).await;
+    signals.abort();
+    host.shutdown().await;
+    result
+}
+
+/// [`serve_http`] until `stop` is cancelled (without watching signals).
+pub async fn serve_http_until(
+    host: &ToolHost,
+    options: HttpOptions,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let tools = Arc::new(mcp_tools(host.tools())?);
+    let token = Token::resolve(&options.token)?;
+    let listener = TcpListener::bind(options.addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.addr))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| anyhow::anyhow!("cannot read the address listened on: {e}"))?;
+    if !bound.ip().is_loopback() {
+        tracing::warn!(
+            "listening on {bound}, which other machines may reach: only the bearer token keeps \
+             them out"
+        );
+    }
+
+    let mut manager = LocalSessionManager::default();
+    manager.session_config.keep_alive = Some(options.session_idle);
+    let manager = Arc::new(manager);
+    let sessions_stop = CancellationToken::new();
+    let config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(sessions_stop.clone())
+        .with_max_request_body_bytes(MAX_BODY_BYTES);
+    // rmcp checks the Host header against loopback names (DNS rebinding); a server listening on
+    // another address is reached by that address too.
+    let config = if bound.ip().is_unspecified() {
+        config.disable_allowed_hosts()
+    } else if bound.ip().is_loopback() {
+        config
+    } else {
+        let mut hosts = config.allowed_hosts.clone();
+        hosts.push(bound.ip().to_string());
+        config.with_allowed_hosts(hosts)
+    };
+    let session = options.session.clone();
+    let factory_host = host.clone();
+    let service = StreamableHttpService::new(
+        move || {
+            // rmcp calls this for each new session (and, for header checks, without one).
+            let (in_flight, _) = mpsc::channel(1);
+            let (server, injections) =
+                McpServer::open(&factory_host, tools.clone(), &session, in_flight);
+            *lock(&server.unpumped) = Some(injections);
+            Ok(server)
+        },
+        manager.clone(),
+        config,
+    );
+    let gate = Arc::new(Gate {
+        service,
+        manager,
+        token: token.secret.clone(),
+        allowed_origins: options.allowed_origins.clone(),
+        max_sessions: options.max_sessions,
+        initializing: tokio::sync::Mutex::new(()),
+    });
+
+    // The address line comes last: once it is out, the server is ready.
+    if let Some(path) = &token.generated {
+        tracing::info!("the HTTP bearer token is in {}", path.display());
+        eprintln!("dsh-host: HTTP bearer token written to {}", path.display());
+    }
+    let url = format!("http://{bound}{ENDPOINT}");
+    tracing::info!("serving MCP over HTTP at {url}");
+    eprintln!("dsh-host: serving MCP over HTTP at {url}");
+
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    tracing::debug!("HTTP connection from {peer}");
+                    connections.spawn(serve_connection(stream, gate.clone(), stop.clone()));
+                }
+                Err(e) => {
+                    // Out of descriptors and the like: wait a little rather than spin.
+                    tracing::warn!("cannot accept an HTTP connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+
+    tracing::info!("stopping the HTTP server: ending every session");
+    drop(listener);
+    // Ends every session (its handler goes, and with it the session's tasks) and every stream.
+    sessions_stop.cancel();
+    let grace = Duration::from_secs_f64(host.executor().limits().grace_ms.max(0.0) / 1000.0);
+    let drained = tokio::time::timeout(grace + CONNECTION_DRAIN_SLACK, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::debug!("closing HTTP connections still open");
+        connections.shutdown().await;
+    }
+    token.remove_generated();
+    Ok(())
+}
+
+async fn serve_connection(stream: TcpStream, gate: Arc<Gate>, stop: CancellationToken) {
+    let service = hyper::service::service_fn(move |request| {
+        let gate = gate.clone();
+        async move { Ok::<_, Infallible>(gate.handle(request).await) }
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let outcome = tokio::select! {
+        outcome = connection.as_mut() => outcome,
+        _ = stop.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(e) = outcome {
+        tracing::debug!("HTTP connection ended: {e}");
+    }
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// The checks in front of rmcp's service.
+struct Gate {
+    service: StreamableHttpService<McpServer, LocalSessionManager>,
+    manager: Arc<LocalSessionManager>,
+    token: String,
+    allowed_origins: Vec<String>,
+    max_sessions: usize,
+    /// Held while an `initialize` is counted and served, so that the limit holds for
+    /// concurrent ones.
+    initializing: tokio::sync::Mutex<()>,
+}
+
+impl Gate {
+    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        if request.uri().path() != ENDPOINT {
+            return text_response(
+                StatusCode::NOT_FOUND,
+                format!("Not Found: the MCP endpoint is {ENDPOINT}"),
+            );
+        }
+        if let Err(reason) = check_origin(request.headers(), &self.allowed_origins) {
+            tracing::warn!("refused a request: {reason}");
+            return text_response(StatusCode::FORBIDDEN, format!("Forbidden: {reason}"));
+        }
+        if let Err(given) = check_token(request.headers(), &self.token) {
+            return unauthorized(given);
+        }
+        if request.method() == Method::DELETE {
+            let mut response = self.service.handle(request).await;
+            // rmcp says 202 Accepted; the session is gone by now, which clients (the Python
+            // SDK) expect to hear as 200 or 204.
+            if response.status() == StatusCode::ACCEPTED {
+                *response.status_mut() = StatusCode::NO_CONTENT;
+            }
+            return response;
+        }
+        if request.method() != Method::POST {
+            return self.service.handle(request).await;
+        }
+
+        let (parts, body) = request.into_parts();
+        let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return text_response(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("Payload Too Large: a request body may hold {MAX_BODY_BYTES} bytes"),
+                );
+            }
+            Err(e) => {
+                return text_response(
+                    StatusCode::BAD_REQUEST,
+                    format!("Bad Request: cannot read the request body: {e}"),
+                );
+            }
+        };
+        let in_session = parts.headers.contains_key("mcp-session-id");
+        let message = match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(message) => message,
+            Err(e) => {
+                return jsonrpc_error(
+                    StatusCode::BAD_REQUEST,
+                    serde_json::Value::Null,
+                    -32700,
+                    format!("Parse error: the request body is not JSON: {e}"),
+                );
+            }
+        };
+        let probe = probe(message);
+        let request = Request::from_parts(parts, Full::new(body));
+        let Some(probe) = probe else {
+            // Not one JSON-RPC request (a notification, a response, a batch): rmcp answers it.
+            return self.service.handle(request).await;
+        };
+        if probe.sessionless || (!in_session && probe.method != "initialize") {
+            return jsonrpc_error(
+                StatusCode::BAD_REQUEST,
+                probe.id,
+                -32600,
+                format!(
+                    "Invalid request: {} needs a session; dsh-host keeps each MCP session's \
+                     tasks apart, so send initialize first and then its Mcp-Session-Id with \
+                     each request (the sessionless requests of revision 2026-07-28 are served \
+                     on stdio only)",
+                    probe.method
+                ),
+            );
+        }
+        if in_session || probe.method != "initialize" {
+            return self.service.handle(request).await;
+        }
+        let _counting = self.initializing.lock().await;
+        let open = self.manager.sessions.read().await.len();
+        if open >= self.max_sessions {
+            tracing::warn!("refused a session: {open} are open");
+            return jsonrpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                probe.id,
+                SESSIONS_EXCEEDED,
+                format!(
+                    "too many MCP sessions: the limit is {} (--http-max-sessions); end one \
+                     (HTTP DELETE) or wait for an idle one to expire",
+                    self.max_sessions
+                ),
+            );
+        }
+        self.service.handle(request).await
+    }
+}
+
+/// What the gate needs to know of a JSON-RPC request.
+struct Probe {
+    id: serde_json::Value,
+    method: String,
+    /// Carries the per-request protocol version of revision 2026-07-28, which rmcp serves
+    /// outside any session.
+    sessionless: bool,
+}
+
+/// The request in `message`, if it is one JSON-RPC request.
+fn probe(message: serde_json::Value) -> Option<Probe> {
+    let serde_json::Value::Object(message) = message else {
+        return None;
+    };
+    let id = message.get("id")?.clone();
+    let method = message.get("method")?.as_str()?.to_string();
+    let sessionless = message
+        .get("params")
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
+        .is_some();
+    Some(Probe {
+        id,
+        method,
+        sessionless,
+    })
+}
+
+/// `Err` with the reason when the request carries an `Origin` that is neither loopback nor
+/// allowed.
+fn check_origin(headers: &HeaderMap, allowed: &[String]) -> Result<(), String> {
+    let mut origins = headers.get_all(header::ORIGIN).iter();
+    let Some(origin) = origins.next() else {
+        return Ok(());
+    };
+    if origins.next().is_some() {
+        return Err("more than one Origin header".into());
+    }
+    let Ok(origin) = origin.to_str() else {
+        return Err("the Origin header is not text".into());
+    };
+    let normalized = origin.trim().trim_end_matches('/').to_ascii_lowercase();
+    if allowed.contains(&normalized) {
+        return Ok(());
+    }
+    match split_origin(&normalized) {
+        Some((_, "localhost" | "127.0.0.1" | "[::1]")) => Ok(()),
+        _ => Err(format!(
+            "origin {origin:?} is not allowed (loopback origins are; others need \
+             --http-allow-origin)"
+        )),
+    }
+}
+
+/// The scheme and host of an origin `scheme://host[:port]` (http or https, no path), lowercase.
+fn split_origin(origin: &str) -> Option<(&str, &str)> {
+    let (scheme, authority) = origin.split_once("://")?;
+    if !matches!(scheme, "http" | "https") {
+        return None;
+    }
+    let (host, port) = if authority.starts_with('[') {
+        let end = authority.find(']')?;
+        let (host, rest) = authority.split_at(end + 1);
+        (host, rest.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    let port_ok = port.is_none_or(|p| !p.is_empty() && p.parse::<u16>().is_ok());
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(ip) => ip.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !host.is_empty()
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+        }
+    };
+    (port_ok && host_ok).then_some((scheme, host))
+}
+
+/// `Err(true)` when the request carries a wrong token, `Err(false)` when it carries none.
+fn check_token(headers: &HeaderMap, expected: &str) -> Result<(), bool> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Err(false);
+    };
+    let given = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    match given {
+        Some(token) if same_secret(token.as_bytes(), expected.as_bytes()) => Ok(()),
+        _ => Err(true),
+    }
+}
+
+/// Compares in time that depends on the expected secret's length only, not on where the given
+/// one differs.
+fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    let mut diff = u8::from(given.len() != expected.len());
+    for (i, e) in expected.iter().enumerate() {
+        let g = given.get(i).copied().unwrap_or(!*e);
+        diff |= std::hint::black_box(g ^ e);
+    }
+    std::hint::black_box(diff) == 0
+}
+
+fn unauthorized(token_given: bool) -> Response<Body> {
+    let challenge = if token_given {
+        r#"Bearer realm="dsh-host", error="invalid_token""#
+    } else {
+        r#"Bearer realm="dsh-host""#
+    };
+    let mut response = text_response(
+        StatusCode::UNAUTHORIZED,
+        "Unauthorized: send the server's token as Authorization: Bearer TOKEN".to_string(),
+    );
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(challenge),
+    );
+    response
+}
+
+fn text_response(status: StatusCode, text: String) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(text)).boxed());
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+fn jsonrpc_error(
+    status: StatusCode,
+    id: serde_json::Value,
+    code: i64,
+    message: String,
+) -> Response<Body> {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": { "code": code, "message": message },
+    });
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The server's bearer token, and the file it was written to when generated.
+struct Token {
+    secret: String,
+    generated: Option<PathBuf>,
+}
+
+impl Token {
+    fn resolve(source: &TokenSource) -> anyhow::Result<Self> {
+        match source {
+            TokenSource::Value(value) => Ok(Self {
+                secret: checked_token(value.trim(), "the given token")?,
+                generated: None,
+            }),
+            TokenSource::File(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    anyhow::anyhow!("cannot read the token file {}: {e}", path.display())
+                })?;
+                if let Ok(meta) = std::fs::metadata(path)
+                    && meta.permissions().mode() & 0o077 != 0
+                {
+                    tracing::warn!(
+                        "the token file {} is readable by other users (chmod 600 it)",
+                        path.display()
+                    );
+                }
+                let what = format!("the token file {}", path.display());
+                Ok(Self {
+                    secret: checked_token(text.trim(), &what)?,
+                    generated: None,
+                })
+            }
+            TokenSource::Generate => {
+                let mut bytes = [0u8; 32];
+                getrandom::fill(&mut bytes)
+                    .map_err(|e| anyhow::anyhow!("cannot generate a token: {e}"))?;
+                let secret = hex(&bytes);
+                let path = write_token_file(&secret)?;
+                Ok(Self {
+                    secret,
+                    generated: Some(path),
+                })
+            }
+        }
+    }
+
+    fn remove_generated(&self) {
+        if let Some(path) = &self.generated
+            && let Err(e) = std::fs::remove_file(path)
+        {
+            tracing::warn!("cannot remove the token file {}: {e}", path.display());
+        }
+    }
+}
+
+/// A token must fit an HTTP header as one word: printable ASCII without spaces.
+fn checked_token(token: &str, what: &str) -> anyhow::Result<String> {
+    if token.is_empty() {
+        anyhow::bail!("{what} holds no token");
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        anyhow::bail!(
+            "{what} holds characters a bearer token cannot have (printable ASCII only, no spaces)"
+        );
+    }
+    Ok(token.to_string())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Write a generated token to a new file only its user may read, in `$XDG_RUNTIME_DIR/dsh-host`
+/// (else the cache directory, else a per-user directory in the system temp dir).
+fn write_token_file(secret: &str) -> anyhow::Result<PathBuf> {
+    let dir = token_dir()?;
+    let mut suffix = [0u8; 4];
+    getrandom::fill(&mut suffix).map_err(|e| anyhow::anyhow!("cannot generate a name: {e}"))?;
+    let path = dir.join(format!(
+        "http-token-{}-{}",
+        std::process::id(),
+        hex(&suffix)
+    ));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| anyhow::anyhow!("cannot create the token file {}: {e}", path.display()))?;
+    file.write_all(format!("{secret}\n").as_bytes())
+        .map_err(|e| anyhow::anyhow!("cannot write the token file {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+fn token_dir() -> anyhow::Result<PathBuf> {
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute() && p.is_dir())
+        .map(|p| p.join("dsh-host"));
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let dir = runtime
+        .or_else(crate::engine::default_cache_dir)
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("dsh-host-{uid}")));
+    private_dir(&dir, uid)?;
+    Ok(dir)
+}
+
+/// Create `dir` (mode 0700) unless it exists, and check that it is a directory (not a link) of
+/// this user that no one else may write to.
+fn private_dir(dir: &Path, uid: u32) -> anyhow::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    match builder.recursive(true).create(dir) {
+        Ok(()) => {}
+        Err(e) => anyhow::bail!(
+            "cannot create {} for the token file: {e} (or pass --http-token-file)",
+            dir.display()
+        ),
+    }
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| anyhow::anyhow!("cannot inspect {}: {e}", dir.display()))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        anyhow::bail!(
+            "{} is not a directory of this user that only it may write to: will not put the \
+             token file there (pass --http-token-file)",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_compare_equal_only_when_equal() {
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abd", b"abc"));
+        assert!(!same_secret(b"ab", b"abc"));
+        assert!(!same_secret(b"abcd", b"abc"));
+        assert!(!same_secret(b"", b"abc"));
+    }
+
+    #[test]
+    fn origins_of_loopback_hosts_pass() {
+        let headers = |o: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::ORIGIN, HeaderValue::from_str(o).unwrap());
+            h
+        };
+        for ok in [
+            "http://localhost",
+            "http://localhost:3000",
+            "https://127.0.0.1:8765",
+            "http://[::1]:9",
+            "HTTP://LOCALHOST:1",
+        ] {
+            assert_eq!(check_origin(&headers(ok), &[]), Ok(()), "{ok}");
+        }
+        for bad in [
+            "http://evil.example",
+            "http://localhost.evil.example",
+            "http://127.0.0.1.evil.example:80",
+            "null",
+            "file://localhost",
+            "http://localhost:notaport",
+            "http://user@localhost",
+            "http://localhost/path",
+        ] {
+            assert!(check_origin(&headers(bad), &[]).is_err(), "{bad}");
+        }
+        let allowed = vec![parse_origin("https://App.Example.com/").unwrap()];
+        assert_eq!(
+            check_origin(&headers("https://app.example.com"), &allowed),
+            Ok(())
+        );
+        assert!(check_origin(&headers("http://app.example.com"), &allowed).is_err());
+        assert_eq!(check_origin(&HeaderMap::new(), &[]), Ok(()));
+    }
+
+    #[test]
+    fn listen_addresses_default_to_loopback() {
+        assert_eq!(
+            parse_listen_addr("8765").unwrap(),
+            "127.0.0.1:8765".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen_addr("localhost:0").unwrap(),
+            "127.0.0.1:0".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen_addr("[::1]:80").unwrap(),
+            "[::1]:80".parse().unwrap()
+        );
+        assert!(parse_listen_addr("example.com:80").is_err());
+        assert!(parse_listen_addr("127.0.0.1:99999").is_err());
+    }
+
+    #[test]
+    fn bearer_tokens_are_checked() {
+        let headers = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::AUTHORIZATION, HeaderValue::from_str(v).unwrap());
+            h
+        };
+        assert_eq!(check_token(&headers("Bearer s3cret"), "s3cret"), Ok(()));
+        assert_eq!(check_token(&headers("bearer  s3cret "), "s3cret"), Ok(()));
+        assert_eq!(check_token(&headers("Bearer s3cre"), "s3cret"), Err(true));
+        assert_eq!(check_token(&headers("Basic s3cret"), "s3cret"), Err(true));
+        assert_eq!(check_token(&HeaderMap::new(), "s3cret"), Err(false));
+    }
+}

@@ -1,0 +1,208 @@
+"""Drives `dsh-host mcp --http` with the official Python MCP SDK's streamable HTTP client.
+
+Usage: python3 http_client.py <scenario> <endpoint url> <token> <scratch dir>
+Prints one JSON object with what the scenario saw; tests/mcp_http.rs starts the server and
+checks it.
+
+Scenarios:
+  isolation  two sessions at once: B reads, kills and waits on A's task; each sees only its
+             own completion notice (as a log message and as the extra result block)
+  close      a session starts a background command and ends (the SDK sends DELETE)
+  leave      a session starts a background command and goes without ending the session
+  limit      sessions up to the server's limit of 2, then one more, then one after a close
+  calls      two calls at once in one session and one in another (--max-calls-in-flight 1), the
+             first with a progressToken
+"""
+
+import json
+import os
+import sys
+import time
+from contextlib import asynccontextmanager
+
+import anyio
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+
+def texts(result):
+    return [block.text for block in result.content]
+
+
+@asynccontextmanager
+async def open_session(url, token, terminate_on_close=True):
+    """One MCP session; yields the session and the log messages it received."""
+    logged = []
+    arrived = anyio.Event()
+
+    async def on_log(params):
+        logged.append({"level": params.level, "logger": params.logger, "data": params.data})
+        arrived.set()
+
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client:
+        async with streamable_http_client(url, http_client=client, terminate_on_close=terminate_on_close) as (
+            read,
+            write,
+        ):
+            async with ClientSession(read, write, logging_callback=on_log) as session:
+                await session.initialize()
+                session.logged = logged
+                session.log_arrived = arrived
+                yield session
+
+
+async def start_background(session, command):
+    r = await session.call_tool(
+        "bash", {"command": command, "description": "Background", "run_in_background": True}
+    )
+    text = texts(r)[0]
+    # "started background task bash-<n>"
+    return text.split()[-1], text
+
+
+def read_pid(path):
+    for _ in range(200):
+        try:
+            with open(path) as f:
+                content = f.read().strip()
+            if content:
+                return int(content)
+        except FileNotFoundError:
+            pass
+        time.sleep(0.02)
+    raise RuntimeError(f"no pid in {path}")
+
+
+async def isolation(url, token, scratch):
+    seen = {}
+    async with open_session(url, token) as a, open_session(url, token) as b:
+        a_task, seen["a_started"] = await start_background(a, "sleep 0.5; echo done-a")
+        seen["a_task"] = a_task
+
+        r = await b.call_tool("bash_output", {"task_id": a_task})
+        seen["b_output_of_a"] = {"text": texts(r), "isError": r.is_error}
+        r = await b.call_tool("bash_kill", {"task_id": a_task})
+        seen["b_kill_of_a"] = {"text": texts(r), "isError": r.is_error}
+
+        # A's notice reaches A (as a log message), not B.
+        with anyio.fail_after(10):
+            await a.log_arrived.wait()
+        # Give a stray notice for B the time to arrive, should there be one.
+        await anyio.sleep(0.5)
+        seen["a_logged"] = list(a.logged)
+        seen["b_logged"] = list(b.logged)
+
+        # The notice also rides on A's next result, and on none of B's.
+        r = await a.call_tool("bash", {"command": "echo a-next", "description": "Next"})
+        seen["a_next"] = texts(r)
+        r = await b.call_tool("bash", {"command": "echo b-next", "description": "Next"})
+        seen["b_next"] = texts(r)
+
+        # A still reads its own task: B's kill did not reach it.
+        r = await a.call_tool("bash_output", {"task_id": a_task})
+        seen["a_output"] = texts(r)
+
+        # B's own task, and A cannot read it either.
+        b_task, _ = await start_background(b, "echo b-own")
+        seen["b_task"] = b_task
+        r = await a.call_tool("bash_output", {"task_id": b_task})
+        seen["a_output_of_b"] = {"text": texts(r), "isError": r.is_error}
+        # B's notice reaches B, and A not.
+        with anyio.fail_after(10):
+            await b.log_arrived.wait()
+        await anyio.sleep(0.5)
+        seen["a_logged_end"] = list(a.logged)
+        seen["b_logged_end"] = list(b.logged)
+    print(json.dumps(seen))
+
+
+async def close(url, token, scratch, terminate_on_close=True):
+    pid_file = os.path.join(scratch, "pid")
+    # The shell notes a SIGTERM (the kill the server sends first, before SIGKILL) in `term`.
+    term_file = os.path.join(scratch, "term")
+    command = f"echo $$ > {pid_file}; trap 'echo TERM > {term_file}; exit 0' TERM; sleep 60 & wait"
+    seen = {}
+    async with open_session(url, token, terminate_on_close=terminate_on_close) as s:
+        task, seen["started"] = await start_background(s, command)
+        seen["task"] = task
+        seen["pid"] = read_pid(pid_file)
+    print(json.dumps(seen))
+
+
+async def leave(url, token, scratch):
+    await close(url, token, scratch, terminate_on_close=False)
+
+
+async def limit(url, token, scratch):
+    seen = {}
+    async with open_session(url, token) as a:
+        async with open_session(url, token) as b:
+            r = await b.call_tool("bash", {"command": "echo two", "description": "Two"})
+            seen["second"] = texts(r)
+            try:
+                async with open_session(url, token) as c:
+                    seen["third"] = "opened"
+            except Exception as e:  # the SDK's McpError, carrying the server's JSON-RPC error
+                while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+                    e = e.exceptions[0]
+                seen["third"] = {"type": type(e).__name__, "message": str(e)}
+        # B ended (DELETE): there is room again.
+        async with open_session(url, token) as c:
+            r = await c.call_tool("bash", {"command": "echo again", "description": "Again"})
+            seen["after_close"] = texts(r)
+        r = await a.call_tool("bash", {"command": "echo first", "description": "First"})
+        seen["first"] = texts(r)
+    print(json.dumps(seen))
+
+
+async def calls(url, token, scratch):
+    """With --max-calls-in-flight 1: a second call in flight in one session is refused, while
+    another session's call runs."""
+    seen = {}
+    async with open_session(url, token) as a, open_session(url, token) as b:
+
+        reports = []
+
+        async def on_progress(progress, total, message):
+            reports.append({"progress": progress, "message": message})
+
+        async def slow():
+            r = await a.call_tool(
+                "bash",
+                {"command": "sleep 1; echo slow", "description": "Slow"},
+                progress_callback=on_progress,
+            )
+            seen["a_slow"] = texts(r)
+            seen["a_slow_progress"] = reports
+
+        async def second():
+            await anyio.sleep(0.3)
+            try:
+                r = await a.call_tool("bash", {"command": "echo a2", "description": "Second"})
+                seen["a_second"] = texts(r)
+            except Exception as e:
+                seen["a_second"] = {"type": type(e).__name__, "message": str(e)}
+
+        async def other():
+            await anyio.sleep(0.3)
+            r = await b.call_tool("bash", {"command": "echo b", "description": "Other"})
+            seen["b"] = texts(r)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow)
+            tg.start_soon(second)
+            tg.start_soon(other)
+    print(json.dumps(seen))
+
+
+SCENARIOS = {"isolation": isolation, "close": close, "leave": leave, "limit": limit, "calls": calls}
+
+
+def main():
+    scenario, url, token, scratch = sys.argv[1:5]
+    anyio.run(SCENARIOS[scenario], url, token, scratch)
+
+
+main()

@@ -1,0 +1,663 @@
+//! `dsh-host mcp --http`: MCP over streamable HTTP, one dsh session per MCP session, through
+//! the binary, driven by the official Python SDK's streamable HTTP client
+//! (`tests/mcp-clients/python/http_client.py`, run from the venv `target/mcp-clients/venv` or
+//! the interpreter named by `DSH_MCP_PYTHON`) and by plain HTTP requests.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+#[path = "support/procs.rs"]
+mod procs;
+use procs::alive;
+
+use serde_json::Value;
+
+const PYTHON_HINT: &str = "install the Python SDK client: python3 -m venv target/mcp-clients/venv && \
+     target/mcp-clients/venv/bin/python -m pip install --require-hashes \
+     -r tests/mcp-clients/python/requirements.txt";
+
+const TOKEN: &str = "test-token-0123456789abcdef";
+
+/// The line the server prints on stderr once it listens.
+const SERVING: &str = "dsh-host: serving MCP over HTTP at ";
+
+fn component_cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")
+}
+
+/// A running `dsh-host mcp --http 127.0.0.1:0`.
+struct Server {
+    child: Child,
+    /// `http://127.0.0.1:PORT/mcp`
+    url: String,
+    /// `127.0.0.1:PORT`
+    authority: String,
+    /// Everything the server wrote on stderr so far.
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts the server with `TOKEN` in `DSH_HTTP_TOKEN` and `flags`.
+    fn start(flags: &[&str]) -> Self {
+        Self::start_with(flags, &[("DSH_HTTP_TOKEN", TOKEN)])
+    }
+
+    fn start_with(flags: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dsh-host"));
+        command
+            .args(["mcp", "--http", "127.0.0.1:0", "--grace-ms", "500"])
+            .args(flags)
+            .env("DSH_CACHE_DIR", component_cache())
+            .env_remove("DSH_HTTP_TOKEN")
+            .env("DSH_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("start dsh-host");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let pipe = child.stderr.take().expect("stderr piped");
+        let collected = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix(SERVING) {
+                    let _ = tx.send(url.to_string());
+                }
+                let mut all = collected.lock().unwrap();
+                all.push_str(&line);
+                all.push('\n');
+            }
+        });
+        let url = match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(url) => url,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "the server printed no address; stderr:\n{}",
+                    stderr.lock().unwrap()
+                );
+            }
+        };
+        let authority = url
+            .strip_prefix("http://")
+            .and_then(|rest| rest.strip_suffix("/mcp"))
+            .unwrap_or_else(|| panic!("unexpected address line: {url}"))
+            .to_string();
+        Self {
+            child,
+            url,
+            authority,
+            stderr,
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Sends SIGTERM and waits for the exit; the exit status.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        self.signal(libc::SIGTERM)
+    }
+
+    /// Sends `signal` and waits for the exit; the exit status.
+    fn signal(&mut self, signal: i32) -> std::process::ExitStatus {
+        let pid = self.child.id() as i32;
+        // SAFETY: signalling our own child.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for dsh-host") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not exit after SIGTERM; stderr:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Runs a scenario of the Python client against this server; its JSON output.
+    fn client(&self, scenario: &str, token: &str, scratch: &Path) -> Value {
+        let python = std::env::var_os("DSH_MCP_PYTHON").map_or_else(
+            || {
+                PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("../target/mcp-clients/venv/bin/python")
+            },
+            PathBuf::from,
+        );
+        assert!(
+            python.exists(),
+            "{} is missing: {PYTHON_HINT}",
+            python.display()
+        );
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/mcp-clients/python/http_client.py");
+        let out = Command::new(&python)
+            .arg(script)
+            .args([scenario, &self.url, token])
+            .arg(scratch)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}: {PYTHON_HINT}", python.display()));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "http_client.py {scenario} failed ({}):\n{stdout}\n{}\nserver stderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            self.stderr()
+        );
+        serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|e| panic!("http_client.py {scenario} printed {stdout}: {e}"))
+    }
+
+    /// One plain HTTP/1.1 request; the status and the whole response text.
+    fn request(&self, method: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+        let mut stream = TcpStream::connect(&self.authority).expect("connect to the server");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut request = format!(
+            "{method} /mcp HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
+            self.authority,
+            body.len()
+        );
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        request.push_str(body);
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = String::new();
+        // An SSE answer stays open: what arrived before the timeout is enough.
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    response.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    if response.contains("\"result\"") || response.contains("\"error\"") {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        let status = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no HTTP status in {response:?}"));
+        (status, response)
+    }
+
+    /// A POST of `initialize` with `headers` added.
+    fn initialize(&self, headers: &[(&str, &str)]) -> (u16, String) {
+        let mut all = vec![
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ];
+        all.extend_from_slice(headers);
+        self.request("POST", &all, INITIALIZE)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+
+fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir().expect("scratch dir")
+}
+
+/// Waits up to 10 s for `pid` to end.
+fn gone_within(pid: i32, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: command {pid} still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn texts(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list of texts: {v}"))
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn sessions_see_only_their_own_tasks_and_notices() {
+    let server = Server::start(&[]);
+    let dir = scratch();
+    let seen = server.client("isolation", TOKEN, dir.path());
+    let a_task = seen["a_task"].as_str().unwrap();
+    assert_eq!(
+        seen["a_started"],
+        format!("started background task {a_task}")
+    );
+
+    // B can neither read nor kill A's task: the tool's answer for another session's task.
+    let foreign = format!("Error: task {a_task} belongs to another session");
+    assert_eq!(seen["b_output_of_a"]["text"][0], foreign.as_str(), "{seen}");
+    assert_eq!(seen["b_output_of_a"]["isError"], true);
+    assert_eq!(seen["b_kill_of_a"]["text"][0], foreign.as_str(), "{seen}");
+    let b_task = seen["b_task"].as_str().unwrap();
+    assert_eq!(
+        seen["a_output_of_b"]["text"][0],
+        format!("Error: task {b_task} belongs to another session"),
+        "{seen}"
+    );
+
+    // A's task ran to its end, untouched by B's kill, and A reads its output.
+    assert_eq!(
+        texts(&seen["a_output"]),
+        ["done-a\n\n[status: completed, exit code: 0]"],
+        "{seen}"
+    );
+
+    // The notice reached A, as a log message and on its next result, and B not at all.
+    let notice = format!(
+        "background bash task {a_task} finished [status: completed, exit code: 0]. Read its \
+         output with bash_output."
+    );
+    let a_logged = seen["a_logged"].as_array().unwrap();
+    assert_eq!(a_logged.len(), 1, "{seen}");
+    assert_eq!(a_logged[0]["logger"], "tool-bash");
+    assert_eq!(a_logged[0]["data"], notice.as_str());
+    assert_eq!(seen["b_logged"], serde_json::json!([]), "{seen}");
+    assert_eq!(texts(&seen["a_next"]), ["a-next\n", notice.as_str()]);
+    assert_eq!(texts(&seen["b_next"]), ["b-next\n"], "{seen}");
+
+    // And B's own notice reached B only.
+    let data = |key: &str| -> Vec<String> {
+        seen[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["data"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(data("a_logged_end"), [notice.as_str()], "{seen}");
+    assert_eq!(
+        data("b_logged_end"),
+        [format!(
+            "background bash task {b_task} finished [status: completed, exit code: 0]. Read its \
+             output with bash_output."
+        )],
+        "{seen}"
+    );
+}
+
+#[test]
+fn requests_without_the_right_token_get_401() {
+    let server = Server::start(&[]);
+    let (status, response) = server.initialize(&[]);
+    assert_eq!(status, 401, "{response}");
+    let lower = response.to_ascii_lowercase();
+    assert!(
+        lower.contains("\r\nwww-authenticate: bearer"),
+        "no Bearer challenge: {response}"
+    );
+
+    for wrong in [
+        "test-token-0123456789abcdeX",
+        "test-token",
+        "",
+        "test-token-0123456789abcdef0",
+    ] {
+        let (status, response) = server.initialize(&[("Authorization", &bearer(wrong))]);
+        assert_eq!(status, 401, "token {wrong:?}: {response}");
+        assert!(
+            response.contains("error=\"invalid_token\""),
+            "token {wrong:?}: {response}"
+        );
+    }
+    let (status, response) = server.initialize(&[("Authorization", &format!("Basic {TOKEN}"))]);
+    assert_eq!(status, 401, "{response}");
+    // Every method, not only POST.
+    let (status, _) = server.request("GET", &[("Accept", "text/event-stream")], "");
+    assert_eq!(status, 401);
+    let (status, _) = server.request("DELETE", &[("Mcp-Session-Id", "x")], "");
+    assert_eq!(status, 401);
+
+    // The token from DSH_HTTP_TOKEN opens a session.
+    let (status, response) = server.initialize(&[("Authorization", &bearer(TOKEN))]);
+    assert_eq!(status, 200, "{response}");
+    assert!(
+        response.to_ascii_lowercase().contains("mcp-session-id:"),
+        "{response}"
+    );
+}
+
+#[test]
+fn the_token_file_flag_sets_the_token() {
+    let dir = scratch();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "from-the-file\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let server = Server::start_with(
+        &["--http-token-file", file.to_str().unwrap()],
+        // The file wins over the environment.
+        &[("DSH_HTTP_TOKEN", TOKEN)],
+    );
+    let (status, response) = server.initialize(&[("Authorization", &bearer(TOKEN))]);
+    assert_eq!(status, 401, "{response}");
+    let (status, response) = server.initialize(&[("Authorization", "Bearer from-the-file")]);
+    assert_eq!(status, 200, "{response}");
+}
+
+#[test]
+fn foreign_origins_get_403() {
+    let server = Server::start(&["--http-allow-origin", "https://App.Example.com"]);
+    let auth = bearer(TOKEN);
+    for origin in [
+        "http://evil.example",
+        "http://localhost.evil.example",
+        "https://app.example.com:8443",
+        "null",
+    ] {
+        let (status, response) = server.initialize(&[("Authorization", &auth), ("Origin", origin)]);
+        assert_eq!(status, 403, "origin {origin}: {response}");
+    }
+    // A foreign origin is refused before the token is looked at.
+    let (status, _) = server.initialize(&[("Origin", "http://evil.example")]);
+    assert_eq!(status, 403);
+
+    for origin in [
+        "http://localhost:3000",
+        "http://127.0.0.1",
+        "http://[::1]:8080",
+        "https://app.example.com",
+    ] {
+        let (status, response) = server.initialize(&[("Authorization", &auth), ("Origin", origin)]);
+        assert_eq!(status, 200, "origin {origin}: {response}");
+    }
+    let (status, response) = server.initialize(&[("Authorization", &auth)]);
+    assert_eq!(status, 200, "no origin: {response}");
+}
+
+#[test]
+fn a_generated_token_is_written_to_a_private_file_and_removed_at_exit() {
+    let runtime = scratch();
+    let mut server = Server::start_with(
+        &[],
+        &[("XDG_RUNTIME_DIR", runtime.path().to_str().unwrap())],
+    );
+    let stderr = server.stderr();
+    let path = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("dsh-host: HTTP bearer token written to "))
+        .unwrap_or_else(|| panic!("no token file named on stderr:\n{stderr}"));
+    let path = PathBuf::from(path);
+    assert_eq!(path.parent().unwrap(), runtime.path().join("dsh-host"));
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{}", path.display());
+    let token = std::fs::read_to_string(&path).unwrap();
+    let token = token.trim();
+    assert_eq!(token.len(), 64, "{token}");
+    assert!(token.bytes().all(|b| b.is_ascii_hexdigit()), "{token}");
+
+    let (status, response) = server.initialize(&[("Authorization", &bearer(token))]);
+    assert_eq!(status, 200, "{response}");
+    let (status, _) = server.initialize(&[("Authorization", &bearer(TOKEN))]);
+    assert_eq!(status, 401);
+
+    assert_eq!(server.terminate().code(), Some(0));
+    assert!(!path.exists(), "{} outlived the server", path.display());
+}
+
+#[test]
+fn a_session_closed_by_the_client_loses_its_tasks() {
+    let server = Server::start(&[]);
+    let dir = scratch();
+    let seen = server.client("close", TOKEN, dir.path());
+    let pid = seen["pid"].as_i64().unwrap() as i32;
+    gone_within(pid, "the session ended with DELETE");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("term"))
+            .ok()
+            .as_deref(),
+        Some("TERM\n"),
+        "the command was not sent SIGTERM"
+    );
+    // The server serves on.
+    let (status, response) = server.initialize(&[("Authorization", &bearer(TOKEN))]);
+    assert_eq!(status, 200, "{response}");
+}
+
+#[test]
+fn an_idle_session_expires_with_its_tasks() {
+    let server = Server::start(&["--http-session-idle-ms", "3000"]);
+    let dir = scratch();
+    let left = Instant::now();
+    let seen = server.client("leave", TOKEN, dir.path());
+    let pid = seen["pid"].as_i64().unwrap() as i32;
+    // The client went without ending its session: the task runs on until the session expires.
+    if left.elapsed() < Duration::from_millis(2500) {
+        assert!(alive(pid), "command {pid} ended before its session expired");
+    }
+    gone_within(pid, "the session was idle");
+    // The log line follows the kill.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !server
+        .stderr()
+        .contains("session ended: killed its task bash-")
+    {
+        assert!(Instant::now() < deadline, "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_session_limit_refuses_one_more_session() {
+    let server = Server::start(&["--http-max-sessions", "2"]);
+    let dir = scratch();
+    let seen = server.client("limit", TOKEN, dir.path());
+    assert_eq!(texts(&seen["second"]), ["two\n"]);
+    let third = &seen["third"];
+    assert_eq!(third["type"], "MCPError", "{seen}");
+    let message = third["message"].as_str().unwrap();
+    assert!(
+        message.contains("too many MCP sessions: the limit is 2 (--http-max-sessions)"),
+        "{message}"
+    );
+    // A closed session makes room; the first one was untouched.
+    assert_eq!(texts(&seen["after_close"]), ["again\n"]);
+    assert_eq!(texts(&seen["first"]), ["first\n"]);
+}
+
+#[test]
+fn calls_in_flight_and_progress_are_per_session() {
+    let server = Server::start(&[
+        "--max-calls-in-flight",
+        "1",
+        "--progress-interval-ms",
+        "200",
+    ]);
+    let dir = scratch();
+    let seen = server.client("calls", TOKEN, dir.path());
+    assert_eq!(texts(&seen["a_slow"]), ["slow\n"], "{seen}");
+    // The call that asked for progress got reports every 200 ms, on its own stream.
+    let reports = seen["a_slow_progress"].as_array().unwrap();
+    assert!(reports.len() >= 2, "{seen}");
+    assert!(
+        reports[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("running for ")),
+        "{seen}"
+    );
+    assert_eq!(seen["a_second"]["type"], "MCPError", "{seen}");
+    let message = seen["a_second"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the limit is 1 (--max-calls-in-flight)"),
+        "{message}"
+    );
+    // The other session's call ran while A's was in flight.
+    assert_eq!(texts(&seen["b"]), ["b\n"], "{seen}");
+}
+
+#[test]
+fn sigterm_ends_the_server_and_kills_every_task() {
+    let mut server = Server::start(&[]);
+    let first = scratch();
+    let second = scratch();
+    let pids: Vec<i32> = [first.path(), second.path()]
+        .iter()
+        .map(|dir| server.client("leave", TOKEN, dir)["pid"].as_i64().unwrap() as i32)
+        .collect();
+    for &pid in &pids {
+        assert!(alive(pid), "command {pid} ended before SIGTERM");
+    }
+    let status = server.terminate();
+    assert_eq!(status.code(), Some(0), "{}", server.stderr());
+    for pid in pids {
+        assert!(!alive(pid), "command {pid} outlived the server");
+    }
+    // Each was stopped in order (SIGTERM, then the grace), not left to die with the host.
+    for dir in [&first, &second] {
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("term"))
+                .ok()
+                .as_deref(),
+            Some("TERM\n"),
+            "a command was not sent SIGTERM"
+        );
+    }
+}
+
+#[test]
+fn sigint_ends_the_server_as_sigterm_does() {
+    let mut server = Server::start(&[]);
+    let dir = scratch();
+    let pid = server.client("leave", TOKEN, dir.path())["pid"]
+        .as_i64()
+        .unwrap() as i32;
+    assert!(alive(pid), "command {pid} ended before SIGINT");
+    let status = server.signal(libc::SIGINT);
+    assert_eq!(status.code(), Some(0), "{}", server.stderr());
+    assert!(!alive(pid), "command {pid} outlived the server");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("term"))
+            .ok()
+            .as_deref(),
+        Some("TERM\n"),
+        "the command was not sent SIGTERM"
+    );
+}
+
+#[test]
+fn requests_outside_a_session_are_refused_with_a_reason() {
+    let server = Server::start(&[]);
+    let auth = bearer(TOKEN);
+    let headers = [
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    let (status, response) = server.request(
+        "POST",
+        &headers,
+        r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#,
+    );
+    assert_eq!(status, 400, "{response}");
+    assert!(
+        response.contains(r#""id":7"#) && response.contains("send initialize first"),
+        "{response}"
+    );
+    // A 2026-07-28 request, which rmcp would serve outside any session.
+    let (status, response) = server.request(
+        "POST",
+        &headers,
+        r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"bash","arguments":{"command":"true"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+    );
+    assert_eq!(status, 400, "{response}");
+    assert!(response.contains("needs a session"), "{response}");
+
+    // A body that is not JSON gets JSON-RPC's parse error, as on stdio.
+    let (status, response) = server.request("POST", &headers, "{not json");
+    assert_eq!(status, 400, "{response}");
+    assert!(
+        response.contains(r#""id":null"#) && response.contains("-32700"),
+        "{response}"
+    );
+
+    let mut stream = TcpStream::connect(&server.authority).unwrap();
+    write!(
+        stream,
+        "GET /other HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        server.authority
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 404"), "{response}");
+}
+
+#[test]
+fn bad_http_flags_are_usage_errors() {
+    for (args, needle) in [
+        (vec!["--http", "example.com:80"], "--http"),
+        (vec!["--http", "127.0.0.1:99999"], "--http"),
+        (vec!["--http-token", "x"], "--http"),
+        (
+            vec!["--http", "0", "--http-allow-origin", "not an origin"],
+            "--http-allow-origin",
+        ),
+        (
+            vec!["--http", "0", "--http-max-sessions", "0"],
+            "--http-max-sessions",
+        ),
+        (
+            vec!["--http", "0", "--http-token", "a", "--http-token-file", "f"],
+            "--http-token",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_dsh-host"))
+            .arg("mcp")
+            .args(&args)
+            .env("DSH_CACHE_DIR", component_cache())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+    let dir = scratch();
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dsh-host"))
+        .args(["mcp", "--http", "0", "--http-token-file"])
+        .arg(&empty)
+        .env("DSH_CACHE_DIR", component_cache())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("holds no token"), "{stderr}");
+}
