@@ -960,4 +960,16 @@ async fn helpers_started_ahead_child() {
         h.assert_healthy(after).await;
         h.assert_prints(check, &expected, what, after).await;
     }
+    // A helper killed while idle can look alive for a moment after the kill: a command handed to
+    // it then must still run (on another helper), never come back as killed. Each round kills the
+    // helpers made ahead and runs the next commands at once.
+    for round in 1..=25 {
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        h.run(&FOR_EACH_OTHER_HELPER.replace("ACTION", "kill -KILL $p"))
+            .await;
+        h.assert_healthy(&format!(
+            "round {round} of a command SIGKILLing the other spawn helpers"
+        ))
+        .await;
+    }
 }

@@ -254,17 +254,24 @@ pub(crate) fn exec_bash(setup: &BashExec<'_>) -> ! {
         fail(Step::Setup, io::Error::last_os_error());
     }
     // The host learns who bash is before any of the command runs: a command that kills its
-    // parent at once is still known (and awaited) as bash. Nothing allocated: a vfork child.
-    if let Ok(pidfd) = rustix::process::pidfd_open(
+    // parent at once is still known (and awaited) as bash. Without this report bash does not
+    // exec, so that its absence tells the host the command never ran. Nothing allocated: a
+    // vfork child.
+    let reported = rustix::process::pidfd_open(
         rustix::process::getpid(),
         rustix::process::PidfdFlags::empty(),
-    ) {
+    )
+    .map_err(io::Error::from)
+    .and_then(|pidfd| {
         let me = rustix::process::getpid().as_raw_nonzero().get();
-        let _ = crate::wire::send_with_fds(
+        crate::wire::send_with_fds(
             setup.report,
             &crate::wire::Report::started_bytes(me),
             &[pidfd.as_fd()],
-        );
+        )
+    });
+    if let Err(err) = reported {
+        fail(Step::Setup, err);
     }
     if let Some(command) = setup.command
         && let Err(err) = crate::long_command::install(command)

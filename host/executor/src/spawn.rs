@@ -153,8 +153,16 @@ pub(crate) async fn spawn(
         }
         Ok(Some(Report::Declined)) => return Err(StartError::Declined),
         Ok(Some(Report::Started(bash))) => (Some(bash), reports.fd.take()),
-        // The helper died right after starting bash (the command killed it): bash ran.
-        _ => (None, None),
+        // No word from bash, which reports itself before its `exec` and does not exec when it
+        // cannot: the command never ran. Its helper died before starting it (a command may kill
+        // idle helpers, and a killed one can still look alive for a moment); its death ended the
+        // stream, and another helper may take the command.
+        _ => {
+            return Err(StartError::Undelivered(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the spawn helper ended before starting bash",
+            )));
+        }
     };
 
     let (leader_tx, leader_rx) = oneshot::channel();
