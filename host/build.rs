@@ -20,6 +20,9 @@ use std::process::Command;
 #[path = "../tests/support/nested_cargo.rs"]
 mod nested_cargo;
 
+#[path = "../tests/support/rust_target.rs"]
+mod rust_target;
+
 const TARGET: &str = "wasm32-unknown-unknown";
 
 /// Where the built component is published, relative to the workspace root.
@@ -61,7 +64,8 @@ fn main() {
 
 /// Builds guest-tools' core module; returns its path.
 fn build_guest(root: &Path) -> PathBuf {
-    ensure_target();
+    rust_target::ensure(TARGET)
+        .unwrap_or_else(|e| panic!("{e}, or set DSH_GUEST_WASM to a prebuilt tools component"));
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let target_dir = root.join("target").join("guest-wasm");
     let mut cmd = Command::new(cargo);
@@ -110,36 +114,4 @@ fn write_atomically(path: &Path, bytes: &[u8]) {
     std::fs::write(&tmp, bytes)
         .and_then(|()| std::fs::rename(&tmp, path))
         .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
-}
-
-/// Installs the wasm target with rustup when it is missing.
-fn ensure_target() {
-    let sysroot = Command::new(env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
-        .args(["--print", "sysroot"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-    let installed = sysroot
-        .as_ref()
-        .is_some_and(|s| s.join("lib/rustlib").join(TARGET).exists());
-    if installed {
-        return;
-    }
-    println!("cargo:warning=installing the {TARGET} target with rustup");
-    let added = Command::new("rustup")
-        .args(["target", "add", TARGET])
-        .status();
-    match added {
-        Ok(s) if s.success() => {}
-        Ok(s) => panic!(
-            "the {TARGET} target is missing and `rustup target add {TARGET}` failed ({s}); \
-             install it by hand, or set DSH_GUEST_WASM to a prebuilt tools component"
-        ),
-        Err(e) => panic!(
-            "the {TARGET} target is missing and rustup could not be run ({e}); \
-             install the target with your toolchain manager, or set DSH_GUEST_WASM to a \
-             prebuilt tools component"
-        ),
-    }
 }
