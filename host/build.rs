@@ -1,7 +1,17 @@
-//! Builds the tools component from `guest-tools/` for `wasm32-wasip2` and embeds it.
+//! Builds the tools component from `guest-tools/` and embeds it.
 //!
-//! The guest is built by a nested cargo in its own target directory (`target/guest-wasm`), so it
-//! never contends for the outer build's lock and keeps its own profile.
+//! The guest is compiled for `wasm32-unknown-unknown`, whose standard library imports nothing:
+//! the core module's only imports are the functions wit-bindgen generates for the world's two
+//! interfaces, `dsh:bash/bash-executor` and `dsh:bash/agent` (a panic is an `unreachable` trap,
+//! which the host reports as the call's fault). `wit-component` then wraps the module into a
+//! component, reading the world from the `component-type` custom section wit-bindgen put in it.
+//! The encoder refuses a module with any import outside that world, so should the guest ever
+//! reach for the platform (files, clocks, random), this build fails instead of embedding it.
+//!
+//! The core module is built by a nested cargo in its own target directory (`target/guest-wasm`),
+//! so it never contends for the outer build's lock and keeps its own profile. The component is
+//! embedded, and also written to `target/guest-wasm/guest_tools.wasm` for the other hosts, the
+//! composition recipe and the tests.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -10,7 +20,13 @@ use std::process::Command;
 #[path = "../tests/support/nested_cargo.rs"]
 mod nested_cargo;
 
-const TARGET: &str = "wasm32-wasip2";
+#[path = "../tests/support/rust_target.rs"]
+mod rust_target;
+
+const TARGET: &str = "wasm32-unknown-unknown";
+
+/// Where the built component is published, relative to the workspace root.
+const PUBLISHED: &str = "target/guest-wasm/guest_tools.wasm";
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
@@ -30,18 +46,26 @@ fn main() {
     }
     println!("cargo:rerun-if-env-changed=DSH_GUEST_WASM");
 
-    // An embedder or packager may hand over a prebuilt component instead.
-    let wasm = match env::var_os("DSH_GUEST_WASM") {
-        Some(path) => PathBuf::from(path),
-        None => build_guest(&root),
-    };
     let dest = out_dir.join("guest_tools.wasm");
-    std::fs::copy(&wasm, &dest)
-        .unwrap_or_else(|e| panic!("cannot copy the tools component {}: {e}", wasm.display()));
+    // An embedder or packager may hand over a prebuilt component instead; it is embedded as is.
+    if let Some(path) = env::var_os("DSH_GUEST_WASM") {
+        let path = PathBuf::from(path);
+        std::fs::copy(&path, &dest)
+            .unwrap_or_else(|e| panic!("cannot copy the tools component {}: {e}", path.display()));
+        return;
+    }
+    let module = build_guest(&root);
+    let core = std::fs::read(&module)
+        .unwrap_or_else(|e| panic!("cannot read the guest module {}: {e}", module.display()));
+    let component = componentize(&core);
+    write_atomically(&dest, &component);
+    write_atomically(&root.join(PUBLISHED), &component);
 }
 
+/// Builds guest-tools' core module; returns its path.
 fn build_guest(root: &Path) -> PathBuf {
-    ensure_target();
+    rust_target::ensure(TARGET)
+        .unwrap_or_else(|e| panic!("{e}, or set DSH_GUEST_WASM to a prebuilt tools component"));
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let target_dir = root.join("target").join("guest-wasm");
     let mut cmd = Command::new(cargo);
@@ -70,34 +94,24 @@ fn build_guest(root: &Path) -> PathBuf {
         .join("guest_tools.wasm")
 }
 
-/// Installs the wasm target with rustup when it is missing.
-fn ensure_target() {
-    let sysroot = Command::new(env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
-        .args(["--print", "sysroot"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-    let installed = sysroot
-        .as_ref()
-        .is_some_and(|s| s.join("lib/rustlib").join(TARGET).exists());
-    if installed {
-        return;
-    }
-    println!("cargo:warning=installing the {TARGET} target with rustup");
-    let added = Command::new("rustup")
-        .args(["target", "add", TARGET])
-        .status();
-    match added {
-        Ok(s) if s.success() => {}
-        Ok(s) => panic!(
-            "the {TARGET} target is missing and `rustup target add {TARGET}` failed ({s}); \
-             install it by hand, or set DSH_GUEST_WASM to a prebuilt tools component"
-        ),
-        Err(e) => panic!(
-            "the {TARGET} target is missing and rustup could not be run ({e}); \
-             install the target with your toolchain manager, or set DSH_GUEST_WASM to a \
-             prebuilt tools component"
-        ),
-    }
+/// The component of a core module that carries wit-bindgen's `component-type` section.
+fn componentize(core: &[u8]) -> Vec<u8> {
+    wit_component::ComponentEncoder::default()
+        .module(core)
+        .and_then(|encoder| encoder.validate(true).encode())
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot make the tools component from the guest module (an import outside \
+                 dsh:bash/bash-executor and dsh:bash/agent is refused here): {e:?}"
+            )
+        })
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, so that a reader (or a build
+/// of another profile running this script at the same time) never sees a partial file.
+fn write_atomically(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension(format!("wasm.{}", std::process::id()));
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
 }

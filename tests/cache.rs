@@ -16,6 +16,9 @@
 #[path = "support/nested_cargo.rs"]
 mod nested_cargo;
 
+#[path = "support/rust_target.rs"]
+mod rust_target;
+
 #[path = "support/fault_guest.rs"]
 mod fault_guest;
 

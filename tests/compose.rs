@@ -40,7 +40,7 @@ fn tmp() -> PathBuf {
 fn tools_file() -> PathBuf {
     match std::env::var_os("DSH_GUEST_WASM") {
         Some(path) => PathBuf::from(path),
-        None => root().join("target/guest-wasm/wasm32-wasip2/release/guest_tools.wasm"),
+        None => root().join("target/guest-wasm/guest_tools.wasm"),
     }
 }
 
@@ -135,6 +135,29 @@ fn the_tools_component_is_unchanged_and_embedded_verbatim() {
     assert!(
         composed.windows(embedded.len()).any(|w| w == embedded),
         "the composed component does not hold the tools component's bytes verbatim"
+    );
+}
+
+/// The policy executor is built without WASI like the tools, so the composition imports what
+/// the tools do and nothing else: the policy's own `bash-executor` import (which the host
+/// supplies) and the tools' `agent`.
+#[test]
+fn the_composed_component_imports_exactly_the_world() {
+    let c = composed();
+    let mut config = wasmtime::Config::new();
+    config.wasm_component_model(true);
+    let engine = wasmtime::Engine::new(&config).unwrap();
+    let component = wasmtime::component::Component::from_file(&engine, &c.path)
+        .expect("the composed component compiles");
+    let mut imports: Vec<String> = component
+        .component_type()
+        .imports(&engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    imports.sort();
+    assert_eq!(
+        imports,
+        ["dsh:bash/agent@0.2.0", "dsh:bash/bash-executor@0.2.0"]
     );
 }
 

@@ -1,16 +1,23 @@
 //! One .wasm, many hosts: the golden cases in `tests/polyglot/golden/*.json` run in the Rust host
 //! (this library), in the Python host (`tests/polyglot/python`, wasmtime-py) and in the Node host
 //! (`tests/polyglot/node`, jco), each with its own executor, and must give identical results. The
-//! README's "Use from Python" and "Use from Node" examples are run here too.
+//! README's "Use from Python" and "Use from Node" examples are run here too, and the foreign hosts
+//! are shown to link nothing beyond the component's two `dsh:bash` interfaces.
 //!
 //! The foreign hosts need their pinned packages (`.ci/run` installs them):
 //! `python3 -m pip install --require-hashes -r tests/polyglot/python/requirements.txt` and
 //! `npm ci --prefix tests/polyglot/node`. Without them these tests fail, saying so.
 
+#[path = "support/nested_cargo.rs"]
+mod nested_cargo;
+
+#[path = "support/rust_target.rs"]
+mod rust_target;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use dsh_host::executor::{Config, Executor, LocalExecutor, TaskState};
@@ -527,4 +534,86 @@ fn readme_node_example_runs() {
     require_node();
     let out = run_example("node", &polyglot_dir().join("node/example.mjs"));
     assert_eq!(out, EXAMPLE_OUTPUT);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Nothing but the world
+// ---------------------------------------------------------------------------------------------
+
+/// The same tools built for `wasm32-wasip2`, whose std adds 13 `wasi:cli` and `wasi:io` imports:
+/// the component the hosts were given before the tools were built without WASI. Built once per
+/// test process.
+fn wasip2_tools() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            rust_target::ensure("wasm32-wasip2").unwrap_or_else(|e| panic!("{e}"));
+            let target_dir = root().join("target").join("guest-wasm");
+            let mut cmd = Command::new(env!("CARGO"));
+            cmd.current_dir(root())
+                .args(["build", "-p", "guest-tools", "--release", "--lib"])
+                .args(["--target", "wasm32-wasip2", "--target-dir"])
+                .arg(&target_dir);
+            nested_cargo::scrub_outer_cargo_env(&mut cmd);
+            assert!(
+                cmd.status().expect("cargo runs").success(),
+                "building guest-tools for wasm32-wasip2 failed"
+            );
+            target_dir.join("wasm32-wasip2/release/guest_tools.wasm")
+        })
+        .clone()
+}
+
+/// The Python and Node hosts link the two `dsh:bash` interfaces and nothing else: a tools
+/// component that also imports WASI is refused at load, naming a WASI import. The Rust host
+/// still runs it, with its deny-all WASI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_foreign_hosts_link_no_wasi() {
+    require_python();
+    require_node();
+    let component = wasip2_tools();
+    let python = output_within(
+        Command::new(python())
+            .args([
+                "-c",
+                "import sys, dsh_host; dsh_host.ToolHost(sys.argv[1], dsh_host.LocalExecutor())",
+            ])
+            .arg(&component)
+            .current_dir(polyglot_dir().join("python")),
+        FOREIGN_LIMIT,
+    );
+    let node = output_within(
+        Command::new("node")
+            .args([
+                "--input-type=module",
+                "-e",
+                "const { LocalExecutor, loadToolHost } = await import('./dsh-host.mjs'); \
+                 await loadToolHost(process.argv[1], new LocalExecutor());",
+            ])
+            .arg(&component)
+            .current_dir(polyglot_dir().join("node")),
+        FOREIGN_LIMIT,
+    );
+    for (host, out) in [("python", python), ("node", node)] {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains("wasi:"),
+            "the {host} host loaded a component importing WASI ({}):\n{stderr}",
+            out.status
+        );
+    }
+
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let executor: Arc<dyn Executor> = LocalExecutor::new(executor_config(), tx).unwrap();
+    let options = HostOptions {
+        component: ComponentSource::File(component),
+        cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")),
+    };
+    let host = ToolHost::new(options, executor, rx).await.unwrap();
+    let args = json!({"command": "echo hello", "description": "Say hello"}).to_string();
+    let r = host
+        .call("bash", &args, &Caller::default(), CancellationToken::new())
+        .await;
+    assert_eq!((r.text.as_str(), r.is_error), ("hello\n", false));
+    host.shutdown().await;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Compose the policy executor in front of a tools component's executor import, without
-# rebuilding the tools: builds this crate for wasm32-wasip2 and runs `wac compose`.
+# rebuilding the tools: builds this crate's core module for wasm32-unknown-unknown (no WASI),
+# wraps it into a component with src/bin/componentize.rs and runs `wac compose`.
 #
 # Usage: examples/policy-executor/compose.sh TOOLS.wasm OUT.wasm
 set -euo pipefail
@@ -14,9 +15,13 @@ command -v wac >/dev/null || {
   echo "wac is missing: cargo install wac-cli --version 0.12.0 --no-default-features --locked" >&2
   exit 1
 }
-cargo build --quiet --locked --manifest-path "$root/Cargo.toml" -p policy-executor --release \
-  --target wasm32-wasip2 --target-dir "$root/target/guest-wasm"
+target_dir="$root/target/guest-wasm"
+cargo build --quiet --locked --manifest-path "$root/Cargo.toml" -p policy-executor --release --lib \
+  --target wasm32-unknown-unknown --target-dir "$target_dir"
+cargo run --quiet --locked --manifest-path "$root/Cargo.toml" -p policy-executor --bin componentize \
+  --target-dir "$target_dir" -- \
+  "$target_dir/wasm32-unknown-unknown/release/policy_executor.wasm" "$target_dir/policy_executor.wasm"
 wac compose "$here/compose.wac" \
   --dep "dsh:tools=$1" \
-  --dep "dsh:policy=$root/target/guest-wasm/wasm32-wasip2/release/policy_executor.wasm" \
+  --dep "dsh:policy=$target_dir/policy_executor.wasm" \
   -o "$2"

@@ -1,7 +1,8 @@
 //! An ordered JSON value with JavaScript's semantics.
 //!
-//! Why not `serde_json::Value`: its `Map` hashes with std's `RandomState`, which would import
-//! `wasi:random` into a guest that must stay deterministic, and it prints numbers the Rust way
+//! Why not `serde_json::Value`: its `Map` hashes with std's `RandomState`, which draws on the
+//! platform's randomness (on `wasm32-wasip2`, an import of `wasi:random`) in a guest that must
+//! stay deterministic and import nothing but its world, and it prints numbers the Rust way
 //! (`1.0`). This type keeps object keys in insertion order (the schema's key order is part of
 //! the contract), stores numbers as `f64` as `JSON.parse` does, and prints like `JSON.stringify`.
 

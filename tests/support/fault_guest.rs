@@ -1,10 +1,12 @@
 //! `tests/fault-guest`, a component that misbehaves on request, built for wasm32-wasip2 once per
-//! test process. Needs `support/nested_cargo.rs` as the sibling module `nested_cargo`.
+//! test process (installing that target with rustup when it is missing). Needs
+//! `support/nested_cargo.rs` and `support/rust_target.rs` as the sibling modules `nested_cargo` and
+//! `rust_target`.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use super::nested_cargo;
+use super::{nested_cargo, rust_target};
 
 fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -18,6 +20,7 @@ pub fn fault_guest() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
+            rust_target::ensure("wasm32-wasip2").unwrap_or_else(|e| panic!("{e}"));
             let root = workspace_root();
             let target_dir = root.join("target").join("guest-wasm");
             let mut cmd = std::process::Command::new(env!("CARGO"));

@@ -3,13 +3,13 @@
 //! tools component's executor import without rebuilding the tools:
 //!
 //! ```sh
-//! examples/policy-executor/compose.sh target/guest-wasm/wasm32-wasip2/release/guest_tools.wasm \
-//!     target/composed.wasm
+//! examples/policy-executor/compose.sh target/guest-wasm/guest_tools.wasm target/composed.wasm
 //! dsh-host --component target/composed.wasm call bash '{"command":"echo rm -rf /","description":"Try it"}'
 //! ```
 //!
-//! `compose.sh` builds this crate for `wasm32-wasip2` and runs `wac compose compose.wac` (see
-//! there why it is `wac compose` and not `wac plug`).
+//! `compose.sh` builds this crate for `wasm32-unknown-unknown` (so the component imports no WASI,
+//! only `bash-executor`), wraps the core module into a component with `src/bin/componentize.rs`
+//! and runs `wac compose compose.wac` (see there why it is `wac compose` and not `wac plug`).
 //!
 //! The policy is compile-time configuration, in [`policy`]: commands matching one of
 //! [`policy::REFUSED_PATTERNS`] are refused with `invalid-request`

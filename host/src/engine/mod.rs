@@ -401,18 +401,21 @@ fn engine_config(pooling: bool) -> wasmtime::Config {
 /// The interfaces the world imports, as the component names them.
 const WORLD_IMPORTS: [&str; 2] = ["dsh:bash/bash-executor@0.2.0", "dsh:bash/agent@0.2.0"];
 
-/// Link the world's imports: the executor and agent interfaces, and the WASI pieces a Rust guest
-/// needs (cli and io), backed by a deny-all context. Nothing else is linked.
+/// Link the world's imports: the executor and agent interfaces, and nothing else. The tools
+/// component (built without WASI) imports exactly these two. A component that carries WASI
+/// imports as well (one built for `wasm32-wasip2`, such as tests/fault-guest) gets the pieces a
+/// Rust guest's std needs (`wasi:cli`, `wasi:io`) backed by a deny-all context, and a trap for
+/// any other WASI interface; a component without WASI imports is linked no WASI at all.
 fn link(engine: &Engine, component: &Component) -> anyhow::Result<ToolsComponentPre<CallState>> {
     let mut linker: Linker<CallState> = Linker::new(engine);
     let wasm_err = |e: wasmtime::Error| anyhow::anyhow!("{e:#}");
     bindings::ToolsComponent::add_to_linker::<_, HasSelf<CallState>>(&mut linker, |s| s)
         .map_err(wasm_err)?;
-    wasi::add_to_linker(&mut linker).map_err(wasm_err)?;
-    // Any other WASI import (files, sockets, clocks, random) links to a trap: a guest that
-    // reaches for them fails its call and gets nothing. Imports outside WASI must be ours.
+    let mut imports_wasi = false;
     for (name, _) in component.component_type().imports(engine) {
-        if !name.starts_with("wasi:") && !WORLD_IMPORTS.contains(&name) {
+        if name.starts_with("wasi:") {
+            imports_wasi = true;
+        } else if !WORLD_IMPORTS.contains(&name) {
             anyhow::bail!(
                 "the component does not fit the dsh:bash/tools-component world: it imports `{name}`, \
                  which this host does not provide (it provides {})",
@@ -420,7 +423,12 @@ fn link(engine: &Engine, component: &Component) -> anyhow::Result<ToolsComponent
             );
         }
     }
-    deny::stub_unlinked_wasi(&mut linker, engine, component).map_err(wasm_err)?;
+    if imports_wasi {
+        // Files, sockets, clocks and random link to a trap: a guest that reaches for them fails
+        // its call and gets nothing.
+        wasi::add_to_linker(&mut linker).map_err(wasm_err)?;
+        deny::stub_unlinked_wasi(&mut linker, engine, component).map_err(wasm_err)?;
+    }
     let pre = linker.instantiate_pre(component).map_err(|e| {
         anyhow::anyhow!("the component does not fit the dsh:bash/tools-component world: {e:#}")
     })?;

@@ -1,8 +1,8 @@
 //! Per-call store state and the host side of the guest's imports.
 //!
 //! Each tool call gets a fresh store holding only what that call may reach: the shared executor
-//! and the session router behind its session's guard (`session_guard`), its own abort token, and
-//! a deny-all WASI context.
+//! and the session router behind its session's guard (`session_guard`), its own abort token, and,
+//! for a component that imports WASI (the tools component does not), a deny-all WASI context.
 
 use std::sync::Arc;
 
@@ -24,7 +24,8 @@ pub struct CallState {
     /// Counts a foreground command's output for the caller's progress reports.
     pub(crate) meter: OutputMeter,
     pub(crate) limiter: GuestLimiter,
-    wasi: WasiCtx,
+    /// Made on the first WASI call only: a component without WASI imports never makes one.
+    wasi: Option<WasiCtx>,
     table: ResourceTable,
 }
 
@@ -40,8 +41,7 @@ impl CallState {
             abort,
             meter: OutputMeter::new(),
             limiter,
-            // Deny-all: no preopens, no env, no args, no network; stdio goes nowhere.
-            wasi: WasiCtx::builder().build(),
+            wasi: None,
             table: ResourceTable::new(),
         }
     }
@@ -50,7 +50,8 @@ impl CallState {
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
-            ctx: &mut self.wasi,
+            // Deny-all: no preopens, no env, no args, no network; stdio goes nowhere.
+            ctx: self.wasi.get_or_insert_with(|| WasiCtx::builder().build()),
             table: &mut self.table,
         }
     }

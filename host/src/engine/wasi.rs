@@ -1,6 +1,8 @@
-//! The WASI a Rust `wasm32-wasip2` guest imports (`wasi:cli/*`, `wasi:io/*`), backed by the
+//! The WASI a Rust `wasm32-wasip2` guest's std imports (`wasi:cli/*`, `wasi:io/*`), backed by the
 //! deny-all context of [`CallState`]: empty environment and arguments, stdin at EOF, stdout and
-//! stderr discarded. Filesystem, sockets, clocks and random are deliberately not linked.
+//! stderr discarded. Filesystem, sockets, clocks and random are deliberately not linked. Linked
+//! only for a component that imports WASI: the tools component (built for
+//! `wasm32-unknown-unknown`) does not; foreign or test components (tests/fault-guest) may.
 
 use wasmtime::component::{Linker, ResourceTable};
 use wasmtime_wasi::cli::{WasiCli, WasiCliView};

@@ -10,9 +10,9 @@
 // blocking child (supervise.mjs via spawnSync) while background tasks fill buffers on the event
 // loop between calls; the generated code looks imports up by unversioned names while its .d.ts
 // names versioned ones, so both are supplied; records use camelCase fields, `u64` is a BigInt,
-// `option` is undefined, a `result` import returns {tag: "ok"|"err", val}. The WASI the component
-// imports gets nothing: an empty environment, no arguments, and stdin, stdout and exit trap
-// (stderr goes to the host's stderr, for panic messages).
+// `option` is undefined, a `result` import returns {tag: "ok"|"err", val}. The component imports
+// these two interfaces and nothing else (no WASI), so no WASI shim is loaded: a component that
+// imports anything more is refused at load, naming the import.
 
 import { spawnSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
@@ -20,8 +20,6 @@ import { accessSync, constants, existsSync, mkdirSync, readFileSync, renameSync,
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-
-import { cli, io } from "@bytecodealliance/preview2-shim";
 
 import { Stream, drive } from "./supervise.mjs";
 
@@ -306,32 +304,9 @@ async function transpiled(componentPath) {
     return modules.get(path);
   };
   return {
-    /** The component's import names, versioned (`wasi:cli/exit@0.2.6`). */
+    /** The component's import names, versioned (`dsh:bash/agent@0.2.0`). */
     imports: JSON.parse(readFileSync(join(dir, "imports.json"), "utf8")),
     instantiate: (imports) => mod.instantiate(getCoreModule, imports),
-  };
-}
-
-const unavailable = (what) => () => {
-  throw new Error(`${what} is not available to the tools component`);
-};
-
-/** wasi:cli and wasi:io as the component may use them: nothing to read, nowhere to write. */
-function wasiImports() {
-  return {
-    "wasi:cli/environment": { getEnvironment: () => [], getArguments: () => [], initialCwd: () => undefined },
-    "wasi:cli/exit": { exit: unavailable("wasi:cli/exit") },
-    "wasi:cli/stdin": { getStdin: unavailable("wasi:cli/stdin") },
-    "wasi:cli/stdout": { getStdout: unavailable("wasi:cli/stdout") },
-    "wasi:cli/stderr": cli.stderr,
-    "wasi:cli/terminal-input": cli.terminalInput,
-    "wasi:cli/terminal-output": cli.terminalOutput,
-    "wasi:cli/terminal-stdin": { getTerminalStdin: () => undefined },
-    "wasi:cli/terminal-stdout": { getTerminalStdout: () => undefined },
-    "wasi:cli/terminal-stderr": { getTerminalStderr: () => undefined },
-    "wasi:io/error": io.error,
-    "wasi:io/poll": io.poll,
-    "wasi:io/streams": io.streams,
   };
 }
 
@@ -384,7 +359,7 @@ export class ToolHost {
       get: (id) => result(() => executor.get(id)),
       listTasks: () => executor.listTasks(),
     };
-    const imports = { ...wasiImports(), "dsh:bash/bash-executor": bashExecutor, "dsh:bash/agent": agent };
+    const imports = { "dsh:bash/bash-executor": bashExecutor, "dsh:bash/agent": agent };
     // The generated code reads unversioned keys, its .d.ts names versioned ones: supply both.
     this.imports = { ...imports };
     for (const versioned of component.imports) {

@@ -12,8 +12,8 @@ and `dsh:bash/agent` (``ToolHost`` sessions collect the injected notices).
 wasmtime-py specifics handled here: record fields are read and written by their kebab-case WIT
 names (``timeout-ms``); `f64` values must be Python floats; a `result` whose ok and err types
 overlap (``result<_, inject-error>``) is passed as a tagged ``Variant("ok" | "err", payload)``,
-other results as the bare value; the WASI the component imports (`wasi:cli`, `wasi:io`) gets an
-empty configuration: no environment, no arguments, no files, no sockets.
+other results as the bare value. The component imports these two interfaces and nothing else (no
+WASI), so the linker holds nothing else: a component that reaches for more fails to instantiate.
 """
 
 from __future__ import annotations
@@ -558,9 +558,8 @@ class ToolHost:
         self.on_inject = on_inject
         self.log: list[str] = []
         self.engine, self.component = _compile(component)
+        # The executor and the agent are all the component imports, and all this linker holds.
         self.linker = Linker(self.engine)
-        # The component imports wasi:cli and wasi:io only; the store's WASI context is empty.
-        self.linker.add_wasip2()
         with self.linker.root() as root:
             with root.add_instance(EXECUTOR) as ex:
                 self._link_executor(ex)
@@ -610,7 +609,6 @@ class ToolHost:
 
     def _export(self, name: str) -> Callable[..., Any]:
         store = wasmtime.Store(self.engine)
-        store.set_wasi(wasmtime.WasiConfig())  # nothing inherited, nothing preopened
         instance = self.linker.instantiate(store, self.component)
         iface = instance.get_export_index(store, TOOLS)
         index = instance.get_export_index(store, name, iface)
