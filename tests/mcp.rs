@@ -809,7 +809,7 @@ fn calls_beyond_the_in_flight_limit_get_an_error_naming_it() {
         assert_eq!(answer["error"]["code"], -32000, "{answer}");
         assert_eq!(
             answer["error"]["message"],
-            "too many tool calls in flight on this connection: the limit is 3 \
+            "too many tool calls in flight in this session: the limit is 3 \
              (--max-calls-in-flight); wait for a call to finish"
         );
     }

@@ -586,7 +586,7 @@ impl CallSlots {
             McpError::new(
                 CALLS_IN_FLIGHT_EXCEEDED,
                 format!(
-                    "too many tool calls in flight on this connection: the limit is {} \
+                    "too many tool calls in flight in this session: the limit is {} \
                      (--max-calls-in-flight); wait for a call to finish",
                     self.limit
                 ),
