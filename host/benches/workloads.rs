@@ -26,6 +26,8 @@ struct Scale {
     big_runs: usize,
     background_tasks: usize,
     process_runs: usize,
+    /// HTTP sessions calling at once, calls each, and idle sessions for the memory figure.
+    http_sessions: (usize, usize, usize),
 }
 
 const FULL: Scale = Scale {
@@ -34,6 +36,7 @@ const FULL: Scale = Scale {
     big_runs: 5,
     background_tasks: 100,
     process_runs: 30,
+    http_sessions: (100, 10, 1000),
 };
 
 const SMOKE: Scale = Scale {
@@ -42,6 +45,7 @@ const SMOKE: Scale = Scale {
     big_runs: 1,
     background_tasks: 3,
     process_runs: 1,
+    http_sessions: (3, 2, 10),
 };
 
 fn main() {
@@ -70,6 +74,9 @@ fn main() {
     }
     if wanted("start") {
         process_start(scale, &cache, &mut report);
+    }
+    if wanted("sessions") {
+        http_sessions(scale, &cache, &mut report);
     }
     if full {
         println!("{}", machine_description());
@@ -106,6 +113,17 @@ impl Report {
             "-".into(),
             "-".into(),
             verdict(ok, goal),
+        ));
+    }
+
+    /// A ratio without a goal of its own: reported, never judged.
+    fn compare(&mut self, name: &str, measured: f64, floor: f64, unit: &str) {
+        self.rows.push((
+            name.into(),
+            format!("{measured:.2} {unit}"),
+            format!("{floor:.2} {unit}"),
+            format!("{:.3}", measured / floor),
+            "-".into(),
         ));
     }
 
@@ -354,6 +372,58 @@ fn process_start(scale: &Scale, cache: &Path, report: &mut Report) {
             false,
         );
     }
+}
+
+/// Many agents on one host: `dsh-host mcp --http` with sessions calling `bash` `true` at once,
+/// against the same number of `bash -c true` spawned from the client with the same concurrency,
+/// and the host's memory with many idle sessions. The client is
+/// `tests/mcp-clients/python/http_bench.py`, run by the Python of `target/mcp-clients/venv`
+/// (which `.ci/run` makes; `DSH_MCP_PYTHON` names another).
+fn http_sessions(scale: &Scale, cache: &Path, report: &mut Report) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = std::env::var_os("DSH_MCP_PYTHON").map_or_else(
+        || root.join("target/mcp-clients/venv/bin/python"),
+        std::path::PathBuf::from,
+    );
+    let (active, each, idle) = scale.http_sessions;
+    let out = Command::new(&python)
+        .arg(root.join("tests/mcp-clients/python/http_bench.py"))
+        .arg(BIN)
+        .args([active, each, idle, 1].map(|n| n.to_string()))
+        .env("DSH_CACHE_DIR", cache)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {} (make the venv as .ci/run does): {e}",
+                python.display()
+            )
+        });
+    assert!(
+        out.status.success(),
+        "http_bench.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).expect("http_bench.py prints JSON");
+    let figure = |part: &str, key: &str| r[part][key].as_f64().expect("a measured figure");
+    report.compare(
+        &format!("{active} HTTP sessions × {each} `bash` `true` at once, wall time ÷ as many `bash -c true` spawned {active} at a time from the client"),
+        figure("active", "wall_s") * 1000.0,
+        figure("floor", "wall_s") * 1000.0,
+        "ms",
+    );
+    report.compare(
+        "the same, 99th-percentile latency of a call ÷ of a spawn",
+        figure("active", "latency_ms_p99"),
+        figure("floor", "latency_ms_p99"),
+        "ms",
+    );
+    let rss_mib = r["idle"][0]["rss_kib"].as_f64().expect("RSS") / 1024.0;
+    report.absolute(
+        &format!("host RSS with {idle} idle HTTP sessions"),
+        format!("{rss_mib:.1} MiB"),
+        "≤ 64 MiB".into(),
+        rss_mib <= 64.0,
+    );
 }
 
 fn run_call(cache: &Path, command: &str) {

@@ -1,5 +1,6 @@
 """Measures `dsh-host mcp --http` with many sessions: calls from 100 active sessions at once, and
-the memory 1,000 idle sessions take.
+the memory 1,000 idle sessions take. The floor: the same number of `bash -c true` spawns, run
+from this client with the same concurrency (each worker spawning one after another, all at once).
 
 Usage: python3 http_bench.py <dsh-host binary> [active sessions] [calls each] [idle sessions] [rounds]
 (defaults 100, 10, 1000, 2). Starts its own server on a free port and prints what it measured.
@@ -75,13 +76,43 @@ async def call(client, url, headers, n):
             "jsonrpc": "2.0",
             "id": n,
             "method": "tools/call",
-            "params": {"name": "bash", "arguments": {"command": "echo hi", "description": "Say hi"}},
+            "params": {"name": "bash", "arguments": {"command": "true", "description": "Do nothing"}},
         },
     )
     r.raise_for_status()
     message = sse_result(r.text)
-    assert message["result"]["content"][0]["text"] == "hi\n", message
+    assert message["result"]["content"][0]["text"] == "(no output)", message
     return time.perf_counter() - started
+
+
+async def spawn_true():
+    started = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(
+        "bash", "-c", "true", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    await process.communicate()
+    assert process.returncode == 0
+    return time.perf_counter() - started
+
+
+def summary(latencies, wall):
+    latencies = sorted(latencies)
+    return {
+        "calls": len(latencies),
+        "wall_s": round(wall, 3),
+        "calls_per_s": round(len(latencies) / wall, 1),
+        "latency_ms_p50": round(statistics.median(latencies) * 1000, 2),
+        "latency_ms_p99": round(latencies[max(int(len(latencies) * 0.99) - 1, 0)] * 1000, 2),
+    }
+
+
+async def floor(workers, each):
+    async def worker():
+        return [await spawn_true() for _ in range(each)]
+
+    started = time.perf_counter()
+    latencies = [x for per in await asyncio.gather(*(worker() for _ in range(workers))) for x in per]
+    return summary(latencies, time.perf_counter() - started)
 
 
 async def close(client, url, headers):
@@ -127,17 +158,14 @@ async def main():
             async def run(headers):
                 return [await call(client, url, headers, n) for n in range(calls_each)]
 
+            out["floor"] = await floor(active, calls_each)
             started = time.perf_counter()
-            latencies = sorted(x for per in await asyncio.gather(*(run(h) for h in sessions)) for x in per)
+            latencies = [x for per in await asyncio.gather(*(run(h) for h in sessions)) for x in per]
             wall = time.perf_counter() - started
             out["active"] = {
                 "sessions": active,
-                "calls": len(latencies),
                 "open_all_s": round(opened, 3),
-                "wall_s": round(wall, 3),
-                "calls_per_s": round(len(latencies) / wall, 1),
-                "latency_ms_p50": round(statistics.median(latencies) * 1000, 2),
-                "latency_ms_p99": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 2),
+                **summary(latencies, wall),
                 "rss_kib": rss_kib(server.pid),
             }
             await asyncio.gather(*(close(client, url, h) for h in sessions))
