@@ -50,6 +50,7 @@ use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::engine::{Caller, ToolDefinition, ToolHost};
 use crate::inject::{Injection, Session};
@@ -460,7 +461,7 @@ impl ServerHandler for McpServer {
                 self.progress_interval,
                 meter.clone(),
             ));
-            AbortOnDrop(reporting)
+            AbortOnDropHandle::new(reporting)
         });
         let arguments = match &request.arguments {
             Some(arguments) => arguments_json(arguments)?,
@@ -554,15 +555,6 @@ async fn report_progress(
             tracing::debug!("progress not sent: {e}");
             return;
         }
-    }
-}
-
-/// Aborts a spawned task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
