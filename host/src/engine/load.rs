@@ -187,7 +187,7 @@ fn header(key: &Key, payload: &[u8]) -> Vec<u8> {
 
 /// Why an entry's bytes are not a usable entry for `key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-enum Defect {
+pub(crate) enum Defect {
     #[error("it is shorter than a cache entry header")]
     ShortHeader,
     #[error("it does not start with the cache entry magic")]
@@ -237,9 +237,9 @@ impl Entry {
     }
 }
 
-/// Why the cache (or one entry of it) was not used.
+/// Why the cache (or one entry of it), or another private directory, was not used.
 #[derive(Debug, thiserror::Error)]
-enum Refusal {
+pub(crate) enum Refusal {
     #[error("{} is owned by uid {owner}, not by this process's uid {euid}", path.display())]
     ForeignOwner {
         path: PathBuf,
@@ -330,15 +330,9 @@ static TMP_COUNTER: AtomicU64 = AtomicU64::new(1);
 impl CacheDir {
     /// Opens the directory, creating it `0700` when missing, and checks that it is trusted.
     fn open(path: &Path) -> Result<Self, Refusal> {
-        let fd = match open_dir(path) {
-            Err(Errno::NOENT) => create_dir(path).and_then(|()| Ok(open_dir(path)?)),
-            opened => opened.map_err(io::Error::from),
-        }
-        .map_err(|e| Refusal::io(path.into(), e))?;
-        check_trusted(&fd, path, FileType::Directory)?;
         Ok(Self {
             path: path.into(),
-            fd,
+            fd: open_private_dir(path)?,
         })
     }
 
@@ -404,6 +398,19 @@ impl CacheDir {
     }
 }
 
+/// A directory that only this user may write to, opened, and created `0700` (with missing
+/// parents) when absent: the cache's, and the one the HTTP server writes a generated token to.
+/// Refused when it is not a directory, is someone else's, or group or others may write to it.
+pub(crate) fn open_private_dir(path: &Path) -> Result<OwnedFd, Refusal> {
+    let fd = match open_dir(path) {
+        Err(Errno::NOENT) => create_dir(path).and_then(|()| Ok(open_dir(path)?)),
+        opened => opened.map_err(io::Error::from),
+    }
+    .map_err(|e| Refusal::io(path.into(), e))?;
+    check_trusted(&fd, path, FileType::Directory)?;
+    Ok(fd)
+}
+
 fn open_dir(path: &Path) -> rustix::io::Result<OwnedFd> {
     rustix::fs::open(
         path,
@@ -429,7 +436,7 @@ fn create_dir(path: &Path) -> io::Result<()> {
 
 /// Creates `name` in `dir` for writing, mode `0600`; fails on anything already there, a symlink
 /// included (which is not followed).
-fn create_exclusive(dir: impl AsFd, name: &str) -> io::Result<OwnedFd> {
+pub(crate) fn create_exclusive(dir: impl AsFd, name: &str) -> io::Result<OwnedFd> {
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     Ok(rustix::fs::openat(
         dir,

@@ -27,8 +27,8 @@
 use std::convert::Infallible;
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -628,64 +628,38 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Write a generated token to a new file only its user may read, in `$XDG_RUNTIME_DIR/dsh-host`
-/// (else the cache directory, else a per-user directory in the system temp dir).
+/// (else the cache directory, else a per-user directory in the system temp dir), created
+/// through the checked directory's descriptor like the cache's files.
 fn write_token_file(secret: &str) -> anyhow::Result<PathBuf> {
-    let dir = token_dir()?;
-    let mut suffix = [0u8; 4];
-    getrandom::fill(&mut suffix).map_err(|e| anyhow::anyhow!("cannot generate a name: {e}"))?;
-    let path = dir.join(format!(
+    let dir = token_dir();
+    let dir_fd = crate::engine::open_private_dir(&dir).map_err(|e| {
+        anyhow::anyhow!("will not put the token file there: {e} (pass --http-token-file)")
+    })?;
+    let name = format!(
         "http-token-{}-{}",
         std::process::id(),
-        hex(&suffix)
-    ));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
+        dsh_executor::random_hex()
+    );
+    let path = dir.join(&name);
+    let file = crate::engine::create_exclusive(&dir_fd, &name)
         .map_err(|e| anyhow::anyhow!("cannot create the token file {}: {e}", path.display()))?;
-    file.write_all(format!("{secret}\n").as_bytes())
+    std::fs::File::from(file)
+        .write_all(format!("{secret}\n").as_bytes())
         .map_err(|e| anyhow::anyhow!("cannot write the token file {}: {e}", path.display()))?;
     Ok(path)
 }
 
-fn token_dir() -> anyhow::Result<PathBuf> {
+fn token_dir() -> PathBuf {
     let runtime = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute() && p.is_dir())
         .map(|p| p.join("dsh-host"));
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    let dir = runtime
+    runtime
         .or_else(crate::engine::default_cache_dir)
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("dsh-host-{uid}")));
-    private_dir(&dir, uid)?;
-    Ok(dir)
-}
-
-/// Create `dir` (mode 0700) unless it exists, and check that it is a directory (not a link) of
-/// this user that no one else may write to.
-fn private_dir(dir: &Path, uid: u32) -> anyhow::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    match builder.recursive(true).create(dir) {
-        Ok(()) => {}
-        Err(e) => anyhow::bail!(
-            "cannot create {} for the token file: {e} (or pass --http-token-file)",
-            dir.display()
-        ),
-    }
-    let meta = std::fs::symlink_metadata(dir)
-        .map_err(|e| anyhow::anyhow!("cannot inspect {}: {e}", dir.display()))?;
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
-        anyhow::bail!(
-            "{} is not a directory of this user that only it may write to: will not put the \
-             token file there (pass --http-token-file)",
-            dir.display()
-        );
-    }
-    Ok(())
+        .unwrap_or_else(|| {
+            let uid = rustix::process::geteuid().as_raw();
+            std::env::temp_dir().join(format!("dsh-host-{uid}"))
+        })
 }
 
 #[cfg(test)]
