@@ -69,8 +69,8 @@ pub(crate) struct ProcTree {
     pid: i32,
     /// The helper's pidfd.
     pidfd: OwnedFd,
-    /// bash's pid, the id of the session it leads (none if the helper died before telling it).
-    session: Option<i32>,
+    /// bash's pid, the id of the session it leads (bash reports it before it runs anything).
+    session: i32,
     /// The command's cgroup (cgroup mode), shared with the helper that sits in it.
     cgroup: Option<Arc<TaskCgroup>>,
     /// The helper has exited.
@@ -96,7 +96,7 @@ impl ProcTree {
     pub(crate) fn watch<S: Send + 'static>(
         pid: i32,
         pidfd: OwnedFd,
-        session: Option<i32>,
+        session: i32,
         tree_empty: impl std::future::Future<Output = Option<S>> + Send + 'static,
         cgroup: Option<Arc<TaskCgroup>>,
         take_back: impl FnOnce(S) + Send + 'static,
@@ -215,7 +215,6 @@ impl ProcTree {
 
     fn session_scan_needed(&self) -> bool {
         self.cgroup.is_none()
-            && self.session.is_some()
             && self.helper_lost_track()
             && !self.session_over.load(Ordering::Relaxed)
     }
@@ -223,9 +222,10 @@ impl ProcTree {
     /// Subreaper mode, after the helper died: live processes still in bash's session. `procs`
     /// must be a snapshot taken after the helper was reaped.
     fn session_members(&self, procs: &[ProcInfo]) -> Vec<i32> {
-        let Some(session) = self.session.filter(|_| self.session_scan_needed()) else {
+        if !self.session_scan_needed() {
             return Vec::new();
-        };
+        }
+        let session = self.session;
         // While the session has members its id cannot be reused, so a process holding that pid
         // outside the session means the session is over.
         let reused = procs.iter().any(|p| p.pid == session && p.sid != session);

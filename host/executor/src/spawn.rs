@@ -152,7 +152,7 @@ pub(crate) async fn spawn(
             return Err(StartError::Workdir(message));
         }
         Ok(Some(Report::Declined)) => return Err(StartError::Declined),
-        Ok(Some(Report::Started(bash))) => (Some(bash), reports.fd.take()),
+        Ok(Some(Report::Started(bash))) => (bash, reports.fd.take()),
         // No word from bash, which reports itself before its `exec` and does not exec when it
         // cannot: the command never ran. Its helper died before starting it (a command may kill
         // idle helpers, and a killed one can still look alive for a moment); its death ended the
