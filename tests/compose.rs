@@ -4,11 +4,13 @@
 //! component behaves differently (refused commands, capped timeouts) while the tools component's
 //! bytes are the same ones the host embeds, unchanged and embedded verbatim in the composition.
 //!
-//! Needs `wac` (`cargo install wac-cli --version 0.12.0 --no-default-features --locked`; `.ci/run`
-//! installs it). Without it this test fails, saying so.
+//! Needs `wac`, which the test installs on first use into `target/test-env/wac/`
+//! (`support/provision.rs`); when it cannot, the test fails, saying why.
 
 #[path = "support/nested_cargo.rs"]
 mod nested_cargo;
+#[path = "support/provision.rs"]
+mod provision;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -19,9 +21,6 @@ use dsh_host::executor::{Config, Executor, LocalExecutor};
 use dsh_host::{ComponentSource, HostOptions, ToolHost};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-
-const WAC_HINT: &str = "wac is missing: run `cargo install wac-cli --version 0.12.0 \
-     --no-default-features --locked` (.ci/run does this)";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -67,13 +66,12 @@ struct Composed {
 fn composed() -> &'static Composed {
     static COMPOSED: OnceLock<Composed> = OnceLock::new();
     COMPOSED.get_or_init(|| {
-        let wac = Command::new("wac").arg("--version").output();
-        assert!(wac.is_ok_and(|o| o.status.success()), "{WAC_HINT}");
+        let wac = provision::wac();
         let tools = tools_file();
         let tools_sha_before = sha256(&tools);
         let path = tmp().join("composed.wasm");
         let mut cmd = Command::new(root().join("examples/policy-executor/compose.sh"));
-        cmd.arg(&tools).arg(&path);
+        cmd.arg(&tools).arg(&path).env("WAC", &wac);
         nested_cargo::scrub_outer_cargo_env(&mut cmd);
         let status = cmd.status().expect("compose.sh runs");
         assert!(status.success(), "compose.sh failed ({status})");

@@ -1177,7 +1177,8 @@ fn an_abruptly_dead_host_takes_its_tree_along(mode: Mode) {
         while survives(pid) {
             assert!(
                 killed.elapsed() < bound,
-                "{mode:?} mode: pid {pid} outlived its host by {bound:?}"
+                "{mode:?} mode: pid {pid} outlived its host by {bound:?}: {}",
+                std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(5));
         }

@@ -1,7 +1,8 @@
 //! `dsh-host mcp --http`: MCP over streamable HTTP, one dsh session per MCP session, through
 //! the binary, driven by the official Python SDK's streamable HTTP client
-//! (`tests/mcp-clients/python/http_client.py`, run from the venv `target/mcp-clients/venv` or
-//! the interpreter named by `DSH_MCP_PYTHON`) and by plain HTTP requests.
+//! (`tests/mcp-clients/python/http_client.py`, run from the venv
+//! `target/test-env/mcp-clients/venv` that `support/provision.rs` makes on first use) and by
+//! plain HTTP requests.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -14,12 +15,10 @@ use std::time::{Duration, Instant};
 #[path = "support/procs.rs"]
 mod procs;
 use procs::alive;
+#[path = "support/provision.rs"]
+mod provision;
 
 use serde_json::Value;
-
-const PYTHON_HINT: &str = "install the Python SDK client: python3 -m venv target/mcp-clients/venv && \
-     target/mcp-clients/venv/bin/python -m pip install --require-hashes \
-     -r tests/mcp-clients/python/requirements.txt";
 
 const TOKEN: &str = "test-token-0123456789abcdef";
 
@@ -129,26 +128,15 @@ impl Server {
 
     /// Runs a scenario of the Python client against this server; its JSON output.
     fn client(&self, scenario: &str, token: &str, scratch: &Path) -> Value {
-        let python = std::env::var_os("DSH_MCP_PYTHON").map_or_else(
-            || {
-                PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                    .join("../target/mcp-clients/venv/bin/python")
-            },
-            PathBuf::from,
-        );
-        assert!(
-            python.exists(),
-            "{} is missing: {PYTHON_HINT}",
-            python.display()
-        );
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/mcp-clients/python/http_client.py");
+        let clients = provision::repo().join("tests/mcp-clients/python");
+        let python = provision::python_venv("mcp-clients", &clients.join("requirements.txt"));
+        let script = clients.join("http_client.py");
         let out = Command::new(&python)
             .arg(script)
             .args([scenario, &self.url, token])
             .arg(scratch)
             .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}: {PYTHON_HINT}", python.display()));
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),

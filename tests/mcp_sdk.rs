@@ -1,23 +1,20 @@
 //! `dsh-host mcp` driven by the official MCP SDKs' clients, as MCP users run it.
 //!
-//! The clients live in `tests/mcp-clients/` with pinned lock files; `.ci/run` installs them
-//! (`npm ci --prefix tests/mcp-clients/node`, and the Python SDK into the venv
-//! `target/mcp-clients/venv`, or the interpreter named by `DSH_MCP_PYTHON`). A missing client
-//! fails the test, naming the fix.
+//! The clients live in `tests/mcp-clients/` with pinned lock files; the tests install them on
+//! first use (`support/provision.rs`: `npm ci` in `tests/mcp-clients/node`, the Python SDK into
+//! the venv `target/test-env/mcp-clients/venv`). A client that cannot be installed fails the
+//! test, saying why.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 #[path = "support/procs.rs"]
 mod procs;
+#[path = "support/provision.rs"]
+mod provision;
 use procs::alive;
 
 use serde_json::{Value, json};
-
-const NODE_HINT: &str = "install the TypeScript SDK client: npm ci --prefix tests/mcp-clients/node";
-const PYTHON_HINT: &str = "install the Python SDK client: python3 -m venv target/mcp-clients/venv && \
-     target/mcp-clients/venv/bin/python -m pip install --require-hashes \
-     -r tests/mcp-clients/python/requirements.txt";
 
 fn clients_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp-clients")
@@ -41,14 +38,9 @@ fn client_output(script: &str, out: std::process::Output) -> Value {
 
 /// Runs a Python client script against the `dsh-host` binary.
 fn python_client(script: &str, scratch: &std::path::Path, flags: &[&str]) -> Value {
-    let python = std::env::var_os("DSH_MCP_PYTHON").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/mcp-clients/venv/bin/python"),
-        PathBuf::from,
-    );
-    assert!(
-        python.exists(),
-        "{} is missing: {PYTHON_HINT}",
-        python.display()
+    let python = provision::python_venv(
+        "mcp-clients",
+        &clients_dir().join("python/requirements.txt"),
     );
     let out = Command::new(&python)
         .arg(clients_dir().join("python").join(script))
@@ -57,22 +49,21 @@ fn python_client(script: &str, scratch: &std::path::Path, flags: &[&str]) -> Val
         .args(flags)
         .env("DSH_CACHE_DIR", component_cache())
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}: {PYTHON_HINT}", python.display()));
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
     client_output(script, out)
 }
 
 /// Runs a Node client script against the `dsh-host` binary; its one JSON line of output.
 fn node_client(script: &str, flags: &[&str]) -> Value {
     let dir = clients_dir().join("node");
-    let sdk = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
-    assert!(sdk.is_file(), "{} is missing: {NODE_HINT}", sdk.display());
+    provision::npm_ci(&dir);
     let out = Command::new("node")
         .arg(dir.join(script))
         .arg(env!("CARGO_BIN_EXE_dsh-host"))
         .args(flags)
         .env("DSH_CACHE_DIR", component_cache())
         .output()
-        .unwrap_or_else(|e| panic!("cannot run node: {e}: {NODE_HINT}"));
+        .unwrap_or_else(|e| panic!("cannot run node: {e}"));
     client_output(script, out)
 }
 

@@ -11,7 +11,9 @@ if [ $# -ne 2 ]; then
 fi
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-command -v wac >/dev/null || {
+# WAC names the wac binary to use (the tests install their own); else wac from PATH.
+wac="${WAC:-wac}"
+command -v "$wac" >/dev/null || {
   echo "wac is missing: cargo install wac-cli --version 0.12.0 --no-default-features --locked" >&2
   exit 1
 }
@@ -21,7 +23,7 @@ cargo build --quiet --locked --manifest-path "$root/Cargo.toml" -p policy-execut
 cargo run --quiet --locked --manifest-path "$root/Cargo.toml" -p policy-executor --bin componentize \
   --target-dir "$target_dir" -- \
   "$target_dir/wasm32-unknown-unknown/release/policy_executor.wasm" "$target_dir/policy_executor.wasm"
-wac compose "$here/compose.wac" \
+"$wac" compose "$here/compose.wac" \
   --dep "dsh:tools=$1" \
   --dep "dsh:policy=$target_dir/policy_executor.wasm" \
   -o "$2"

@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+#[path = "../../tests/support/provision.rs"]
+mod provision;
+
 const BIN: &str = env!("CARGO_BIN_EXE_dsh-host");
 
 /// Calls in a row on one side of the spawn comparison.
@@ -377,13 +380,13 @@ fn process_start(scale: &Scale, cache: &Path, report: &mut Report) {
 /// Many agents on one host: `dsh-host mcp --http` with sessions calling `bash` `true` at once,
 /// against the same number of `bash -c true` spawned from the client with the same concurrency,
 /// and the host's memory with many idle sessions. The client is
-/// `tests/mcp-clients/python/http_bench.py`, run by the Python of `target/mcp-clients/venv`
-/// (which `.ci/run` makes; `DSH_MCP_PYTHON` names another).
+/// `tests/mcp-clients/python/http_bench.py`, run by the Python of the venv the tests use
+/// (`target/test-env/mcp-clients/venv`, made on first use).
 fn http_sessions(scale: &Scale, cache: &Path, report: &mut Report) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let python = std::env::var_os("DSH_MCP_PYTHON").map_or_else(
-        || root.join("target/mcp-clients/venv/bin/python"),
-        std::path::PathBuf::from,
+    let root = provision::repo();
+    let python = provision::python_venv(
+        "mcp-clients",
+        &root.join("tests/mcp-clients/python/requirements.txt"),
     );
     let (active, each, idle) = scale.http_sessions;
     let out = Command::new(&python)
@@ -392,12 +395,7 @@ fn http_sessions(scale: &Scale, cache: &Path, report: &mut Report) {
         .args([active, each, idle, 1].map(|n| n.to_string()))
         .env("DSH_CACHE_DIR", cache)
         .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run {} (make the venv as .ci/run does): {e}",
-                python.display()
-            )
-        });
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
     assert!(
         out.status.success(),
         "http_bench.py failed: {}",
