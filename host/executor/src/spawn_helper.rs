@@ -92,6 +92,12 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
         return 1;
     }
     // No death signal: the host's death closes the socket, and the factory then cleans up.
+    // Opened before checking that the host is our parent, so that it names the host.
+    let Some(host_pidfd) = rustix::process::Pid::from_raw(host).and_then(|pid| {
+        rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+    }) else {
+        return 1;
+    };
     if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(host) {
         return 1;
     }
@@ -134,7 +140,7 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
         }
         let mut byte = [0u8; 1];
         let (sock, cgroup) = match wire::recv_some(control.as_fd(), &mut byte) {
-            Ok((0, _)) | Err(_) => return factory_end(host, root),
+            Ok((0, _)) | Err(_) => return factory_end(&host_pidfd, root),
             Ok((_, fds)) => {
                 let mut fds = fds.into_iter();
                 match fds.next() {
@@ -149,6 +155,7 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
             Ok(Forked::Child) => {
                 drop(control);
                 drop(signals);
+                drop(host_pidfd);
                 let code = helper(sock, cgroup, &baseline, &changed_signals);
                 // Nothing to flush or clean up: the process just ends.
                 // SAFETY: _exit ends the process at once.
@@ -169,8 +176,16 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
 /// The host closed the socket. If it died: once every helper has exited (each kills
 /// its command's tree when its own socket closes), removes the command cgroups left under the
 /// executor's `root`, and the root. Nothing else would: the host is gone.
-fn factory_end(host: i32, root: Option<&Path>) -> i32 {
-    if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) == Some(host) {
+///
+/// Whether the host died is read from its pidfd, not from our parent pid: a dying process closes
+/// its descriptors before the kernel reparents its children, so right after the socket closes
+/// `getppid` may still name a host that is already dying. Had that been taken for a live host,
+/// the factory would leave at once, and a helper its command keeps stopped would never be
+/// continued to see its own socket closed (its tree would live on).
+fn factory_end(host_pidfd: &OwnedFd, root: Option<&Path>) -> i32 {
+    // A host that lets the factory go kills it (`kill_on_drop`), so a live host is rare here;
+    // a dying one turns its pidfd readable within moments of closing its descriptors.
+    if !crate::pidfd::readable_within(host_pidfd, HOST_EXIT_WAIT).unwrap_or(true) {
         // The host lives and let this factory go: the cgroups are its own business.
         return 0;
     }
@@ -206,6 +221,9 @@ fn factory_end(host: i32, root: Option<&Path>) -> i32 {
     }
     0
 }
+
+/// How long the factory waits, once its socket closed, for the host's pidfd to say it exited.
+const HOST_EXIT_WAIT: Duration = Duration::from_secs(2);
 
 /// Opens `/dev/null` on whichever of descriptors 0, 1, 2 is free, so that descriptors received
 /// later never land there, where bash's stdio is set up.
