@@ -5,7 +5,8 @@
 //! - Python packages go into a venv under `target/test-env/<name>/`, from a requirements file
 //!   pinned with hashes;
 //! - Node packages go into the project's own `node_modules` (`npm ci`, from its lock file);
-//! - `wac` is installed by `cargo install --locked` into `target/test-env/wac/`.
+//! - `wac` is installed by `cargo install --locked` into `target/test-env/wac/`, unless the one
+//!   on `PATH` is the pinned version.
 //!
 //! Each is done once: a stamp records the pin it was installed from (the requirements or lock
 //! file's bytes, the `wac` version), and a changed pin installs anew. A file lock serializes the
@@ -152,8 +153,16 @@ pub fn npm_ci(project: &Path) {
 /// The version of `wac` the composition tests use.
 pub const WAC_VERSION: &str = "0.12.0";
 
-/// The `wac` binary, installed into `target/test-env/wac/` when missing.
+/// The `wac` binary: the one on `PATH` when it is [`WAC_VERSION`], else one installed into
+/// `target/test-env/wac/` (building it takes minutes; a machine that has it skips that).
 pub fn wac() -> PathBuf {
+    let on_path = Command::new("wac").arg("--version").output();
+    if on_path.is_ok_and(|out| {
+        out.status.success()
+            && String::from_utf8_lossy(&out.stdout).trim() == format!("wac-cli {WAC_VERSION}")
+    }) {
+        return PathBuf::from("wac");
+    }
     let root = env_dir().join("wac");
     let bin = root.join("bin/wac");
     let stamp = root.join("installed-version");
