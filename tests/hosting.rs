@@ -20,6 +20,7 @@ mod hosting;
 
 /// What every worked host prints for the embedded component.
 const EXPECTED: &str = r#"list-tools: bash bash_output bash_kill [current-limits]
+bash: "Error: invalid arguments: missing required property \"command\"; missing required property \"description\"" error=true INVALID_ARGS []
 bash: "/\n[stderr]\noops\n[exit code: 3]" error=false - [resolve run]
 bash: "Error: workdir \"/no/such/dir\" is not usable: no such directory" error=true TOOL_ERROR [resolve run]
 bash: "started background task bash-1" error=false - [resolve start]

@@ -208,6 +208,8 @@ async function main() {
 
   sessions.add("session-1");
   const caller = { owner: "session-1", cwd: "/" };
+  // Arguments that fail validation never reach the executor.
+  call("bash", "{}", caller);
   call("bash", '{"command":"pwd; echo oops >&2; exit 3","description":"Show the dir"}', caller);
   call("bash", '{"command":"ls","description":"List files","workdir":"/no/such/dir"}', caller);
   const ended = new Promise((resolve) => (executor.onEnd = resolve));

@@ -293,6 +293,8 @@ def main():
 
     host.sessions.add("session-1")
     caller = record(owner="session-1", cwd="/")
+    # Arguments that fail validation never reach the executor.
+    host.call("bash", "{}", caller)
     host.call("bash", '{"command":"pwd; echo oops >&2; exit 3","description":"Show the dir"}', caller)
     host.call("bash", '{"command":"ls","description":"List files","workdir":"/no/such/dir"}', caller)
     host.call("bash", '{"command":"echo done","description":"Echo","run_in_background":true}', caller)

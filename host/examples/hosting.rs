@@ -376,6 +376,8 @@ pub fn walk_through(wasm: &[u8], out: &mut dyn Write) -> wasmtime::Result<()> {
         owner: Some(owner.clone()),
         cwd: Some("/".to_string()),
     };
+    // Arguments that fail validation never reach the executor.
+    tools.call("bash", "{}", &caller, out)?;
     let foreground = r#"{"command":"pwd; echo oops >&2; exit 3","description":"Show the dir"}"#;
     tools.call("bash", foreground, &caller, out)?;
     let unusable = r#"{"command":"ls","description":"List files","workdir":"/no/such/dir"}"#;
