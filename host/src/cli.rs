@@ -10,21 +10,28 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{ComponentSource, HostOptions, ToolDefinition, ToolHost};
 
+// clap turns the doc comments of this type, of `Command` and of `CommonArgs` into this command's
+// `about` and `long_about`; the explicit ones below are applied last, so `--help` shows `about`.
+/// The `dsh-host` command line.
 #[derive(Debug, Parser)]
 #[command(
     name = "dsh-host",
     version,
     // The last value of a flag wins, so the command line overrides a `--config` file's.
     args_override_self = true,
-    about = "Runs the bash tools component with a native process executor"
+    about = "Runs the bash tools component with a native process executor",
+    long_about = None
 )]
 pub struct Cli {
+    /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// The settings every subcommand shares.
     #[command(flatten)]
     pub common: CommonArgs,
 }
 
+/// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print the tool definitions as JSON.
@@ -54,6 +61,7 @@ pub enum Command {
         /// that reset their request timeout on progress then wait for long commands).
         #[arg(long, value_name = "MS", default_value_t = 10000.0, allow_negative_numbers = true, value_parser = progress_ms)]
         progress_interval_ms: f64,
+        /// Serving over HTTP instead of stdio.
         #[command(flatten)]
         http: HttpArgs,
     },
@@ -85,6 +93,8 @@ pub struct HttpArgs {
     pub http_token: Option<String>,
     /// Also accept requests whose Origin is ORIGIN (scheme://host[:port]); loopback origins and
     /// requests without Origin always pass. Repeatable.
+    // This doc comment is the flag's `--help` text, so `[:port]` stays as the terminal shows it.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long = "http-allow-origin", value_name = "ORIGIN", requires = "http", value_parser = crate::mcp::http_origin)]
     pub http_allow_origin: Vec<String>,
     /// MCP sessions open at once (default 64); one more initialize is refused.
@@ -121,6 +131,7 @@ impl HttpArgs {
     }
 }
 
+/// `dsh-host tools --format`: the shape of the tool definitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     /// MCP `tools/list` entries: name, title, description, inputSchema, annotations.
@@ -131,6 +142,7 @@ pub enum Format {
     Anthropic,
 }
 
+/// `--containment`: how command trees are contained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ContainmentArg {
     /// A cgroup per command where the host may create one, else subreaper tracking.
@@ -139,6 +151,7 @@ pub enum ContainmentArg {
     Subreaper,
 }
 
+/// The executor's and the component's settings, shared by every subcommand.
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
     /// A tools component to load instead of the embedded one.
@@ -301,6 +314,7 @@ impl CommonArgs {
         c
     }
 
+    /// The component to load (`--component`, else the embedded one) and the default cache.
     pub fn host_options(&self) -> HostOptions {
         let mut options = HostOptions::new();
         if let Some(path) = &self.component {
@@ -329,13 +343,16 @@ impl CommonArgs {
 /// How the command line failed: a usage error exits 2, anything else 1.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
+    /// A flag's value is unusable (for example `--cwd` names no directory).
     #[error("{0}")]
     Usage(String),
+    /// The host could not be built or failed while serving.
     #[error(transparent)]
     Host(#[from] anyhow::Error),
 }
 
 impl CliError {
+    /// The process exit code for this error: 2 for usage, 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
             CliError::Usage(_) => 2,

@@ -17,17 +17,28 @@ use crate::cli::Cli;
 /// The flag that names the file.
 const FLAG: &str = "config";
 
+/// Why the `--config` file could not be applied (`dsh-host` exits 2).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigFileError {
+    /// `--config` was the last argument.
     #[error("--config needs a file")]
     MissingPath,
+    /// The file could not be read.
     #[error("cannot read the config file {path}: {source}")]
     Read {
+        /// The file as named.
         path: PathBuf,
+        /// The OS error.
         source: std::io::Error,
     },
+    /// The file is not valid TOML or holds a setting the command line does not have.
     #[error("config file {path}: {message}")]
-    Invalid { path: PathBuf, message: String },
+    Invalid {
+        /// The file as named.
+        path: PathBuf,
+        /// What is wrong, naming the setting.
+        message: String,
+    },
 }
 
 /// The command line `args` (program name first) with the settings of the `--config` file, if it

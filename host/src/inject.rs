@@ -13,15 +13,21 @@ use tokio::sync::mpsc;
 /// Who injected a text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
+    /// `plugin` for the tools component's notices.
     pub kind: String,
+    /// The plugin's name, `tool-bash` for the tools component.
     pub plugin: Option<String>,
 }
 
 /// A text for the owner's next model request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Injection {
+    /// The owner token of the session it is for.
     pub owner: String,
+    /// The text, for example `background bash task bash-1 finished [status: completed, exit
+    /// code: 0]. Read its output with bash_output.`
     pub text: String,
+    /// Who injected it.
     pub source: Source,
 }
 
@@ -77,10 +83,12 @@ pub struct Session {
 }
 
 impl Session {
+    /// The session's owner token: tasks it starts carry it, and only its calls reach them.
     pub fn owner(&self) -> &str {
         &self.owner
     }
 
+    /// The session's working directory, against which relative `workdir`s resolve.
     pub fn cwd(&self) -> Option<&str> {
         self.cwd.as_deref()
     }

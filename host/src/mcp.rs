@@ -20,7 +20,7 @@
 //!   block to the session's next `tools/call` result, for clients that do not show log messages
 //!   to the model. Each notice rides on exactly one result, in arrival order.
 //! - A line that is not JSON gets a JSON-RPC parse error (`"id": null`, -32700) and the server
-//!   keeps serving (see [`transport`]).
+//!   keeps serving (see the `transport` module).
 //! - When the input ends (or, for [`serve_stdio`], on SIGINT or SIGTERM) the server stops, lets
 //!   in-flight calls end (rmcp cancels them), kills every running task and waits for it.
 

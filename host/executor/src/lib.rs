@@ -2,6 +2,49 @@
 //!
 //! [`Executor`] is the seam: the engine links any implementation to the guest. [`LocalExecutor`]
 //! runs real processes as the executor contract describes.
+//!
+//! Used on its own, a foreground command and a background task look like this. Each command is
+//! started by a spawn helper; a program that calls [`spawn_helper::dispatch`] first thing in
+//! `main` serves as its own (otherwise a `dsh-spawn-helper` binary must sit next to it).
+//!
+//! ```rust,standalone_crate
+//! use dsh_executor::{Config, Executor, LocalExecutor, Request, TaskState};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // Before any thread starts: when re-executed as the spawn helper, this is all it does.
+//!     dsh_executor::spawn_helper::dispatch();
+//!     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//!     runtime.block_on(async {
+//!         let (task_done, mut ended) = tokio::sync::mpsc::unbounded_channel();
+//!         let executor = LocalExecutor::new(Config::default(), task_done)?;
+//!
+//!         // `resolve` applies the defaults and the cap; `run` waits for the end.
+//!         let request = |command: &str, timeout_ms| Request {
+//!             command: command.to_string(),
+//!             workdir: None,
+//!             timeout_ms,
+//!             owner: Some("session-1".to_string()),
+//!         };
+//!         let spec = executor.resolve(request("echo hello; exit 3", Some(1e9)))?;
+//!         assert_eq!(spec.timeout_ms, 600_000.0); // capped at the maximum
+//!         let result = executor.run(spec, CancellationToken::new()).await?;
+//!         assert_eq!((result.stdout.text.as_str(), result.exit_code), ("hello\n", Some(3)));
+//!
+//!         // A background task: `start` returns at once, its end arrives on `ended`.
+//!         let task = executor.start(executor.resolve(request("echo done", None))?).await?;
+//!         assert_eq!(task.id, "bash-1");
+//!         let finished = ended.recv().await.expect("one event per task");
+//!         assert_eq!((finished.state, finished.exit_code), (TaskState::Completed, Some(0)));
+//!         assert_eq!(executor.read_output(&task.id)?.stdout.text, "done\n");
+//!
+//!         executor.shutdown().await; // kills and awaits whatever still runs
+//!         Ok(())
+//!     })
+//! }
+//! ```
+
+#![warn(missing_docs)]
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -43,18 +86,27 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// What a tool call asks for, before defaults and caps.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
+    /// The command line, run as `bash -c <command>`.
     pub command: String,
+    /// Working directory; `None` is [`Config::cwd`], else the host's cwd.
     pub workdir: Option<String>,
+    /// Requested timeout in milliseconds; `None` is [`Config::default_timeout_ms`].
     pub timeout_ms: Option<f64>,
+    /// The caller's owner token (a session id); the task started from it keeps it.
     pub owner: Option<String>,
 }
 
-/// A request with defaults and caps applied.
+/// A request with defaults and caps applied: exactly what [`Executor::run`] or
+/// [`Executor::start`] will run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Spec {
+    /// The command line, run as `bash -c <command>`.
     pub command: String,
+    /// The working directory, as requested or defaulted (not checked until the command starts).
     pub workdir: String,
+    /// Effective timeout in milliseconds: the requested or default one, capped at the maximum.
     pub timeout_ms: f64,
+    /// The owner token the request carried.
     pub owner: Option<String>,
 }
 
@@ -72,12 +124,19 @@ pub struct StreamOutput {
 /// The facts of a finished foreground command.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunResult {
+    /// The leader's exit code when it exited normally.
     pub exit_code: Option<i32>,
+    /// The signal's name (`SIGTERM`, `SIGKILL`, ...) when the leader died of one.
     pub signal: Option<String>,
+    /// The timeout fired. Never set together with `aborted` (the first cause wins).
     pub timed_out: bool,
+    /// The caller's abort token stopped the command. Never set together with `timed_out`.
     pub aborted: bool,
+    /// The effective timeout in milliseconds.
     pub timeout_ms: f64,
+    /// What the command wrote to stdout.
     pub stdout: StreamOutput,
+    /// What the command wrote to stderr.
     pub stderr: StreamOutput,
     /// Members of the tree still alive after the leader exited and the drain ended, then stopped.
     pub leftover_processes: u32,
@@ -97,64 +156,95 @@ pub struct Yielded {
     pub after_ms: f64,
 }
 
+/// Where a background task stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskState {
+    /// Its leader has not ended and nobody killed it.
     Running,
+    /// The leader exited on its own; [`Task::exit_code`] holds its code.
     Completed,
+    /// Killed, died of a signal, or failed to spawn.
     Killed,
 }
 
 /// A background task.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Task {
+    /// `bash-<n>`, counting from 1 per executor, never reused.
     pub id: String,
+    /// The command line it runs.
     pub command: String,
+    /// The owner token of the request that started it.
     pub owner: Option<String>,
+    /// Where it stands.
     pub state: TaskState,
+    /// The leader's exit code, once it exited normally.
     pub exit_code: Option<i32>,
+    /// The signal's name, once the leader died of one.
     pub signal: Option<String>,
 }
 
 /// New output of one stream since the previous read.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct StreamDelta {
+    /// The new output, decoded as UTF-8 with replacement characters.
     pub text: String,
+    /// Part of the delta had already left the in-memory window: `text` is the whole window.
     pub lossy: bool,
+    /// A spill file holding the complete stream, only when it is complete.
     pub spill_path: Option<String>,
 }
 
 /// The result of [`Executor::read_output`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Read {
+    /// New stdout since the previous read.
     pub stdout: StreamDelta,
+    /// New stderr since the previous read.
     pub stderr: StreamDelta,
+    /// The task as it stands now.
     pub task: Task,
 }
 
 /// The limits in force, as the tools describe them to the model.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
+    /// The timeout of a request without one, in milliseconds.
     pub default_timeout_ms: f64,
+    /// The cap on any timeout, in milliseconds.
     pub max_timeout_ms: f64,
+    /// The in-memory tail kept per stream, in bytes.
     pub max_output_bytes: u64,
+    /// TERM-to-KILL grace in milliseconds.
     pub grace_ms: f64,
 }
 
 /// Why an executor operation failed. Mirrors the WIT `executor-error` variant.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+///
+/// Each case but `Aborted` carries a message the tools show the model as `Error: <message>`;
+/// `UnknownTask` carries the id, worded by the tools as `unknown bash task "<id>"`.
 pub enum ExecError {
+    /// A request value is out of range (a timeout that is not finite and > 0, a command over
+    /// [`Config::max_command_bytes`], an owner the calling session may not use).
     #[error("{0}")]
     InvalidRequest(String),
+    /// The working directory cannot be used; the message names it and the OS error.
     #[error("{0}")]
     WorkdirUnusable(String),
+    /// The shell could not be started.
     #[error("{0}")]
     SpawnFailed(String),
+    /// No task has this id (never existed, or no longer retained); carries the id.
     #[error("{0}")]
     UnknownTask(String),
+    /// [`Config::max_tasks`] tasks are running already.
     #[error("{0}")]
     TaskLimit(String),
+    /// The caller aborted before the command could start.
     #[error("command aborted")]
     Aborted,
+    /// Anything else the executor could not do.
     #[error("{0}")]
     Internal(String),
 }
@@ -162,7 +252,9 @@ pub enum ExecError {
 /// Executor settings. Every number must be finite and > 0 ([`Config::validate`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    /// The timeout of a request without one, in milliseconds (120000).
     pub default_timeout_ms: f64,
+    /// The cap on any timeout, in milliseconds (600000).
     pub max_timeout_ms: f64,
     /// In-memory tail kept per stream, in bytes.
     pub max_output_bytes: u64,
@@ -280,6 +372,7 @@ impl std::fmt::Display for Containment {
 pub struct ConfigError {
     /// The setting's name as the CLI spells it (`timeout-ms`, `max-tasks`, ...).
     pub setting: &'static str,
+    /// What is wrong with its value.
     pub reason: String,
 }
 
@@ -288,7 +381,11 @@ pub struct ConfigError {
 /// Only `run`, `start` (until the command has started) and `shutdown` wait; every other
 /// operation returns at once.
 pub trait Executor: Send + Sync + 'static {
+    /// The limits in force (the component's `current-limits`).
     fn limits(&self) -> Limits;
+    /// Apply defaults and caps: the workdir (request, else configured cwd, else the host's
+    /// cwd) and the effective timeout (min(requested or default, maximum)). A requested timeout
+    /// that is not finite and > 0 is [`ExecError::InvalidRequest`].
     fn resolve(&self, req: Request) -> Result<Spec, ExecError>;
     /// Foreground run. Cancelling `abort` kills the command; the result then has `aborted` set
     /// (or the call fails with [`ExecError::Aborted`] when it was cancelled before starting).
@@ -299,8 +396,6 @@ pub trait Executor: Send + Sync + 'static {
         spec: Spec,
         abort: CancellationToken,
     ) -> BoxFuture<'_, Result<RunResult, ExecError>>;
-    /// Background start. Resolves once the command has started (or failed to), without waiting
-    /// for it to end.
     /// [`Executor::run`], counting the command's output into `meter` as it comes (for progress
     /// reports). Executors that do not count leave the meter at 0.
     fn run_metered(
@@ -312,11 +407,21 @@ pub trait Executor: Send + Sync + 'static {
         let _ = meter;
         self.run(spec, abort)
     }
+    /// Background start. Resolves once the command has started (or failed to), without waiting
+    /// for it to end; no timeout applies. When the task ends, its task-done event goes to the
+    /// channel the executor was made with, exactly once.
     fn start(&self, spec: Spec) -> BoxFuture<'_, Result<Task, ExecError>>;
+    /// Everything the task wrote since the previous read of it, and its current state. Reads
+    /// stay valid after the task ended, until it is no longer retained.
     fn read_output(&self, id: &str) -> Result<Read, ExecError>;
+    /// Stop a running task (TERM to its whole tree, KILL after the grace period) without
+    /// waiting: `true`. `false` when it had already finished; an unknown id is an error.
     fn kill(&self, id: &str) -> Result<bool, ExecError>;
+    /// The owner token of a task; `None` for a task without one and for an unknown id.
     fn owner_of(&self, id: &str) -> Option<String>;
+    /// One task by id.
     fn get(&self, id: &str) -> Result<Task, ExecError>;
+    /// Every retained task, oldest first.
     fn list(&self) -> Vec<Task>;
     /// Kill every running task and wait until each has ended. No task-done event is sent after
     /// shutdown began.

@@ -13,6 +13,7 @@ pub struct OutputMeter {
 }
 
 impl OutputMeter {
+    /// A meter reading 0.
     pub fn new() -> Self {
         Self::default()
     }

@@ -4,7 +4,7 @@
 //! Why a process of its own:
 //! - bash's `$PPID` must not be the host (`kill -TERM $PPID` must hit the command, not the host),
 //!   and whatever a command does to its parent must not reach the next command: a helper serves
-//!   another command only if the host finds it unchanged ([`crate::launcher`]: alive, alone in
+//!   another command only if the host finds it unchanged (`launcher`: alive, alone in
 //!   an unchanged cgroup) and it finds itself unchanged (nice value, limits, OOM score,
 //!   scheduling, I/O priority and CPU affinity as the factory's; it declines the command
 //!   otherwise). It blocks every signal it can, so a signal leaves no trace but death (SIGKILL)
@@ -22,7 +22,7 @@
 //! for `bash -c true` itself). No command is a child of the factory or holds a descriptor of it.
 //! When a helper declines, the host starts a new factory (the state the helper found changed
 //! may be the factory's own, which its forks inherit). The host keeps a few helpers ready
-//! ([`crate::launcher`]), so neither a fork nor a `mkdir` is on a command's path.
+//! (the `launcher` module), so neither a fork nor a `mkdir` is on a command's path.
 //!
 //! Embedding: a program that uses the executor either calls [`dispatch`] first thing in `main`
 //! (then it is its own factory, re-exec'd with [`HELPER_ARG`]) or ships the `dsh-spawn-helper`

@@ -34,12 +34,15 @@ use crate::inject::{Session, SessionRouter};
 /// A tool as the model and the client see it, as the component lists it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolDefinition {
+    /// `bash`, `bash_output` or `bash_kill`.
     pub name: String,
     /// A short human title, for clients to display.
     pub title: String,
+    /// What the model is told about the tool (for `bash`, it names the executor's timeouts).
     pub description: String,
     /// JSON Schema of the arguments, exactly as the component converted it.
     pub input_schema: serde_json::Value,
+    /// What the tool may do to its environment.
     pub annotations: ToolAnnotations,
 }
 
@@ -60,21 +63,28 @@ pub struct ToolAnnotations {
 /// Who calls: the session's owner token and working directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Caller {
+    /// The session's owner token; `None` reaches only tasks started without one.
     pub owner: Option<String>,
+    /// The session's working directory, against which relative `workdir`s resolve.
     pub cwd: Option<String>,
 }
 
 /// What the model gets back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolResult {
+    /// The text for the model (an error's starts with `Error: `).
     pub text: String,
+    /// An error result: invalid arguments, an unknown tool or task, an infrastructure failure.
+    /// A non-zero exit, a timeout or a signal is not one.
     pub is_error: bool,
+    /// `INVALID_ARGS`, `UNKNOWN_TOOL`, `TOOL_ERROR`, `ABORTED` or `GUEST_FAULT` on an error.
     pub error_code: Option<String>,
 }
 
 /// How to build a [`ToolHost`].
 #[derive(Debug, Clone, Default)]
 pub struct HostOptions {
+    /// The component to load.
     pub component: ComponentSource,
     /// Cache directory for the compiled component; `None` compiles at every start.
     pub cache_dir: Option<PathBuf>,
@@ -169,6 +179,7 @@ impl ToolHost {
         &self.inner.sessions
     }
 
+    /// The executor the component's `bash-executor` import runs on.
     pub fn executor(&self) -> &Arc<dyn Executor> {
         &self.inner.executor
     }

@@ -88,6 +88,7 @@ pub enum TokenSource {
 pub struct HttpOptions {
     /// The address to listen on (port 0: any free port).
     pub addr: SocketAddr,
+    /// The bearer token every request must carry.
     pub token: TokenSource,
     /// Browser origins allowed besides loopback ones (`scheme://host[:port]`, lowercase).
     pub allowed_origins: Vec<String>,
