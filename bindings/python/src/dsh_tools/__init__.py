@@ -1,0 +1,33 @@
+"""The dsh bash tools (`bash`, `bash_output`, `bash_kill`) for Python agents.
+
+The tools' model-facing logic is a WebAssembly component, the very one `dsh-host` embeds, run
+with wasmtime; this package links it to an executor that runs the commands (by default
+`SubprocessExecutor`, on this machine) and to your sessions, which receive completion notices.
+
+    from dsh_tools import Tools
+
+    with Tools() as tools, tools.session(cwd="/tmp") as session:
+        result = session.call("bash", {"command": "ls", "description": "List the files"})
+        print(result.text, result.is_error)
+"""
+
+from .component import ComponentError, bundled_component
+from .definitions import Annotations, ToolDefinition
+from .executor import EnvPolicy, Executor, ExecutorError, SubprocessExecutor
+from .tools import Notice, NoticeCallback, Session, ToolResult, Tools
+
+__all__ = [
+    "Annotations",
+    "ComponentError",
+    "EnvPolicy",
+    "Executor",
+    "ExecutorError",
+    "Notice",
+    "NoticeCallback",
+    "Session",
+    "SubprocessExecutor",
+    "ToolDefinition",
+    "ToolResult",
+    "Tools",
+    "bundled_component",
+]
