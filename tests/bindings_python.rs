@@ -1,8 +1,8 @@
 //! The Python package (`bindings/python`, `dsh-tools`) from the outside: installed with pip into
 //! a venv under `target/` (`tests/support/python_venv.rs`), it carries the very component
 //! `dsh-host` embeds, prints the same tool definitions as `dsh-host tools`, runs the README's
-//! example, and passes its own tests, the LangChain adapter's among them. The golden cases run
-//! through it in `tests/polyglot.rs`.
+//! example, type-checks, and passes its own tests, the LangChain adapter's among them. The golden
+//! cases run through it in `tests/polyglot.rs`.
 
 #[path = "support/python_venv.rs"]
 mod python_venv;
@@ -138,4 +138,29 @@ fn package_and_langchain_adapter_tests_pass() {
         );
     }
     assert!(report.trim_end().ends_with("OK"), "{report}");
+}
+
+/// The typed API holds: the package and the README's example pass `mypy --strict`, the example
+/// seeing the installed package's types (`py.typed`).
+#[test]
+fn the_package_and_its_example_type_check() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bindings-python");
+    std::fs::create_dir_all(&dir).unwrap();
+    let example = dir.join("readme_example.py");
+    std::fs::write(&example, readme_example(&package_dir().join("README.md"))).unwrap();
+    let cache = dir.join("mypy-cache");
+    let out = python(
+        &[
+            "-m",
+            "mypy",
+            "--strict",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "src/dsh_tools",
+            example.to_str().unwrap(),
+        ],
+        &package_dir(),
+    );
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.starts_with("Success: no issues found in"), "{report}");
 }

@@ -329,8 +329,8 @@ fn the_composed_component_runs_in_the_python_and_node_hosts() {
     let polyglot = root().join("tests/polyglot");
     let script = r#"
 import json, sys
-from dsh_tools import SubprocessExecutor, Tools
-tools = Tools(SubprocessExecutor(grace_ms=200), component=sys.argv[1])
+from dsh_tools import LocalExecutor, Tools
+tools = Tools(LocalExecutor(grace_ms=200), component=sys.argv[1])
 for command in ["echo rm -rf /", "printf 'hello\\n'"]:
     r = tools.call("bash", {"command": command, "description": "Run a command through the policy"})
     print(json.dumps({"text": r.text, "isError": r.is_error}))

@@ -7,7 +7,7 @@ import time
 import unittest
 from unittest import mock
 
-from dsh_tools import EnvPolicy, ExecutorError, SubprocessExecutor
+from dsh_tools import EnvPolicy, ExecutorError, LocalExecutor
 
 
 def spec(command, workdir="/", timeout_ms=10_000.0, owner=None):
@@ -54,7 +54,7 @@ class Environment(unittest.TestCase):
 
     def test_a_command_sees_the_scrubbed_environment(self):
         with mock.patch.dict(os.environ, {"DSH_TEST_TOKEN": "t", "DSH_TEST_PLAIN": "p", "DSH_TEST_PAT": "q"}):
-            ex = SubprocessExecutor(env_deny=["*_PAT"])
+            ex = LocalExecutor(env_deny=["*_PAT"])
             r = ex.run(spec("echo ${DSH_TEST_TOKEN-unset} ${DSH_TEST_PLAIN-unset} ${DSH_TEST_PAT-unset} $TERM"))
         self.assertEqual(r["stdout"]["text"], "unset p unset dumb\n")
 
@@ -62,34 +62,34 @@ class Environment(unittest.TestCase):
 class Processes(unittest.TestCase):
     def test_own_session_and_group_no_stdin(self):
         # `cat` ends at once: stdin is /dev/null, not this process's.
-        r = SubprocessExecutor().run(spec("cat /proc/$$/stat; cat; echo $$"))
+        r = LocalExecutor().run(spec("cat /proc/$$/stat; cat; echo $$"))
         stat, pid = r["stdout"]["text"].splitlines()
         pgrp, sid = stat.rsplit(")", 1)[1].split()[2:4]
         self.assertEqual((pgrp, sid), (pid, pid))
         self.assertNotEqual(int(sid), os.getsid(0))
 
     def test_kill_0_hits_the_command_not_the_host(self):
-        r = SubprocessExecutor().run(spec("kill -TERM 0; sleep 5"))
+        r = LocalExecutor().run(spec("kill -TERM 0; sleep 5"))
         self.assertEqual(r["signal"], "SIGTERM")
 
     def test_timeout_escalates_from_term_to_kill(self):
-        ex = SubprocessExecutor(grace_ms=300)
+        ex = LocalExecutor(grace_ms=300)
         r = ex.run(spec("trap '' TERM; sleep 30", timeout_ms=200.0))
         self.assertTrue(r["timed_out"])
         self.assertEqual(r["signal"], "SIGKILL")
 
     def test_leftovers_are_stopped_and_counted(self):
-        r = SubprocessExecutor(grace_ms=200).run(spec("sleep 30 & sleep 30 & echo started"))
+        r = LocalExecutor(grace_ms=200).run(spec("sleep 30 & sleep 30 & echo started"))
         self.assertEqual((r["exit_code"], r["leftover_processes"]), (0, 2))
 
     def test_tails_are_byte_exact(self):
-        ex = SubprocessExecutor(max_output_bytes=5)
+        ex = LocalExecutor(max_output_bytes=5)
         r = ex.run(spec("printf 'abcdefgh'; printf '\\xff\\xfeok' >&2"))
         self.assertEqual(r["stdout"], {"text": "defgh", "truncated": True, "spill_path": None})
         self.assertEqual(r["stderr"], {"text": "\ufffd\ufffdok", "truncated": False, "spill_path": None})
 
     def test_resolve_applies_defaults_and_caps(self):
-        ex = SubprocessExecutor(cwd="/tmp", default_timeout_ms=1000, max_timeout_ms=5000)
+        ex = LocalExecutor(cwd="/tmp", default_timeout_ms=1000, max_timeout_ms=5000)
         self.assertEqual(ex.resolve("x", None, None, "o"), spec("x", "/tmp", 1000.0, "o"))
         self.assertEqual(ex.resolve("x", "/", 9999.0, None)["timeout_ms"], 5000.0)
         with self.assertRaises(ExecutorError) as e:
@@ -98,14 +98,14 @@ class Processes(unittest.TestCase):
 
     def test_unusable_workdir(self):
         with self.assertRaises(ExecutorError) as e:
-            SubprocessExecutor().run(spec("true", workdir="/nonexistent-dir"))
+            LocalExecutor().run(spec("true", workdir="/nonexistent-dir"))
         self.assertEqual(e.exception.case, "workdir-unusable")
 
 
 class Tasks(unittest.TestCase):
     def setUp(self):
         self.done = []
-        self.ex = SubprocessExecutor(grace_ms=200, max_tasks=1, max_finished_tasks=1)
+        self.ex = LocalExecutor(grace_ms=200, max_tasks=1, max_finished_tasks=1)
         self.ex.set_task_done_handler(self.done.append)
 
     def tearDown(self):

@@ -7,14 +7,14 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from dsh_tools import SubprocessExecutor, Tools
+from dsh_tools import LocalExecutor, Tools
 from dsh_tools.langchain import langchain_tools
 
 
 class LangChainTools(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
-        self.tools = Tools(SubprocessExecutor(grace_ms=200))
+        self.tools = Tools(LocalExecutor(grace_ms=200))
         self.session = self.tools.session(cwd=self.dir.name)
         self.by_name = {t.name: t for t in langchain_tools(self.tools, self.session)}
 

@@ -6,7 +6,7 @@ import threading
 import time
 import unittest
 
-from dsh_tools import ComponentError, SubprocessExecutor, Tools, bundled_component
+from dsh_tools import ComponentError, LocalExecutor, Tools, bundled_component
 
 
 def alive(pid: int) -> bool:
@@ -45,11 +45,11 @@ class Loading(unittest.TestCase):
 
     def test_bad_settings_are_refused_clearly(self):
         with self.assertRaisesRegex(ValueError, r"grace_ms: expected a finite number > 0, got nan"):
-            SubprocessExecutor(grace_ms=float("nan"))
+            LocalExecutor(grace_ms=float("nan"))
         with self.assertRaisesRegex(ValueError, r"max_tasks: expected a whole number > 0, got 0"):
-            SubprocessExecutor(max_tasks=0)
+            LocalExecutor(max_tasks=0)
         with self.assertRaisesRegex(ValueError, r"env_deny: 'A=B' is no variable name"):
-            SubprocessExecutor(env_deny=["A=B"])
+            LocalExecutor(env_deny=["A=B"])
 
     def test_bad_uses_are_refused_clearly(self):
         with Tools() as tools:
@@ -73,7 +73,7 @@ class Sessions(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.dir = self.tmp.name
-        self.tools = Tools(SubprocessExecutor(grace_ms=200))
+        self.tools = Tools(LocalExecutor(grace_ms=200))
 
     def tearDown(self):
         self.tools.close()
@@ -109,7 +109,7 @@ class Sessions(unittest.TestCase):
         self.assertEqual(len(got["a"]), 1)
         self.assertEqual(got["b"], [])
         notice = got["a"][0]
-        self.assertEqual((notice.owner, notice.source_kind, notice.source_plugin), (a.owner, "plugin", "tool-bash"))
+        self.assertEqual((notice.owner, notice.source.kind, notice.source.plugin), (a.owner, "plugin", "tool-bash"))
         self.assertIn("bash-1", notice.text)
         # The same notice is kept for take_notices, once.
         self.assertEqual(a.take_notices(), [notice])

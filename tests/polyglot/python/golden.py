@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from dsh_tools import SubprocessExecutor, Tools
+from dsh_tools import LocalExecutor, Tools
 
 WAIT_S = 10.0
 SETTLE_S = 0.5
@@ -48,7 +48,7 @@ def wait_until(predicate, what):
 
 
 def run_case(component, settings, case):
-    executor = SubprocessExecutor(
+    executor = LocalExecutor(
         default_timeout_ms=settings["defaultTimeoutMs"],
         max_timeout_ms=settings["maxTimeoutMs"],
         max_output_bytes=settings["maxOutputBytes"],
@@ -101,8 +101,8 @@ def run_case(component, settings, case):
                 wait_until(enough, f"notices for {step['notices']}")
                 texts = []
                 for n in got:
-                    ok = (n.source_kind, n.source_plugin) == ("plugin", "tool-bash")
-                    texts.append(n.text if ok else f"BAD SOURCE {n.source_kind}/{n.source_plugin}: {n.text}")
+                    ok = (n.source.kind, n.source.plugin) == ("plugin", "tool-bash")
+                    texts.append(n.text if ok else f"BAD SOURCE {n.source}: {n.text}")
                 outcomes.append({"notices": texts})
             else:
                 raise ValueError(f"unknown step {step}")

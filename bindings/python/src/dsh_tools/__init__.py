@@ -2,7 +2,7 @@
 
 The tools' model-facing logic is a WebAssembly component, the very one `dsh-host` embeds, run
 with wasmtime; this package links it to an executor that runs the commands (by default
-`SubprocessExecutor`, on this machine) and to your sessions, which receive completion notices.
+`LocalExecutor`, on this machine) and to your sessions, which receive completion notices.
 
     from dsh_tools import Tools
 
@@ -13,8 +13,8 @@ with wasmtime; this package links it to an executor that runs the commands (by d
 
 from .component import ComponentError, bundled_component
 from .definitions import Annotations, ToolDefinition
-from .executor import EnvPolicy, Executor, ExecutorError, SubprocessExecutor
-from .tools import Notice, NoticeCallback, Session, ToolResult, Tools
+from .executor import EnvPolicy, Executor, ExecutorError, LocalExecutor
+from .tools import Notice, NoticeCallback, NoticeSource, Session, ToolResult, Tools
 
 __all__ = [
     "Annotations",
@@ -24,8 +24,9 @@ __all__ = [
     "ExecutorError",
     "Notice",
     "NoticeCallback",
+    "NoticeSource",
     "Session",
-    "SubprocessExecutor",
+    "LocalExecutor",
     "ToolDefinition",
     "ToolResult",
     "Tools",

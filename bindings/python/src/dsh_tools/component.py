@@ -127,7 +127,7 @@ class Instance:
         # result<_, inject-error> overlaps (unknown-owner has no payload, like ok), so it is
         # tagged; inject-error's cases do not overlap: None is unknown-owner.
         try:
-            delivered = self._inject_fn(owner, text, {"kind": source.kind, "plugin": source.plugin})
+            delivered = self._inject_fn(owner, text, {"kind": wit.field(source, "kind"), "plugin": wit.field(source, "plugin")})
         except Exception as e:  # a failing callback is the agent's failure, reported as such
             return Variant("err", f"{type(e).__name__}: {e}")
         return Variant("ok") if delivered else Variant("err", None)
@@ -145,10 +145,10 @@ class Instance:
                 return Variant("internal", f"{type(err).__name__}: {err}")
 
         def resolve(_s: Any, req: Record) -> Any:
-            timeout = wit.field(req, "timeout_ms")
-            return guarded(lambda: e.resolve(req.command, req.workdir, timeout, req.owner), wit.spec)
+            command, workdir, timeout, owner = (wit.field(req, k) for k in ("command", "workdir", "timeout_ms", "owner"))
+            return guarded(lambda: e.resolve(command, workdir, timeout, owner), wit.spec)
 
-        ex.add_func("current-limits", lambda _s: wit.limits(e.limits()))
+        ex.add_func("current-limits", lambda _s: wit.limits(e.current_limits()))
         ex.add_func("resolve", resolve)
         ex.add_func("run", lambda _s, spec: guarded(lambda: e.run(wit.spec_from_wit(spec)), wit.run_result))
         ex.add_func("start", lambda _s, spec: guarded(lambda: e.start(wit.spec_from_wit(spec)), wit.task))

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 from . import wit
 from .component import ComponentError, ComponentSource, Instance
 from .definitions import ToolDefinition, from_wit, render
-from .executor.local import SubprocessExecutor
+from .executor.local import LocalExecutor
 from .executor.types import Executor, ExecutorError, Task
 
 Arguments = Union[str, bytes, Dict[str, Any], Any]
@@ -30,13 +30,20 @@ class ToolResult:
 
 
 @dataclass(frozen=True)
+class NoticeSource:
+    """Who wrote a notice: kind `plugin`, plugin `tool-bash` for the tools' completion notices."""
+
+    kind: str
+    plugin: Optional[str]
+
+
+@dataclass(frozen=True)
 class Notice:
     """A message the component injected into a session (a background task finished)."""
 
     owner: str
     text: str
-    source_kind: str
-    source_plugin: Optional[str]
+    source: NoticeSource
 
 
 NoticeCallback = Callable[[Notice], None]
@@ -115,7 +122,7 @@ def _arguments_json(arguments: Arguments) -> str:
 
 class Tools:
     """The bash tools: the component (bundled unless `component` names another, as a path or
-    bytes) linked to an executor (a `SubprocessExecutor` with the contract's defaults unless
+    bytes) linked to an executor (a `LocalExecutor` with the contract's defaults unless
     given).
 
     Calls may run from several threads at once; each runs in a fresh component instance.
@@ -124,7 +131,7 @@ class Tools:
 
     def __init__(self, executor: Optional[Executor] = None, component: ComponentSource = None):
         self._owns_executor = executor is None
-        self.executor: Executor = executor if executor is not None else SubprocessExecutor()
+        self.executor: Executor = executor if executor is not None else LocalExecutor()
         self._lock = threading.Lock()
         self._sessions: Dict[str, Session] = {}
         self._closed = False
@@ -229,5 +236,5 @@ class Tools:
             session = self._sessions.get(owner)
         if session is None:
             return False
-        session._receive(Notice(owner, text, source["kind"] or "", source["plugin"]))
+        session._receive(Notice(owner, text, NoticeSource(source["kind"] or "", source["plugin"])))
         return True

@@ -45,17 +45,22 @@ def task(t: Task) -> Record:
 
 def task_from_wit(r: Record) -> Task:
     return {
-        "id": r.id,
-        "command": r.command,
-        "owner": r.owner,
-        "state": r.state,
+        "id": field(r, "id"),
+        "command": field(r, "command"),
+        "owner": field(r, "owner"),
+        "state": field(r, "state"),
         "exit_code": field(r, "exit_code"),
-        "signal": r.signal,
+        "signal": field(r, "signal"),
     }
 
 
 def spec_from_wit(r: Record) -> Spec:
-    return {"command": r.command, "workdir": r.workdir, "timeout_ms": field(r, "timeout_ms"), "owner": r.owner}
+    return {
+        "command": field(r, "command"),
+        "workdir": field(r, "workdir"),
+        "timeout_ms": field(r, "timeout_ms"),
+        "owner": field(r, "owner"),
+    }
 
 
 def spec(s: Spec) -> Record:

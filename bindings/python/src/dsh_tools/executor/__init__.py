@@ -1,7 +1,7 @@
 """Executors: what runs the commands the tools ask for."""
 
 from .env import EnvPolicy
-from .local import SubprocessExecutor
+from .local import LocalExecutor
 from .types import (
     Executor,
     ExecutorError,
@@ -26,7 +26,7 @@ __all__ = [
     "Spec",
     "StreamDelta",
     "StreamOutput",
-    "SubprocessExecutor",
+    "LocalExecutor",
     "Task",
     "TaskDoneHandler",
     "Yielded",

@@ -61,7 +61,7 @@ class _TaskRecord:
     spawn_error: Optional[Tail] = None
 
 
-class SubprocessExecutor:
+class LocalExecutor:
     """Runs each command as `bash -c` in a new session (own process group, no terminal, stdin
     from /dev/null), with the host's environment minus secrets.
 
@@ -106,7 +106,7 @@ class SubprocessExecutor:
 
     # -- the bash-executor operations -----------------------------------------------------
 
-    def limits(self) -> Limits:
+    def current_limits(self) -> Limits:
         return {
             "default_timeout_ms": self.default_timeout_ms,
             "max_timeout_ms": self.max_timeout_ms,
