@@ -115,6 +115,18 @@ class Sessions(unittest.TestCase):
         self.assertEqual(a.take_notices(), [notice])
         self.assertEqual(a.take_notices(), [])
 
+    def test_a_notice_callback_may_close_its_session(self):
+        closed = threading.Event()
+
+        def on_notice(_notice):
+            session.close()
+            closed.set()
+
+        session = self.tools.session(on_notice=on_notice)
+        session.call("bash", {"command": "true", "description": "Nothing", "run_in_background": True})
+        self.assertTrue(closed.wait(10))
+        self.assertTrue(session.closed)
+
     def test_closing_a_session_stops_its_tasks_and_only_its(self):
         a = self.tools.session(cwd=self.dir)
         b = self.tools.session(cwd=self.dir)
