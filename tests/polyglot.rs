@@ -552,6 +552,15 @@ async fn the_foreign_hosts_link_no_wasi() {
             .current_dir(polyglot_dir().join("node")),
         FOREIGN_LIMIT,
     );
+    // The package refuses it by its own import check, before any instantiation is tried.
+    assert!(
+        String::from_utf8_lossy(&python.stderr).contains(
+            "dsh_tools.component.ComponentError: the component imports more than \
+             dsh:bash/bash-executor and dsh:bash/agent"
+        ),
+        "the Python package did not refuse the WASI imports itself:\n{}",
+        String::from_utf8_lossy(&python.stderr)
+    );
     for (host, out) in [("python", python), ("node", node)] {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
