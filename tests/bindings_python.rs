@@ -104,7 +104,10 @@ fn readme_example(readme: &Path) -> String {
         .split_once("```python\n")
         .expect("the section has a python block")
         .1;
-    code.split_once("```").expect("the block ends").0.to_string()
+    code.split_once("```")
+        .expect("the block ends")
+        .0
+        .to_string()
 }
 
 #[test]
@@ -162,5 +165,8 @@ fn the_package_and_its_example_type_check() {
         &package_dir(),
     );
     let report = String::from_utf8_lossy(&out.stdout);
-    assert!(report.starts_with("Success: no issues found in"), "{report}");
+    assert!(
+        report.starts_with("Success: no issues found in"),
+        "{report}"
+    );
 }

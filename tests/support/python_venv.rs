@@ -62,7 +62,12 @@ fn package_fingerprint() -> String {
             if path.is_dir() {
                 walk(&path, base, hasher);
             } else {
-                hasher.write(path.strip_prefix(base).unwrap().to_string_lossy().as_bytes());
+                hasher.write(
+                    path.strip_prefix(base)
+                        .unwrap()
+                        .to_string_lossy()
+                        .as_bytes(),
+                );
                 hasher.write(&std::fs::read(&path).unwrap());
             }
         }
@@ -99,7 +104,13 @@ fn setup() -> PathBuf {
         run(
             "installing the hash-pinned requirements",
             Command::new(&python)
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
                 .args(["--require-hashes", "-r"])
                 .arg(requirements()),
         );
@@ -114,7 +125,13 @@ fn setup() -> PathBuf {
         run(
             "installing dsh-tools from bindings/python",
             Command::new(&python)
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
                 .args(["--no-deps", "--no-build-isolation", "--force-reinstall"])
                 .arg(package_dir()),
         );
