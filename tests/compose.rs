@@ -12,6 +12,9 @@ mod nested_cargo;
 #[path = "support/provision.rs"]
 mod provision;
 
+#[path = "support/python_venv.rs"]
+mod python_venv;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Arc, OnceLock};
@@ -316,32 +319,30 @@ async fn everything_else_passes_through() {
     host.shutdown().await;
 }
 
-/// The composed component is still one .wasm for every host: the Python and Node hosts load it
-/// too, and the policy acts there as well.
+/// The composed component is still one .wasm for every host: the Python package and the Node
+/// host load it too, and the policy acts there as well.
 #[test]
 fn the_composed_component_runs_in_the_python_and_node_hosts() {
     let c = composed();
     let polyglot = root().join("tests/polyglot");
-    let python = std::env::var("DSH_PYTHON").unwrap_or_else(|_| "python3".to_string());
     let script = r#"
 import json, sys
-from dsh_host import LocalExecutor, ToolHost
-host = ToolHost(sys.argv[1], LocalExecutor(grace_ms=200))
+from dsh_tools import LocalExecutor, Tools
+tools = Tools(LocalExecutor(grace_ms=200), component=sys.argv[1])
 for command in ["echo rm -rf /", "printf 'hello\\n'"]:
-    r = host.call("bash", {"command": command, "description": "Run a command through the policy"})
+    r = tools.call("bash", {"command": command, "description": "Run a command through the policy"})
     print(json.dumps({"text": r.text, "isError": r.is_error}))
+tools.close()
 "#;
-    let out = Command::new(&python)
+    let out = Command::new(python_venv::python())
         .arg("-c")
         .arg(script)
         .arg(&c.path)
-        .current_dir(polyglot.join("python"))
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+        .unwrap_or_else(|e| panic!("cannot run the test venv's python: {e}"));
     assert!(
         out.status.success(),
-        "the Python host failed (install it with `python3 -m pip install --require-hashes -r \
-         tests/polyglot/python/requirements.txt`):\n{}",
+        "the Python package failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let expected = vec![

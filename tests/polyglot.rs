@@ -1,18 +1,23 @@
 //! One .wasm, many hosts: the golden cases in `tests/polyglot/golden/*.json` run in the Rust host
-//! (this library), in the Python host (`tests/polyglot/python`, wasmtime-py) and in the Node host
-//! (`tests/polyglot/node`, jco), each with its own executor, and must give identical results. The
-//! README's "Use from Python" and "Use from Node" examples are run here too, and the foreign hosts
-//! are shown to link nothing beyond the component's two `dsh:bash` interfaces.
+//! (this library), in the Python package (`bindings/python`, wasmtime-py, driven by
+//! `tests/polyglot/python/golden.py`) and in the Node host (`tests/polyglot/node`, jco), each with
+//! its own executor, and must give identical results. The README's "Use from Node" example is run
+//! here too (the Python one in `tests/bindings_python.rs`), and the foreign hosts are shown to
+//! link nothing beyond the component's two `dsh:bash` interfaces.
 //!
-//! The foreign hosts need their pinned packages (`.ci/run` installs them):
-//! `python3 -m pip install --require-hashes -r tests/polyglot/python/requirements.txt` and
-//! `npm ci --prefix tests/polyglot/node`. Without them these tests fail, saying so.
+//! The Python side runs in a venv under `target/` that the tests make and fill from hash-pinned
+//! requirements (`tests/support/python_venv.rs`). The Node host needs its pinned packages
+//! (`.ci/run` installs them): `npm ci --prefix tests/polyglot/node`. Without them these tests
+//! fail, saying so.
 
 #[path = "support/nested_cargo.rs"]
 mod nested_cargo;
 
 #[path = "support/rust_target.rs"]
 mod rust_target;
+
+#[path = "support/python_venv.rs"]
+mod python_venv;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -320,46 +325,8 @@ async fn golden_cases_pass_in_the_rust_host() {
 // The foreign hosts
 // ---------------------------------------------------------------------------------------------
 
-fn python() -> String {
-    std::env::var("DSH_PYTHON").unwrap_or_else(|_| "python3".to_string())
-}
-
-const PYTHON_HINT: &str = "the Python host needs python3 with the pinned wasmtime package: run \
-     `python3 -m pip install --require-hashes -r tests/polyglot/python/requirements.txt` \
-     (.ci/run does this)";
-
 const NODE_HINT: &str = "the Node host needs node and its pinned packages: run \
      `npm ci --prefix tests/polyglot/node` (.ci/run does this)";
-
-/// Fails with a clear message when the Python host's pinned packages are missing.
-fn require_python() {
-    let pinned = std::fs::read_to_string(polyglot_dir().join("python/requirements.txt")).unwrap();
-    let want = pinned
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("wasmtime=="))
-        .and_then(|rest| rest.split_whitespace().next())
-        .expect("requirements.txt pins wasmtime")
-        .trim_end_matches('\\')
-        .trim()
-        .to_string();
-    let out = Command::new(python())
-        .args([
-            "-c",
-            "import importlib.metadata as m; print(m.version('wasmtime'))",
-        ])
-        .output();
-    match out {
-        Ok(o) if o.status.success() => {
-            let have = String::from_utf8_lossy(&o.stdout).trim().to_string();
-            assert_eq!(
-                have, want,
-                "wasmtime {have} is installed, the pin is {want}: {PYTHON_HINT}"
-            );
-        }
-        Ok(o) => panic!("{PYTHON_HINT}\n{}", String::from_utf8_lossy(&o.stderr)),
-        Err(e) => panic!("cannot run {}: {e}; {PYTHON_HINT}", python()),
-    }
-}
 
 fn require_node() {
     let jco = polyglot_dir().join("node/node_modules/@bytecodealliance/jco/package.json");
@@ -457,11 +424,11 @@ async fn check_foreign(host: &str, report: Value) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn golden_cases_pass_in_the_python_host() {
-    require_python();
+async fn golden_cases_pass_in_the_python_package() {
+    let python = python_venv::python();
     let dir = polyglot_dir().join("python");
     let report = run_foreign(
-        &python(),
+        python.to_str().expect("the venv path is UTF-8"),
         &[
             &dir.join("golden.py"),
             &component_file(),
@@ -512,7 +479,7 @@ fn run_example(program: &str, script: &Path) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// What both README examples print.
+/// What the README's Node example prints.
 const EXAMPLE_OUTPUT: &str = "\
 hello from bash
 started background task bash-1
@@ -521,13 +488,6 @@ done
 
 [status: completed, exit code: 0]
 ";
-
-#[test]
-fn readme_python_example_runs() {
-    require_python();
-    let out = run_example(&python(), &polyglot_dir().join("python/example.py"));
-    assert_eq!(out, EXAMPLE_OUTPUT);
-}
 
 #[test]
 fn readme_node_example_runs() {
@@ -564,22 +524,20 @@ fn wasip2_tools() -> PathBuf {
         .clone()
 }
 
-/// The Python and Node hosts link the two `dsh:bash` interfaces and nothing else: a tools
+/// The Python package and the Node host link the two `dsh:bash` interfaces and nothing else: a tools
 /// component that also imports WASI is refused at load, naming a WASI import. The Rust host
 /// still runs it, with its deny-all WASI.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_foreign_hosts_link_no_wasi() {
-    require_python();
     require_node();
     let component = wasip2_tools();
     let python = output_within(
-        Command::new(python())
+        Command::new(python_venv::python())
             .args([
                 "-c",
-                "import sys, dsh_host; dsh_host.ToolHost(sys.argv[1], dsh_host.LocalExecutor())",
+                "import sys, dsh_tools; dsh_tools.Tools(component=sys.argv[1])",
             ])
-            .arg(&component)
-            .current_dir(polyglot_dir().join("python")),
+            .arg(&component),
         FOREIGN_LIMIT,
     );
     let node = output_within(
@@ -593,6 +551,15 @@ async fn the_foreign_hosts_link_no_wasi() {
             .arg(&component)
             .current_dir(polyglot_dir().join("node")),
         FOREIGN_LIMIT,
+    );
+    // The package refuses it by its own import check, before any instantiation is tried.
+    assert!(
+        String::from_utf8_lossy(&python.stderr).contains(
+            "dsh_tools.component.ComponentError: the component imports more than \
+             dsh:bash/bash-executor and dsh:bash/agent"
+        ),
+        "the Python package did not refuse the WASI imports itself:\n{}",
+        String::from_utf8_lossy(&python.stderr)
     );
     for (host, out) in [("python", python), ("node", node)] {
         let stderr = String::from_utf8_lossy(&out.stderr);

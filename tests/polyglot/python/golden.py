@@ -1,11 +1,13 @@
-"""Run the golden cases (tests/polyglot/golden/*.json) in the Python host and print the outcomes.
+"""Run the golden cases (tests/polyglot/golden/*.json) through the dsh_tools package and print
+the outcomes.
 
-Usage: python3 golden.py COMPONENT GOLDEN_DIR SETTINGS_JSON
+Usage: python golden.py COMPONENT GOLDEN_DIR SETTINGS_JSON
 
 Prints one JSON object: {"tools": [...], "cases": {name: [outcome, ...]}}; the Rust test
 tests/polyglot.rs compares it with the expectations and with the other hosts. An outcome is
 {"text", "isError", "errorCode"} for a tool call, {"notices": [...]} for a notices step, and null
-for the other steps.
+for the other steps. A case's session keeps the cwd of its first call; a case that gives one
+session two cwds is refused, since a package session has one.
 """
 
 import json
@@ -15,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from dsh_host import LocalExecutor, ToolHost
+from dsh_tools import LocalExecutor, Tools
 
 WAIT_S = 10.0
 SETTLE_S = 0.5
@@ -52,15 +54,17 @@ def run_case(component, settings, case):
         max_output_bytes=settings["maxOutputBytes"],
         grace_ms=settings["graceMs"],
     )
-    host = ToolHost(component, executor)
+    tools = Tools(executor=executor, component=component)
     case_dir = tempfile.mkdtemp(prefix="dsh-golden-")
     sessions = {}
     default_caller = case.get("caller", {})
     outcomes = []
 
-    def session(name):
+    def session(name, cwd=None):
         if name not in sessions:
-            sessions[name] = host.open_session()
+            sessions[name] = tools.session(cwd=cwd)
+        elif cwd is not None and sessions[name].cwd != cwd:
+            raise ValueError(f"session {name} is given a second cwd {cwd}")
         return sessions[name]
 
     try:
@@ -68,8 +72,12 @@ def run_case(component, settings, case):
             step = substitute(step, case_dir)
             if "tool" in step:
                 caller = {"owner": "a", "cwd": None, **substitute(default_caller, case_dir), **step.get("caller", {})}
-                owner = session(caller["owner"]).owner if caller["owner"] is not None else None
-                r = host.call(step["tool"], step["arguments"], owner=owner, cwd=caller["cwd"])
+                if caller["owner"] is None:
+                    if caller["cwd"] is not None:
+                        raise ValueError("a call without a session has no cwd")
+                    r = tools.call(step["tool"], step["arguments"])
+                else:
+                    r = session(caller["owner"], caller["cwd"]).call(step["tool"], step["arguments"])
                 outcomes.append({"text": r.text, "isError": r.is_error, "errorCode": r.error_code})
             elif "waitForFile" in step:
                 path = os.path.join(case_dir, step["waitForFile"])
@@ -93,15 +101,33 @@ def run_case(component, settings, case):
                 wait_until(enough, f"notices for {step['notices']}")
                 texts = []
                 for n in got:
-                    ok = n.source == {"kind": "plugin", "plugin": "tool-bash"}
+                    ok = (n.source.kind, n.source.plugin) == ("plugin", "tool-bash")
                     texts.append(n.text if ok else f"BAD SOURCE {n.source}: {n.text}")
                 outcomes.append({"notices": texts})
             else:
                 raise ValueError(f"unknown step {step}")
     finally:
-        host.shutdown()
+        tools.close()
         shutil.rmtree(case_dir, ignore_errors=True)
-    return host, outcomes
+    return tools, outcomes
+
+
+def tool_report(tools):
+    return [
+        {
+            "name": t.name,
+            "title": t.title,
+            "description": t.description,
+            "inputSchema": t.input_schema,
+            "annotations": {
+                "readOnlyHint": t.annotations.read_only_hint,
+                "destructiveHint": t.annotations.destructive_hint,
+                "idempotentHint": t.annotations.idempotent_hint,
+                "openWorldHint": t.annotations.open_world_hint,
+            },
+        }
+        for t in tools.tool_definitions
+    ]
 
 
 def main():
@@ -114,24 +140,10 @@ def main():
             continue
         with open(os.path.join(golden_dir, name)) as f:
             case = json.load(f)
-        host, outcomes = run_case(component, settings, case)
+        tools, outcomes = run_case(component, settings, case)
         result["cases"][name[: -len(".json")]] = outcomes
         if result["tools"] is None:
-            result["tools"] = [
-                {
-                    "name": t["name"],
-                    "title": t["title"],
-                    "description": t["description"],
-                    "inputSchema": t["input_schema"],
-                    "annotations": {
-                        "readOnlyHint": t["annotations"]["read_only_hint"],
-                        "destructiveHint": t["annotations"]["destructive_hint"],
-                        "idempotentHint": t["annotations"]["idempotent_hint"],
-                        "openWorldHint": t["annotations"]["open_world_hint"],
-                    },
-                }
-                for t in host.tools
-            ]
+            result["tools"] = tool_report(tools)
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
 

@@ -1,0 +1,34 @@
+"""The dsh bash tools (`bash`, `bash_output`, `bash_kill`) for Python agents.
+
+The tools' model-facing logic is a WebAssembly component, the very one `dsh-host` embeds, run
+with wasmtime; this package links it to an executor that runs the commands (by default
+`LocalExecutor`, on this machine) and to your sessions, which receive completion notices.
+
+    from dsh_tools import Tools
+
+    with Tools() as tools, tools.session(cwd="/tmp") as session:
+        result = session.call("bash", {"command": "ls", "description": "List the files"})
+        print(result.text, result.is_error)
+"""
+
+from .component import ComponentError, bundled_component
+from .definitions import Annotations, ToolDefinition
+from .executor import EnvPolicy, Executor, ExecutorError, LocalExecutor
+from .tools import Notice, NoticeCallback, NoticeSource, Session, ToolResult, Tools
+
+__all__ = [
+    "Annotations",
+    "ComponentError",
+    "EnvPolicy",
+    "Executor",
+    "ExecutorError",
+    "Notice",
+    "NoticeCallback",
+    "NoticeSource",
+    "Session",
+    "LocalExecutor",
+    "ToolDefinition",
+    "ToolResult",
+    "Tools",
+    "bundled_component",
+]

@@ -1,0 +1,159 @@
+"""Loading the tools component and linking its two imports.
+
+The component imports `dsh:bash/bash-executor` and `dsh:bash/agent` and nothing else (no WASI),
+so the linker holds those two and nothing else: a component that imports more is refused at
+load, naming what it imports. Every export call runs in a fresh instance: the component keeps no
+state between calls, and a trap cannot leave a poisoned instance behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from importlib import resources
+from typing import Any, Callable, Dict, Optional, Tuple, Union
+
+import wasmtime
+from wasmtime.component import Component, Linker, Record, Variant
+
+from . import wit
+from .executor.types import Executor, ExecutorError
+
+WIT_VERSION = "0.2.0"
+EXECUTOR = f"dsh:bash/bash-executor@{WIT_VERSION}"
+AGENT = f"dsh:bash/agent@{WIT_VERSION}"
+TOOLS = f"dsh:bash/tools@{WIT_VERSION}"
+LINKED = frozenset({EXECUTOR, AGENT})
+
+ComponentSource = Union[str, "os.PathLike[str]", bytes, None]
+
+# inject(owner, text, source) -> True when delivered, False for an unknown owner.
+InjectFn = Callable[[str, str, Dict[str, Optional[str]]], bool]
+
+
+class ComponentError(Exception):
+    """The component cannot be loaded or linked, or a call into it trapped."""
+
+
+def bundled_component() -> bytes:
+    """The tools component shipped in this package (the one `dsh-host` embeds)."""
+    return resources.files(__package__).joinpath("guest_tools.wasm").read_bytes()
+
+
+_COMPILED: Dict[str, Tuple[wasmtime.Engine, Component]] = {}
+_COMPILE_LOCK = threading.Lock()
+
+
+def _read(source: ComponentSource) -> bytes:
+    if source is None:
+        return bundled_component()
+    if isinstance(source, (bytes, bytearray)):
+        return bytes(source)
+    try:
+        with open(source, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ComponentError(f"cannot read the tools component {os.fspath(source)!r}: {e.strerror}") from None
+
+
+def load(source: ComponentSource) -> Tuple[wasmtime.Engine, Component]:
+    """The engine and compiled component, once per distinct component per process."""
+    data = _read(source)
+    key = hashlib.sha256(data).hexdigest()
+    with _COMPILE_LOCK:
+        if key not in _COMPILED:
+            engine = wasmtime.Engine()
+            try:
+                component = Component(engine, data)
+            except wasmtime.WasmtimeError as e:
+                raise ComponentError(f"not a loadable component: {e}") from None
+            extra = sorted(set(component.type.imports(engine)) - LINKED)
+            if extra:
+                raise ComponentError(
+                    "the component imports more than dsh:bash/bash-executor and dsh:bash/agent, "
+                    f"which is all this host links: {', '.join(extra)}"
+                )
+            _COMPILED[key] = (engine, component)
+        return _COMPILED[key]
+
+
+class Instance:
+    """The component linked to one executor and one inject function."""
+
+    def __init__(self, source: ComponentSource, executor: Executor, inject: InjectFn):
+        self.engine, self.component = load(source)
+        self.executor = executor
+        self._inject_fn = inject
+        self.linker = Linker(self.engine)
+        with self.linker.root() as root:
+            with root.add_instance(EXECUTOR) as ex:
+                self._link_executor(ex)
+            with root.add_instance(AGENT) as agent:
+                agent.add_func("inject", self._inject)
+
+    def export(self, name: str) -> Optional[Callable[..., Any]]:
+        """A fresh instance's `tools` export `name`, or None when the component lacks it."""
+        store = wasmtime.Store(self.engine)
+        try:
+            instance = self.linker.instantiate(store, self.component)
+        except wasmtime.WasmtimeError as e:
+            raise ComponentError(f"cannot instantiate the tools component: {e}") from None
+        iface = instance.get_export_index(store, TOOLS)
+        if iface is None:
+            raise ComponentError(f"the component does not export {TOOLS}")
+        index = instance.get_export_index(store, name, iface)
+        func = None if index is None else instance.get_func(store, index)
+        if func is None:
+            return None
+
+        def call(*args: Any) -> Any:
+            try:
+                return func(store, *args)
+            except wasmtime.WasmtimeError as e:
+                raise ComponentError(f"the tools component failed in {name}: {e}") from e
+
+        return call
+
+    def require(self, name: str) -> Callable[..., Any]:
+        func = self.export(name)
+        if func is None:
+            raise ComponentError(f"the component's {TOOLS} has no {name}")
+        return func
+
+    # -- imports --------------------------------------------------------------------------
+
+    def _inject(self, _store: Any, owner: str, text: str, source: Record) -> Variant:
+        # result<_, inject-error> overlaps (unknown-owner has no payload, like ok), so it is
+        # tagged; inject-error's cases do not overlap: None is unknown-owner.
+        try:
+            delivered = self._inject_fn(owner, text, {"kind": wit.field(source, "kind"), "plugin": wit.field(source, "plugin")})
+        except Exception as e:  # a failing callback is the agent's failure, reported as such
+            return Variant("err", f"{type(e).__name__}: {e}")
+        return Variant("ok") if delivered else Variant("err", None)
+
+    def _link_executor(self, ex: Any) -> None:
+        e = self.executor
+
+        def guarded(op: Callable[[], Any], wrap: Callable[[Any], Any] = lambda v: v) -> Any:
+            # An executor's own failure is an `internal` error of that call, not a trap.
+            try:
+                return wrap(op())
+            except ExecutorError as err:
+                return wit.executor_error(err)
+            except Exception as err:
+                return Variant("internal", f"{type(err).__name__}: {err}")
+
+        def resolve(_s: Any, req: Record) -> Any:
+            command, workdir, timeout, owner = (wit.field(req, k) for k in ("command", "workdir", "timeout_ms", "owner"))
+            return guarded(lambda: e.resolve(command, workdir, timeout, owner), wit.spec)
+
+        ex.add_func("current-limits", lambda _s: wit.limits(e.current_limits()))
+        ex.add_func("resolve", resolve)
+        ex.add_func("run", lambda _s, spec: guarded(lambda: e.run(wit.spec_from_wit(spec)), wit.run_result))
+        ex.add_func("start", lambda _s, spec: guarded(lambda: e.start(wit.spec_from_wit(spec)), wit.task))
+        ex.add_func("read-output", lambda _s, task_id: guarded(lambda: e.read_output(task_id), wit.read))
+        ex.add_func("kill", lambda _s, task_id: guarded(lambda: bool(e.kill(task_id))))
+        ex.add_func("owner-of", lambda _s, task_id: e.owner_of(task_id))
+        ex.add_func("get", lambda _s, task_id: guarded(lambda: e.get(task_id), wit.task))
+        ex.add_func("list-tasks", lambda _s: [wit.task(t) for t in e.list_tasks()])

@@ -1,0 +1,172 @@
+//! The Python package (`bindings/python`, `dsh-tools`) from the outside: installed with pip into
+//! a venv under `target/` (`tests/support/python_venv.rs`), it carries the very component
+//! `dsh-host` embeds, prints the same tool definitions as `dsh-host tools`, runs the README's
+//! example, type-checks, and passes its own tests, the LangChain adapter's among them. The golden
+//! cases run through it in `tests/polyglot.rs`.
+
+#[path = "support/python_venv.rs"]
+mod python_venv;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sha2::{Digest, Sha256};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ sits in the workspace")
+        .to_path_buf()
+}
+
+fn package_dir() -> PathBuf {
+    root().join("bindings").join("python")
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+const REFRESH: &str = "cargo build -p dsh-host && \
+     cp target/guest-wasm/guest_tools.wasm bindings/python/src/dsh_tools/";
+
+/// Runs the venv's Python; fails the test, with its output, unless it succeeds.
+fn python(args: &[&str], cwd: &Path) -> Output {
+    let out = Command::new(python_venv::python())
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("the venv's python runs");
+    assert!(
+        out.status.success(),
+        "python {args:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+#[test]
+fn the_package_carries_the_embedded_component() {
+    let embedded = sha256_hex(dsh_host::engine::EMBEDDED_COMPONENT);
+    let committed = std::fs::read(package_dir().join("src/dsh_tools/guest_tools.wasm"))
+        .expect("bindings/python/src/dsh_tools/guest_tools.wasm exists");
+    assert_eq!(
+        sha256_hex(&committed),
+        embedded,
+        "the package's component differs from the one dsh-host embeds; refresh it: {REFRESH}"
+    );
+    // And the installed package loads those bytes, not some other copy.
+    let out = python(
+        &[
+            "-c",
+            "import hashlib, dsh_tools; print(hashlib.sha256(dsh_tools.bundled_component()).hexdigest())",
+        ],
+        &root(),
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), embedded);
+}
+
+#[test]
+fn definitions_are_what_dsh_host_tools_prints() {
+    for format in ["mcp", "openai", "anthropic"] {
+        let cli = Command::new(env!("CARGO_BIN_EXE_dsh-host"))
+            .args(["tools", "--format", format])
+            .output()
+            .unwrap();
+        assert!(cli.status.success(), "dsh-host tools --format {format}");
+        let script = format!(
+            "import json, sys\nfrom dsh_tools import Tools\nwith Tools() as tools:\n    \
+             sys.stdout.write(json.dumps(tools.definitions(format={format:?}), indent=2, \
+             ensure_ascii=False) + '\\n')\n"
+        );
+        let py = python(&["-c", &script], &root());
+        assert_eq!(
+            String::from_utf8_lossy(&py.stdout),
+            String::from_utf8_lossy(&cli.stdout),
+            "format {format}"
+        );
+    }
+}
+
+/// The first ```python block after the "Use from Python" heading of a README.
+fn readme_example(readme: &Path) -> String {
+    let readme = std::fs::read_to_string(readme).unwrap();
+    let section = readme
+        .split_once("## Use from Python")
+        .expect("the README has a \"Use from Python\" section")
+        .1;
+    let code = section
+        .split_once("```python\n")
+        .expect("the section has a python block")
+        .1;
+    code.split_once("```")
+        .expect("the block ends")
+        .0
+        .to_string()
+}
+
+#[test]
+fn readme_example_runs() {
+    let example = readme_example(&package_dir().join("README.md"));
+    assert_eq!(
+        readme_example(&root().join("README.md")),
+        example,
+        "the top README shows the package README's example"
+    );
+    assert!(
+        example.lines().count() <= 5,
+        "the README's example grew beyond five lines:\n{example}"
+    );
+    let out = python(&["-c", &example], &root());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "bash\nhello\n");
+}
+
+#[test]
+fn package_and_langchain_adapter_tests_pass() {
+    let out = python(
+        &["-m", "unittest", "discover", "-v", "-s", "tests"],
+        &package_dir(),
+    );
+    let report = String::from_utf8_lossy(&out.stderr);
+    // A test file that failed to import would leave its tests out: each must have run.
+    for module in ["test_langchain", "test_tools", "test_executor"] {
+        assert!(
+            report.contains(&format!("({module}.")),
+            "no test of {module} ran:\n{report}"
+        );
+    }
+    assert!(report.trim_end().ends_with("OK"), "{report}");
+}
+
+/// The typed API holds: the package and the README's example pass `mypy --strict`, the example
+/// seeing the installed package's types (`py.typed`).
+#[test]
+fn the_package_and_its_example_type_check() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bindings-python");
+    std::fs::create_dir_all(&dir).unwrap();
+    let example = dir.join("readme_example.py");
+    std::fs::write(&example, readme_example(&package_dir().join("README.md"))).unwrap();
+    let cache = dir.join("mypy-cache");
+    let out = python(
+        &[
+            "-m",
+            "mypy",
+            "--strict",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "src/dsh_tools",
+            example.to_str().unwrap(),
+        ],
+        &package_dir(),
+    );
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.starts_with("Success: no issues found in"),
+        "{report}"
+    );
+}
