@@ -8,7 +8,7 @@
 //! component called for each, a notice), which must be exactly [`EXPECTED`]. The guide's own
 //! code blocks must be verbatim excerpts of these files, and its expected output this one.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 #[path = "support/provision.rs"]

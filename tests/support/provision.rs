@@ -38,7 +38,7 @@ fn env_dir() -> PathBuf {
 }
 
 /// Runs `work` holding the lock `name` (a file under `target/test-env/`).
-fn locked<T>(name: &str, work: impl FnOnce() -> T) -> T {
+pub fn locked<T>(name: &str, work: impl FnOnce() -> T) -> T {
     let path = env_dir().join(format!("{name}.lock"));
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -59,7 +59,7 @@ fn stamped(stamp: &Path, pin: &[u8]) -> bool {
 }
 
 /// Runs an installer step, failing the test with its output when it fails.
-fn run(what: &str, cmd: &mut Command) {
+pub fn run(what: &str, cmd: &mut Command) {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("{what}: cannot start {cmd:?}: {e}"));

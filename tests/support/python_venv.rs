@@ -1,11 +1,15 @@
-//! The tests' Python: a venv under `target/bindings-python/venv` holding the hash-pinned
+//! The tests' Python: a venv under `target/test-env/bindings-python/venv` holding the hash-pinned
 //! requirements of `tests/polyglot/python/requirements.txt` (wasmtime, langchain-core and the
 //! build backend) and the `dsh_tools` package installed from `bindings/python`.
 //!
-//! Made by the tests themselves, so `cargo test` works on a machine with only `python3` (with
-//! its `venv` module) and access to PyPI. Idempotent: the requirements are installed again only
-//! when the file changed, the package only when its sources changed. A lock file serializes the
-//! setup across test threads and test processes. A setup that cannot finish fails the test.
+//! Made by the tests themselves (`provision.rs`), so `cargo test` works on a machine with only
+//! `python3` (with its `venv` module) and access to PyPI. Idempotent: the requirements are
+//! installed again only when the file changed, the package only when its sources changed. A lock
+//! file serializes the setup across test threads and test processes. A setup that cannot finish
+//! fails the test.
+
+#[path = "provision.rs"]
+mod provision;
 
 use std::hash::{DefaultHasher, Hasher};
 use std::path::{Path, PathBuf};
@@ -13,10 +17,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ sits in the workspace")
-        .to_path_buf()
+    provision::repo()
 }
 
 /// The package's sources, installed into the venv.
@@ -26,24 +27,6 @@ fn package_dir() -> PathBuf {
 
 fn requirements() -> PathBuf {
     root().join("tests/polyglot/python/requirements.txt")
-}
-
-/// The interpreter the venv is made from: `DSH_PYTHON`, else `python3` from PATH.
-fn base_python() -> String {
-    std::env::var("DSH_PYTHON").unwrap_or_else(|_| "python3".to_string())
-}
-
-fn run(what: &str, cmd: &mut Command) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}): {cmd:?}\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// A fingerprint of the package's sources (paths and contents), skipping build output.
@@ -78,51 +61,20 @@ fn package_fingerprint() -> String {
 }
 
 fn setup() -> PathBuf {
-    let dir = root().join("target").join("bindings-python");
-    std::fs::create_dir_all(&dir).unwrap();
-    let lock = std::fs::File::create(dir.join("setup.lock")).unwrap();
-    lock.lock().expect("the venv setup lock");
-
-    let venv = dir.join("venv");
-    let python = venv.join("bin").join("python");
-    let usable = Command::new(&python)
-        .args(["-c", "import sys"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !usable {
-        // A venv left half-made by an interrupted run is made again from scratch.
-        let _ = std::fs::remove_dir_all(&venv);
-        run(
-            "making the test venv (python3 needs its venv module)",
-            Command::new(base_python()).args(["-m", "venv"]).arg(&venv),
-        );
-    }
-
-    let wanted = std::fs::read_to_string(requirements()).unwrap();
-    let stamp = venv.join("dsh-requirements.txt");
-    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
-        run(
-            "installing the hash-pinned requirements",
-            Command::new(&python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                ])
-                .args(["--require-hashes", "-r"])
-                .arg(requirements()),
-        );
-        std::fs::write(&stamp, &wanted).unwrap();
-    }
-
+    let python = provision::python_venv("bindings-python", &requirements());
     let fingerprint = package_fingerprint();
-    let stamp = venv.join("dsh-package.txt");
-    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(fingerprint.as_str()) {
+    let stamp = python
+        .parent()
+        .and_then(Path::parent)
+        .expect("the interpreter lives in the venv's bin/")
+        .join("dsh-package.txt");
+    provision::locked("bindings-python-package", || {
+        if std::fs::read_to_string(&stamp).ok().as_deref() == Some(fingerprint.as_str()) {
+            return;
+        }
         // The build backend comes from the hash-pinned requirements, hence no build isolation
         // (which would fetch it unchecked); the dependencies are installed already.
-        run(
+        provision::run(
             "installing dsh-tools from bindings/python",
             Command::new(&python)
                 .args([
@@ -136,7 +88,7 @@ fn setup() -> PathBuf {
                 .arg(package_dir()),
         );
         std::fs::write(&stamp, &fingerprint).unwrap();
-    }
+    });
     python
 }
 
