@@ -4,6 +4,10 @@
 //! example, type-checks, and passes its own tests, the LangChain adapter's among them. The golden
 //! cases run through it in `tests/polyglot.rs`.
 
+#[path = "support/nested_cargo.rs"]
+mod nested_cargo;
+#[path = "support/provision.rs"]
+mod provision;
 #[path = "support/python_venv.rs"]
 mod python_venv;
 

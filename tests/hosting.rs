@@ -11,6 +11,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+#[path = "support/nested_cargo.rs"]
+mod nested_cargo;
 #[path = "support/provision.rs"]
 mod provision;
 

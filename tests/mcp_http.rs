@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 #[path = "support/procs.rs"]
 mod procs;
 use procs::alive;
+#[path = "support/nested_cargo.rs"]
+mod nested_cargo;
 #[path = "support/provision.rs"]
 mod provision;
 

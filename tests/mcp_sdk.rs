@@ -8,6 +8,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+#[path = "support/nested_cargo.rs"]
+mod nested_cargo;
 #[path = "support/procs.rs"]
 mod procs;
 #[path = "support/provision.rs"]

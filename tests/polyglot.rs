@@ -16,6 +16,8 @@ mod nested_cargo;
 #[path = "support/rust_target.rs"]
 mod rust_target;
 
+#[path = "support/provision.rs"]
+mod provision;
 #[path = "support/python_venv.rs"]
 mod python_venv;
 

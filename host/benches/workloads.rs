@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+#[path = "../../tests/support/nested_cargo.rs"]
+mod nested_cargo;
 #[path = "../../tests/support/provision.rs"]
 mod provision;
 

@@ -12,14 +12,15 @@
 //! file's bytes, the `wac` version), and a changed pin installs anew. A file lock serializes the
 //! work across the tests of one process and across test processes. What cannot be installed fails
 //! the test that needs it, with the installer's output: nothing is skipped.
+//!
+//! A test crate that includes this module includes `nested_cargo.rs` beside it, at its root.
 
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-#[path = "nested_cargo.rs"]
-mod nested_cargo;
+use crate::nested_cargo;
 
 /// The repository's root.
 pub fn repo() -> PathBuf {

@@ -8,8 +8,10 @@
 //! file serializes the setup across test threads and test processes. A setup that cannot finish
 //! fails the test.
 
-#[path = "provision.rs"]
-mod provision;
+//!
+//! A test crate that includes this module includes `provision.rs` (and what it needs) at its root.
+
+use crate::provision;
 
 use std::hash::{DefaultHasher, Hasher};
 use std::path::{Path, PathBuf};
