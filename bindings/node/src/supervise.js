@@ -1,0 +1,158 @@
+// Drives one `bash -c` from start to end: its own session (so its own process group), output
+// kept as a bounded byte-exact tail, a timeout or a stop request sends SIGTERM to the group and
+// SIGKILL after the grace period, the pipes drain for at most the grace period after the leader
+// exits, and processes left in the group are stopped and counted.
+//
+// Background tasks use `drive` in the host process. A foreground command must finish inside one
+// synchronous import call (jco calls imports synchronously), so the executor runs this file as a
+// blocking child (`spawnSync`): it reads {spec, graceMs, maxOutputBytes, env} as JSON on stdin
+// and prints the run's facts as JSON on stdout.
+
+import { spawn } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+
+/** Live (non-zombie) processes of a process group, read from /proc. */
+export function groupMembers(pgid) {
+  const members = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, "latin1");
+    } catch {
+      continue; // the process ended while the directory was read
+    }
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    if (fields[0] !== "Z" && Number(fields[2]) === pgid) members.push(Number(entry));
+  }
+  return members;
+}
+
+function signalGroup(pgid, signal) {
+  try {
+    process.kill(-pgid, signal);
+  } catch {
+    // The group is already gone.
+  }
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The byte-exact tail of one stream and the stream's whole length. */
+export class Stream {
+  constructor(limit) {
+    this.limit = limit;
+    this.buf = Buffer.alloc(0);
+    this.total = 0;
+  }
+
+  write(data) {
+    this.total += data.length;
+    this.buf = Buffer.concat([this.buf, data]);
+    if (this.buf.length > this.limit) this.buf = this.buf.subarray(this.buf.length - this.limit);
+  }
+
+  /** This executor keeps no spill files: a truncated stream has no complete copy. */
+  snapshot() {
+    return { text: this.buf.toString("utf8"), truncated: this.total > this.buf.length };
+  }
+
+  /** What came after the whole-stream offset `offset`; lossy when part of it left the window. */
+  readSince(offset) {
+    const start = this.total - this.buf.length;
+    const lossy = offset < start;
+    const chunk = lossy ? this.buf : this.buf.subarray(offset - start);
+    return [{ text: chunk.toString("utf8"), lossy }, this.total];
+  }
+}
+
+/** Stops the group: TERM now, KILL after the grace period if anything is left. */
+async function stopGroup(child, pgid, graceMs) {
+  signalGroup(pgid, "SIGTERM");
+  const deadline = Date.now() + graceMs;
+  while (Date.now() < deadline) {
+    const leaderDone = child.exitCode !== null || child.signalCode !== null;
+    if (leaderDone && groupMembers(pgid).length === 0) return;
+    await sleep(10);
+  }
+  signalGroup(pgid, "SIGKILL");
+}
+
+/**
+ * Runs `bash -c command` in `workdir` with environment `env` to its end. Rejects (with the spawn
+ * error) only when the shell cannot start. Resolves with {exitCode, signal, cause:
+ * null|"timeout"|"kill", leftovers} once the leader exited and the pipes are drained.
+ */
+export async function drive(command, workdir, { timeoutMs = null, graceMs, stop = null, env }, out, err) {
+  const child = spawn("bash", ["-c", command], {
+    cwd: workdir,
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+    detached: true, // setsid(): a new session and process group, no controlling terminal
+  });
+  const spawned = await new Promise((resolve) => {
+    child.once("spawn", () => resolve(null));
+    child.once("error", (e) => resolve(e));
+  });
+  if (spawned) throw spawned;
+  const pgid = child.pid;
+  const closed = (s) => new Promise((resolve) => s.once("close", resolve));
+  const pipesClosed = Promise.all([closed(child.stdout), closed(child.stderr)]);
+  child.stdout.on("data", (d) => out.write(d));
+  child.stderr.on("data", (d) => err.write(d));
+  const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+
+  let timer = null;
+  const stopped = new Promise((resolve) => {
+    if (timeoutMs !== null) timer = setTimeout(() => resolve("timeout"), timeoutMs);
+    if (stop) {
+      if (stop.aborted) resolve("kill");
+      else stop.addEventListener("abort", () => resolve("kill"), { once: true });
+    }
+  });
+  // The leader having exited beats a stop that fires at the same moment.
+  const first = await Promise.race([exited.then((exit) => ({ exit })), stopped.then((cause) => ({ cause }))]);
+  clearTimeout(timer);
+  let cause = null;
+  let exit = first.exit;
+  if (!exit) {
+    cause = first.cause;
+    await stopGroup(child, pgid, graceMs);
+    exit = await exited;
+  }
+  // The leader ended: drain the pipes for at most the grace period, then stop leftovers.
+  await Promise.race([pipesClosed, sleep(graceMs)]);
+  let leftovers = 0;
+  const members = groupMembers(pgid);
+  if (members.length > 0) {
+    if (cause === null) leftovers = members.length;
+    await stopGroup(child, pgid, graceMs);
+  }
+  await Promise.race([pipesClosed, sleep(graceMs)]);
+  child.stdout.destroy();
+  child.stderr.destroy();
+  return { exitCode: exit.code, signal: exit.signal, cause, leftovers };
+}
+
+/** The blocking child: one foreground run, facts as JSON on stdout. */
+async function main() {
+  const chunks = [];
+  for await (const chunk of process.stdin) chunks.push(chunk);
+  const { spec, graceMs, maxOutputBytes, env } = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+  const out = new Stream(maxOutputBytes);
+  const err = new Stream(maxOutputBytes);
+  let report;
+  try {
+    const end = await drive(spec.command, spec.workdir, { timeoutMs: spec.timeoutMs, graceMs, env }, out, err);
+    report = { ...end, stdout: out.snapshot(), stderr: err.snapshot() };
+  } catch (e) {
+    report = { spawnError: { code: e.code ?? null, message: String(e.message ?? e) } };
+  }
+  // Exit at once: a drain timer that lost its race must not hold the caller for the grace period.
+  process.stdout.write(JSON.stringify(report), () => process.exit(0));
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  await main();
+}

@@ -1,0 +1,231 @@
+// The tools component linked to an executor and to this process's sessions. The component keeps
+// no state between calls, so each call gets a fresh instance (a trap in one call cannot poison
+// the next); the executor keeps the tasks and the sessions keep the notices.
+
+import { randomBytes } from "node:crypto";
+
+import { PreparedComponent, WIT_VERSION, bundledComponent } from "./component.js";
+import { definitionsIn } from "./definitions.js";
+import { ExecutorError, LocalExecutor } from "./executor.js";
+
+// Loaded with the module, so that `new Tools()` is synchronous; an unbuilt package fails at
+// construction, not at import.
+const BUNDLED = await bundledComponent().catch((e) => e);
+
+/** The nine functions of `dsh:bash/bash-executor`; an executor must have every one. */
+const EXECUTOR_FUNCTIONS = ["currentLimits", "resolve", "run", "start", "readOutput", "kill", "ownerOf", "get", "listTasks"];
+
+/** An executor call for jco's `result` lowering: {tag: "ok", val} or {tag: "err", val}. */
+function result(op) {
+  try {
+    return { tag: "ok", val: op() };
+  } catch (e) {
+    if (!(e instanceof ExecutorError)) throw e; // a bug in the executor: the call traps
+    return { tag: "err", val: e.tag === "aborted" ? { tag: "aborted" } : { tag: e.tag, val: e.detail ?? "" } };
+  }
+}
+
+function checkOptions(what, options, known) {
+  if (options === null || typeof options !== "object") {
+    throw new TypeError(`${what}: expected an options object, got ${options === null ? "null" : typeof options}`);
+  }
+  for (const key of Object.keys(options)) {
+    if (!known.includes(key)) throw new TypeError(`${what}: unknown option ${JSON.stringify(key)}; known: ${known.join(", ")}`);
+  }
+}
+
+/** `arguments` as the JSON text the component validates. */
+function argumentsText(args) {
+  if (typeof args === "string") return args;
+  if (args === undefined) return "{}";
+  try {
+    return JSON.stringify(args);
+  } catch (e) {
+    throw new TypeError(`tool arguments are not JSON-serializable: ${e.message}`);
+  }
+}
+
+/** One agent session: its own owner token (so its own tasks), working directory and notices. */
+export class Session {
+  #tools;
+  #onNotice;
+  #notices = [];
+  #closed = false;
+
+  constructor(tools, owner, cwd, onNotice) {
+    this.#tools = tools;
+    this.owner = owner;
+    this.cwd = cwd;
+    this.#onNotice = onNotice;
+  }
+
+  /** Runs one tool call in this session. */
+  async call(name, args) {
+    if (this.#closed) throw new Error("this session is closed");
+    return this.#tools.call(name, args, this);
+  }
+
+  /** The notices not handed to an `onNotice` callback, oldest first; empties the list. */
+  takeNotices() {
+    return this.#notices.splice(0);
+  }
+
+  /** Stops the session's running tasks and waits for them to end; notices for it stop. */
+  async close() {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#tools.forget(this);
+    await this.#tools.stopTasksOf(this.owner);
+  }
+
+  /** @internal A completion notice for this session. */
+  deliver(notice) {
+    if (this.#onNotice) {
+      // Outside the component's import call: a throwing callback cannot trap the instance.
+      queueMicrotask(() => this.#onNotice(notice));
+    } else {
+      this.#notices.push(notice);
+    }
+  }
+}
+
+/** The bash tools: the bundled component (or another) linked to an executor. */
+export class Tools {
+  #component;
+  #imports;
+  #sessions = new Map();
+  #definitions;
+
+  constructor(options = {}) {
+    checkOptions("new Tools", options, ["executor", "component"]);
+    const { executor = new LocalExecutor(), component } = options;
+    if (component === undefined) {
+      if (BUNDLED instanceof Error) throw BUNDLED;
+      this.#component = BUNDLED;
+    } else if (component instanceof PreparedComponent) {
+      this.#component = component;
+    } else {
+      throw new TypeError("component: expected the result of `await loadComponent(pathOrBytes)`");
+    }
+    const missing = EXECUTOR_FUNCTIONS.filter((f) => typeof executor?.[f] !== "function");
+    if (missing.length > 0) throw new TypeError(`executor: missing the bash-executor function(s) ${missing.join(", ")}`);
+    this.executor = executor;
+    /** Messages the host could not act on (a notice for a task that was not delivered). */
+    this.log = [];
+
+    const bashExecutor = {
+      currentLimits: () => executor.currentLimits(),
+      resolve: (req) => result(() => executor.resolve(req)),
+      run: (spec) => result(() => executor.run(spec)),
+      start: (spec) => result(() => executor.start(spec)),
+      readOutput: (id) => result(() => executor.readOutput(id)),
+      kill: (id) => result(() => executor.kill(id)),
+      ownerOf: (id) => executor.ownerOf(id),
+      get: (id) => result(() => executor.get(id)),
+      listTasks: () => executor.listTasks(),
+    };
+    const agent = { inject: (owner, text, source) => this.#inject(owner, text, source) };
+    // jco's glue looks the imports up by unversioned name while its declarations name the
+    // versioned ones; both spellings point at the same objects.
+    const byName = { "dsh:bash/bash-executor": bashExecutor, "dsh:bash/agent": agent };
+    this.#imports = { ...byName };
+    for (const [name, value] of Object.entries(byName)) this.#imports[`${name}@${WIT_VERSION}`] = value;
+
+    executor.onTaskDone = (task) => this.#taskDone(task);
+    this.#definitions = this.#instance()
+      .listTools()
+      .map((t) => ({
+        name: t.name,
+        title: t.title,
+        description: t.description,
+        inputSchema: JSON.parse(t.inputSchema),
+        annotations: {
+          readOnlyHint: t.annotations.readOnlyHint,
+          destructiveHint: t.annotations.destructiveHint,
+          idempotentHint: t.annotations.idempotentHint,
+          openWorldHint: t.annotations.openWorldHint,
+        },
+      }));
+  }
+
+  /** The tool definitions as `dsh-host tools --format FORMAT` prints them. */
+  definitions(format = "mcp") {
+    return definitionsIn(this.#definitions, format);
+  }
+
+  /** The component's instructions for the model, when the component exports them. */
+  instructions() {
+    const tools = this.#instance();
+    return typeof tools.instructions === "function" ? tools.instructions() : undefined;
+  }
+
+  /** A new session with its own owner token, working directory and notice callback. */
+  session(options = {}) {
+    checkOptions("tools.session", options, ["cwd", "onNotice"]);
+    const { cwd, onNotice } = options;
+    if (cwd !== undefined && (typeof cwd !== "string" || cwd === "")) {
+      throw new TypeError(`cwd: expected a non-empty string, got ${JSON.stringify(cwd)}`);
+    }
+    if (onNotice !== undefined && typeof onNotice !== "function") {
+      throw new TypeError(`onNotice: expected a function, got ${typeof onNotice}`);
+    }
+    const session = new Session(this, `session-${randomBytes(16).toString("hex")}`, cwd, onNotice);
+    this.#sessions.set(session.owner, session);
+    return session;
+  }
+
+  /**
+   * Runs one tool call. `args` is an object or its JSON text; without a session the call has no
+   * owner (it reaches only tasks without one) and no session cwd.
+   */
+  async call(name, args, session = undefined) {
+    if (typeof name !== "string") throw new TypeError(`tool name: expected a string, got ${typeof name}`);
+    if (session !== undefined && !(session instanceof Session)) {
+      throw new TypeError("session: expected a Session from tools.session()");
+    }
+    const caller = { owner: session?.owner, cwd: session?.cwd };
+    const r = this.#instance().callTool(name, argumentsText(args), caller);
+    return { text: r.text, isError: r.isError, errorCode: r.errorCode ?? null };
+  }
+
+  /** Stops every running task and waits for them; no notices after this. */
+  async close() {
+    if (typeof this.executor.shutdown === "function") await this.executor.shutdown();
+  }
+
+  /** @internal */
+  forget(session) {
+    this.#sessions.delete(session.owner);
+  }
+
+  /** @internal */
+  async stopTasksOf(owner) {
+    if (typeof this.executor.stopOwned === "function") {
+      await this.executor.stopOwned(owner);
+      return;
+    }
+    for (const task of this.executor.listTasks()) {
+      if (task.owner === owner && task.state === "running") this.executor.kill(task.id);
+    }
+  }
+
+  #instance() {
+    return this.#component.instantiate(this.#imports).tools;
+  }
+
+  #inject(owner, text, source) {
+    const session = this.#sessions.get(owner);
+    if (!session) return { tag: "err", val: { tag: "unknown-owner" } };
+    session.deliver({ text, source: { kind: source.kind, plugin: source.plugin ?? null } });
+    return { tag: "ok", val: undefined };
+  }
+
+  #taskDone(task) {
+    try {
+      const r = this.#instance().taskDone(task);
+      if (r !== undefined && r?.tag === "err") this.log.push(`notice for task ${task.id} not delivered: ${r.val}`);
+    } catch (e) {
+      this.log.push(`notice for task ${task.id} not delivered: ${e.payload ?? e}`);
+    }
+  }
+}
