@@ -28,4 +28,4 @@ const transpiled = await transpileComponent(bytes);
 checkImports(transpiled.imports);
 rmSync(outDir, { recursive: true, force: true });
 writeTranspiled(outDir, bytes, transpiled);
-process.stdout.write(`generated ${outDir} from ${componentPath}\n`);
+process.stderr.write(`generated ${outDir} from ${componentPath}\n`);

@@ -1,0 +1,127 @@
+//! The Node package `dsh-tools` (`bindings/node`), installed from its `npm pack` tarball into a
+//! fresh project (tests/support/node_package.rs): it carries exactly the component this
+//! `dsh-host` embeds, its README example runs, its definitions are `dsh-host tools`' byte for
+//! byte, its Vercel AI SDK adapter runs real commands through the SDK's own tool objects, and its
+//! TypeScript declarations type-check an example. The golden cases run through it in
+//! tests/polyglot.rs.
+
+#[path = "support/node_package.rs"]
+mod node_package;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use node_package::run;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+fn project() -> PathBuf {
+    node_package::project("bindings_node")
+}
+
+fn node(project: &Path, args: &[&str]) -> String {
+    run(Command::new("node").current_dir(project).args(args))
+}
+
+fn dsh_host(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_dsh-host"))
+        .args(args)
+        .output()
+        .expect("dsh-host runs")
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(bytes))
+}
+
+#[test]
+fn the_package_carries_the_embedded_component() {
+    let installed = project().join("node_modules/dsh-tools");
+    let bundled = std::fs::read(installed.join("generated/guest_tools.wasm")).unwrap();
+    assert_eq!(
+        sha256(&bundled),
+        sha256(dsh_host::engine::EMBEDDED_COMPONENT),
+        "the packed component is not the one dsh-host embeds"
+    );
+    // The package holds what it needs to run and nothing of its tests.
+    for needed in ["src/index.js", "src/index.d.ts", "src/ai.js", "src/ai.d.ts", "generated/tools.js"] {
+        assert!(installed.join(needed).is_file(), "{needed} is not in the package");
+    }
+    assert!(!installed.join("test").exists(), "the package ships its tests");
+}
+
+/// The "Use from Node" snippet of bindings/node/README.md, as written there.
+fn readme_example() -> String {
+    let readme = std::fs::read_to_string(node_package::package_dir().join("README.md")).unwrap();
+    let section = readme
+        .split("## Use from Node\n")
+        .nth(1)
+        .expect("the README has a \"Use from Node\" section");
+    let code = section
+        .split("```js\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the section holds a js code block");
+    code.to_string()
+}
+
+#[test]
+fn readme_node_example_runs() {
+    let project = project();
+    let example = readme_example();
+    assert!(example.lines().count() <= 6, "the README example grew:\n{example}");
+    std::fs::write(project.join("readme-example.mjs"), &example).unwrap();
+    assert_eq!(node(&project, &["readme-example.mjs"]), "hello from bash\n");
+}
+
+#[test]
+fn definitions_are_dsh_host_tools_output() {
+    let project = project();
+    for format in ["mcp", "openai", "anthropic"] {
+        let want = dsh_host(&["tools", "--format", format]);
+        assert!(want.status.success(), "dsh-host tools --format {format} failed");
+        let got = node(&project, &["definitions.mjs", format]);
+        assert_eq!(
+            got,
+            String::from_utf8(want.stdout).unwrap(),
+            "format {format}"
+        );
+    }
+    // A format that does not exist is refused, naming the ones that do.
+    let out = Command::new("node")
+        .current_dir(&project)
+        .args(["definitions.mjs", "gemini"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("\"gemini\"") && stderr.contains("mcp, openai, anthropic"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn vercel_ai_sdk_tools_run_the_component() {
+    let project = project();
+    let report: Value = serde_json::from_str(&node(&project, &["ai-adapter.mjs"])).unwrap();
+    assert_eq!(report["names"], serde_json::json!(["bash", "bash_output", "bash_kill"]));
+    assert_eq!(report["schemaIsTheComponents"], true);
+    assert_eq!(report["call"], "ran in bash\n");
+    // The component's own texts, as dsh-host renders them for the same arguments.
+    let component_text = |tool: &str, args: &str| {
+        let out = dsh_host(&["call", tool, args]);
+        let text = String::from_utf8(out.stdout).unwrap();
+        text.strip_suffix('\n').unwrap_or(&text).to_string()
+    };
+    assert_eq!(report["badArgument"], component_text("bash", r#"{"command":42}"#));
+    assert!(report["badArgument"].as_str().unwrap().contains("\"command\" must be a string"));
+    assert_eq!(report["unknownTask"], component_text("bash_output", r#"{"task_id":"bash-9"}"#));
+}
+
+#[test]
+fn typescript_declarations_check_an_example() {
+    let project = project();
+    run(Command::new(project.join("node_modules/.bin/tsc"))
+        .current_dir(&project)
+        .args(["--project", "tsconfig.json"]));
+}
