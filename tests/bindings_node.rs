@@ -44,10 +44,22 @@ fn the_package_carries_the_embedded_component() {
         "the packed component is not the one dsh-host embeds"
     );
     // The package holds what it needs to run and nothing of its tests.
-    for needed in ["src/index.js", "src/index.d.ts", "src/ai.js", "src/ai.d.ts", "generated/tools.js"] {
-        assert!(installed.join(needed).is_file(), "{needed} is not in the package");
+    for needed in [
+        "src/index.js",
+        "src/index.d.ts",
+        "src/ai.js",
+        "src/ai.d.ts",
+        "generated/tools.js",
+    ] {
+        assert!(
+            installed.join(needed).is_file(),
+            "{needed} is not in the package"
+        );
     }
-    assert!(!installed.join("test").exists(), "the package ships its tests");
+    assert!(
+        !installed.join("test").exists(),
+        "the package ships its tests"
+    );
 }
 
 /// The "Use from Node" snippet of bindings/node/README.md, as written there.
@@ -69,7 +81,10 @@ fn readme_example() -> String {
 fn readme_node_example_runs() {
     let project = project();
     let example = readme_example();
-    assert!(example.lines().count() <= 6, "the README example grew:\n{example}");
+    assert!(
+        example.lines().count() <= 6,
+        "the README example grew:\n{example}"
+    );
     std::fs::write(project.join("readme-example.mjs"), &example).unwrap();
     assert_eq!(node(&project, &["readme-example.mjs"]), "hello from bash\n");
 }
@@ -79,7 +94,10 @@ fn definitions_are_dsh_host_tools_output() {
     let project = project();
     for format in ["mcp", "openai", "anthropic"] {
         let want = dsh_host(&["tools", "--format", format]);
-        assert!(want.status.success(), "dsh-host tools --format {format} failed");
+        assert!(
+            want.status.success(),
+            "dsh-host tools --format {format} failed"
+        );
         let got = node(&project, &["definitions.mjs", format]);
         assert_eq!(
             got,
@@ -95,7 +113,9 @@ fn definitions_are_dsh_host_tools_output() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        !out.status.success() && stderr.contains("\"gemini\"") && stderr.contains("mcp, openai, anthropic"),
+        !out.status.success()
+            && stderr.contains("\"gemini\"")
+            && stderr.contains("mcp, openai, anthropic"),
         "{stderr}"
     );
 }
@@ -104,7 +124,10 @@ fn definitions_are_dsh_host_tools_output() {
 fn vercel_ai_sdk_tools_run_the_component() {
     let project = project();
     let report: Value = serde_json::from_str(&node(&project, &["ai-adapter.mjs"])).unwrap();
-    assert_eq!(report["names"], serde_json::json!(["bash", "bash_output", "bash_kill"]));
+    assert_eq!(
+        report["names"],
+        serde_json::json!(["bash", "bash_output", "bash_kill"])
+    );
     assert_eq!(report["schemaIsTheComponents"], true);
     assert_eq!(report["call"], "ran in bash\n");
     // The component's own texts, as dsh-host renders them for the same arguments.
@@ -113,9 +136,20 @@ fn vercel_ai_sdk_tools_run_the_component() {
         let text = String::from_utf8(out.stdout).unwrap();
         text.strip_suffix('\n').unwrap_or(&text).to_string()
     };
-    assert_eq!(report["badArgument"], component_text("bash", r#"{"command":42}"#));
-    assert!(report["badArgument"].as_str().unwrap().contains("\"command\" must be a string"));
-    assert_eq!(report["unknownTask"], component_text("bash_output", r#"{"task_id":"bash-9"}"#));
+    assert_eq!(
+        report["badArgument"],
+        component_text("bash", r#"{"command":42}"#)
+    );
+    assert!(
+        report["badArgument"]
+            .as_str()
+            .unwrap()
+            .contains("\"command\" must be a string")
+    );
+    assert_eq!(
+        report["unknownTask"],
+        component_text("bash_output", r#"{"task_id":"bash-9"}"#)
+    );
 }
 
 #[test]

@@ -1,15 +1,19 @@
 //! One .wasm, many hosts: the golden cases in `tests/polyglot/golden/*.json` run in the Rust host
-//! (this library), in the Python host (`tests/polyglot/python`, wasmtime-py) and in the Node host
-//! (`tests/polyglot/node`, jco), each with its own executor, and must give identical results. The
-//! README's "Use from Python" and "Use from Node" examples are run here too, and the foreign hosts
-//! are shown to link nothing beyond the component's two `dsh:bash` interfaces.
+//! (this library), in the Python host (`tests/polyglot/python`, wasmtime-py) and in the Node
+//! package (`bindings/node`, jco, installed from its tarball into a fresh project), each with its
+//! own executor, and must give identical results. The README's "Use from Python" example is run
+//! here too (the Node one in tests/bindings_node.rs), and the foreign hosts are shown to link
+//! nothing beyond the component's two `dsh:bash` interfaces.
 //!
-//! The foreign hosts need their pinned packages (`.ci/run` installs them):
-//! `python3 -m pip install --require-hashes -r tests/polyglot/python/requirements.txt` and
-//! `npm ci --prefix tests/polyglot/node`. Without them these tests fail, saying so.
+//! The Python host needs its pinned packages (`.ci/run` installs them):
+//! `python3 -m pip install --require-hashes -r tests/polyglot/python/requirements.txt`. Without
+//! them these tests fail, saying so. The Node package installs itself from its lock files.
 
 #[path = "support/nested_cargo.rs"]
 mod nested_cargo;
+
+#[path = "support/node_package.rs"]
+mod node_package;
 
 #[path = "support/rust_target.rs"]
 mod rust_target;
@@ -328,9 +332,6 @@ const PYTHON_HINT: &str = "the Python host needs python3 with the pinned wasmtim
      `python3 -m pip install --require-hashes -r tests/polyglot/python/requirements.txt` \
      (.ci/run does this)";
 
-const NODE_HINT: &str = "the Node host needs node and its pinned packages: run \
-     `npm ci --prefix tests/polyglot/node` (.ci/run does this)";
-
 /// Fails with a clear message when the Python host's pinned packages are missing.
 fn require_python() {
     let pinned = std::fs::read_to_string(polyglot_dir().join("python/requirements.txt")).unwrap();
@@ -359,16 +360,6 @@ fn require_python() {
         Ok(o) => panic!("{PYTHON_HINT}\n{}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => panic!("cannot run {}: {e}; {PYTHON_HINT}", python()),
     }
-}
-
-fn require_node() {
-    let jco = polyglot_dir().join("node/node_modules/@bytecodealliance/jco/package.json");
-    assert!(jco.is_file(), "{} is missing: {NODE_HINT}", jco.display());
-    let out = Command::new("node").arg("--version").output();
-    assert!(
-        out.as_ref().is_ok_and(|o| o.status.success()),
-        "cannot run node: {NODE_HINT}"
-    );
 }
 
 /// Runs a foreign host to its end, killing it if it hangs.
@@ -474,18 +465,12 @@ async fn golden_cases_pass_in_the_python_host() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn golden_cases_pass_in_the_node_host() {
-    require_node();
-    let dir = polyglot_dir().join("node");
+async fn golden_cases_pass_in_the_node_package() {
+    let project = node_package::project("polyglot");
     let report = run_foreign(
         "node",
-        &[
-            &dir.join("golden.mjs"),
-            &component_file(),
-            &golden_dir(),
-            &settings_path(),
-        ],
-        &dir,
+        &[&project.join("golden.mjs"), &golden_dir(), &settings_path()],
+        &project,
     );
     check_foreign("node", report).await;
 }
@@ -512,7 +497,7 @@ fn run_example(program: &str, script: &Path) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// What both README examples print.
+/// What the README's Python example prints.
 const EXAMPLE_OUTPUT: &str = "\
 hello from bash
 started background task bash-1
@@ -526,13 +511,6 @@ done
 fn readme_python_example_runs() {
     require_python();
     let out = run_example(&python(), &polyglot_dir().join("python/example.py"));
-    assert_eq!(out, EXAMPLE_OUTPUT);
-}
-
-#[test]
-fn readme_node_example_runs() {
-    require_node();
-    let out = run_example("node", &polyglot_dir().join("node/example.mjs"));
     assert_eq!(out, EXAMPLE_OUTPUT);
 }
 
@@ -564,13 +542,15 @@ fn wasip2_tools() -> PathBuf {
         .clone()
 }
 
-/// The Python and Node hosts link the two `dsh:bash` interfaces and nothing else: a tools
-/// component that also imports WASI is refused at load, naming a WASI import. The Rust host
-/// still runs it, with its deny-all WASI.
+/// The Python host and the Node package link the two `dsh:bash` interfaces and nothing else: a
+/// tools component that also imports WASI is refused at load, naming a WASI import. The Rust
+/// host still runs it, with its deny-all WASI.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_foreign_hosts_link_no_wasi() {
     require_python();
-    require_node();
+    // The package's own directory: `dsh-tools` resolves to it, and jco (which loading another
+    // component needs) is among its build tools.
+    let package = node_package::build_tools();
     let component = wasip2_tools();
     let python = output_within(
         Command::new(python())
@@ -587,11 +567,11 @@ async fn the_foreign_hosts_link_no_wasi() {
             .args([
                 "--input-type=module",
                 "-e",
-                "const { LocalExecutor, loadToolHost } = await import('./dsh-host.mjs'); \
-                 await loadToolHost(process.argv[1], new LocalExecutor());",
+                "const { Tools, loadComponent } = await import('dsh-tools'); \
+                 new Tools({ component: await loadComponent(process.argv[1]) });",
             ])
             .arg(&component)
-            .current_dir(polyglot_dir().join("node")),
+            .current_dir(&package),
         FOREIGN_LIMIT,
     );
     for (host, out) in [("python", python), ("node", node)] {

@@ -8,6 +8,9 @@
 //! running at once do not install over each other. Anything missing (node, npm, the registry)
 //! fails the test, saying what.
 
+// Each test binary uses its own part of this module.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -98,21 +101,39 @@ fn make_project(name: &str) -> PathBuf {
     // Pack a copy of the package's own files, so that packing never writes into the source
     // tree (another test binary may be packing too); its build tools are the shared ones.
     let copy = base.join("package");
-    for entry in ["package.json", "package-lock.json", "README.md", "src", "scripts"] {
+    for entry in [
+        "package.json",
+        "package-lock.json",
+        "README.md",
+        "src",
+        "scripts",
+    ] {
         copy_tree(&source.join(entry), &copy.join(entry));
     }
     std::os::unix::fs::symlink(source.join("node_modules"), copy.join("node_modules")).unwrap();
     let destination = format!("--pack-destination={}", base.display());
-    let packed = run(npm(&copy, &["pack", "--json", &destination]).env("DSH_GUEST_WASM", &component));
-    let packed: serde_json::Value = serde_json::from_str(&packed).unwrap_or_else(|e| panic!("npm pack --json: {e}: {packed}"));
-    let tarball = base.join(packed[0]["filename"].as_str().expect("npm pack names the tarball"));
+    let packed =
+        run(npm(&copy, &["pack", "--json", &destination]).env("DSH_GUEST_WASM", &component));
+    let packed: serde_json::Value =
+        serde_json::from_str(&packed).unwrap_or_else(|e| panic!("npm pack --json: {e}: {packed}"));
+    let tarball = base.join(
+        packed[0]["filename"]
+            .as_str()
+            .expect("npm pack names the tarball"),
+    );
 
     let project = base.join("project");
     let template = source.join("test");
     copy_tree(&template.join("project"), &project);
     run(&mut npm(&project, &["ci"]));
     run(npm(&project, &["install", "--no-save"]).arg(&tarball));
-    for script in ["golden.mjs", "ai-adapter.mjs", "definitions.mjs", "example.ts", "tsconfig.json"] {
+    for script in [
+        "golden.mjs",
+        "ai-adapter.mjs",
+        "definitions.mjs",
+        "example.ts",
+        "tsconfig.json",
+    ] {
         std::fs::copy(template.join(script), project.join(script)).unwrap();
     }
     project
