@@ -159,3 +159,38 @@ fn typescript_declarations_check_an_example() {
         .current_dir(&project)
         .args(["--project", "tsconfig.json"]));
 }
+
+#[test]
+fn sessions_settings_and_the_environment() {
+    let project = project();
+    let out = run(Command::new("node")
+        .current_dir(&project)
+        .arg("sessions.mjs")
+        .env("API_KEY", "secret")
+        .env("DSH_TEST_X", "denied by pattern")
+        .env("DSH_TEST_API_KEY_ALLOWED", "allowed"));
+    let facts: Value = serde_json::from_str(&out).unwrap();
+    let expected = serde_json::json!({
+        "cwd": true,
+        "relativeWorkdir": true,
+        "env": "unset unset allowed dumb\n",
+        "tail": true,
+        "started": ["started background task bash-1", "started background task bash-2"],
+        "othersTask": true,
+        "afterClose": ["killed", "running"],
+        "processGone": true,
+        "callAfterClose": "Error: this session is closed",
+        "afterToolsClose": "killed",
+        "badSettings": [
+            "RangeError: executor settings: graceMs must be a finite number > 0, got -1",
+            "RangeError: executor settings: maxTasks must be a finite whole number > 0, got 1.5",
+            "TypeError: executor settings: unknown setting \"timeoutMs\"; known: defaultTimeoutMs, maxTimeoutMs, maxOutputBytes, graceMs, maxTasks, maxFinishedTasks, cwd, envDeny, envAllow",
+            "TypeError: envDeny: \"A=B\" is no variable name (empty, or holds '=' or NUL)",
+            "TypeError: executor: missing the bash-executor function(s) currentLimits, resolve, run, start, readOutput, kill, ownerOf, get, listTasks",
+            "TypeError: new Tools: unknown option \"exeuctor\"; known: executor, component",
+            "TypeError: cwd: expected a non-empty string, got 3",
+        ],
+        "badName": "TypeError: tool name: expected a string, got number",
+    });
+    assert_eq!(facts, expected);
+}

@@ -131,6 +131,7 @@ fn make_project(name: &str) -> PathBuf {
         "golden.mjs",
         "ai-adapter.mjs",
         "definitions.mjs",
+        "sessions.mjs",
         "example.ts",
         "tsconfig.json",
     ] {
