@@ -174,6 +174,8 @@ fn sessions_settings_and_the_environment() {
         "cwd": true,
         "relativeWorkdir": true,
         "env": "unset unset allowed dumb\n",
+        "eventLoopRuns": "went\n",
+        "aborted": "Error: command aborted",
         "tail": true,
         "started": ["started background task bash-1", "started background task bash-2"],
         "othersTask": true,

@@ -8,7 +8,8 @@ import { Session, Tools } from "./tools.js";
 
 /**
  * A ToolSet for `generateText`/`streamText` ({bash, bash_output, bash_kill}) whose calls run in
- * `session`. Each `execute` resolves to the text the model should see, error or not.
+ * `session`. Each `execute` resolves to the text the model should see, error or not; the SDK's
+ * abort signal aborts a foreground command.
  */
 export function aiTools(tools, session) {
   if (!(tools instanceof Tools)) throw new TypeError("aiTools: expected a Tools as the first argument");
@@ -19,7 +20,7 @@ export function aiTools(tools, session) {
       title: def.title,
       description: def.description,
       inputSchema: jsonSchema(def.inputSchema),
-      execute: async (input) => (await session.call(def.name, input)).text,
+      execute: async (input, options) => (await session.call(def.name, input, { signal: options?.abortSignal })).text,
     });
   }
   return set;

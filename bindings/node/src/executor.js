@@ -1,18 +1,14 @@
-// The default executor: the executor contract (/spec/executor-contract.md) on this machine's
+// The default executor: the executor contract (executor-contract.md) on this machine's
 // processes, in the shapes jco gives and expects (camelCase records, undefined for none, u64 as
-// BigInt). Each command is `bash -c` in a new session (own process group, no terminal, stdin
+// BigInt); `run` returns a promise, every other function answers at once. Each command is `bash -c` in a new session (own process group, no terminal, stdin
 // from /dev/null); a timeout or kill sends SIGTERM to the group and SIGKILL after the grace
 // period. Differences from the Rust executor: no spill files (a truncated stream reports
 // `(unavailable)`), and the process group is the tree's boundary (no cgroup, no subreaper).
 
-import { spawnSync } from "node:child_process";
 import { accessSync, constants, statSync } from "node:fs";
-import { fileURLToPath } from "node:url";
 
 import { checkNames, childEnv } from "./env.js";
 import { Stream, drive } from "./supervise.js";
-
-const SUPERVISOR = fileURLToPath(new URL("./supervise.js", import.meta.url));
 
 /** One case of the WIT `executor-error` variant (`invalid-request`, `unknown-task`, ...). */
 export class ExecutorError extends Error {
@@ -115,6 +111,7 @@ export class LocalExecutor {
     this.running = 0;
     this.nextId = 1;
     this.live = new Set();
+    this.foreground = new Set();
     /** Called once per background task when it ends (the host hands it to the component). */
     this.onTaskDone = null;
     this.shuttingDown = false;
@@ -143,35 +140,45 @@ export class LocalExecutor {
     };
   }
 
-  run(spec) {
+  /**
+   * Runs in the foreground to the end (timeout, abort and drain included). Asynchronous: the
+   * host awaits it outside the component (see src/replay.js). `signal` aborts the run: the
+   * command is stopped as by a timeout and the result says `aborted`.
+   */
+  async run(spec, { signal = undefined } = {}) {
     const { graceMs, maxOutputBytes, maxTimeoutMs } = this.settings;
     if (!Number.isFinite(spec.timeoutMs) || spec.timeoutMs <= 0) {
       throw new ExecutorError("invalid-request", `invalid timeoutMs: expected a positive number, got ${spec.timeoutMs}`);
     }
     const timeoutMs = Math.min(spec.timeoutMs, maxTimeoutMs);
     checkWorkdir(spec.workdir);
-    const child = spawnSync(process.execPath, [SUPERVISOR], {
-      input: JSON.stringify({ spec: { ...spec, timeoutMs }, graceMs, maxOutputBytes, env: this.env() }),
-      maxBuffer: 16 * maxOutputBytes + 1_000_000,
-      stdio: ["pipe", "pipe", "inherit"],
-      // A safety net only: the supervisor itself ends within timeout + 3 grace periods.
-      timeout: timeoutMs + 4 * graceMs + 10_000,
-      killSignal: "SIGKILL",
-    });
-    if (child.error || child.status !== 0) {
-      throw new ExecutorError("internal", `the foreground supervisor failed: ${child.error ?? `status ${child.status}`}`);
+    if (this.shuttingDown) throw new ExecutorError("internal", "the executor is shutting down; no new commands");
+    if (signal?.aborted) throw new ExecutorError("aborted");
+    // Shutdown stops foreground runs too; the caller's signal joins it.
+    const shutdown = new AbortController();
+    const stop = signal ? AbortSignal.any([signal, shutdown.signal]) : shutdown.signal;
+    const out = new Stream(maxOutputBytes);
+    const err = new Stream(maxOutputBytes);
+    const running = drive(spec.command, spec.workdir, { timeoutMs, graceMs, stop, env: this.env() }, out, err);
+    const entry = { shutdown, ended: running.catch(() => {}) };
+    this.foreground.add(entry);
+    let end;
+    try {
+      end = await running;
+    } catch (e) {
+      throw this.spawnError(spec.workdir, e);
+    } finally {
+      this.foreground.delete(entry);
     }
-    const r = JSON.parse(child.stdout.toString("utf8"));
-    if (r.spawnError) throw this.spawnError(spec.workdir, r.spawnError);
     return {
-      exitCode: r.exitCode ?? undefined,
-      signal: r.signal ?? undefined,
-      timedOut: r.cause === "timeout",
-      aborted: false,
+      exitCode: end.exitCode ?? undefined,
+      signal: end.signal ?? undefined,
+      timedOut: end.cause === "timeout",
+      aborted: end.cause === "kill",
       timeoutMs,
-      stdout: r.stdout,
-      stderr: r.stderr,
-      leftoverProcesses: r.leftovers,
+      stdout: out.snapshot(),
+      stderr: err.snapshot(),
+      leftoverProcesses: end.leftovers,
       // This executor has no foreground limit: a run never continues as a task.
       yielded: undefined,
     };
@@ -263,13 +270,14 @@ export class LocalExecutor {
     await Promise.all(ending);
   }
 
-  /** Kill every running task and wait for each to end. No task-done events after this. */
+  /** Stops every foreground run and running task and waits for each to end. No task-done events after this. */
   async shutdown() {
     this.shuttingDown = true;
     for (const record of this.tasks.values()) {
       if (record.task.state === "running") this.kill(record.task.id);
     }
-    await Promise.all([...this.live]);
+    for (const run of this.foreground) run.shutdown.abort();
+    await Promise.all([...this.live, ...[...this.foreground].map((run) => run.ended)]);
   }
 
   // -- internals ------------------------------------------------------------------------------

@@ -101,7 +101,8 @@ export interface Executor {
     timeoutMs: number;
     owner?: string;
   };
-  run(spec: { command: string; workdir: string; timeoutMs: number; owner?: string }): unknown;
+  /** May return a promise (the host awaits it outside the component); `signal` aborts the run. */
+  run(spec: { command: string; workdir: string; timeoutMs: number; owner?: string }, options: { signal?: AbortSignal }): unknown;
   start(spec: { command: string; workdir: string; timeoutMs: number; owner?: string }): Task;
   readOutput(id: string): unknown;
   kill(id: string): boolean;
@@ -135,7 +136,7 @@ export declare class LocalExecutor implements Executor {
     timeoutMs: number;
     owner?: string;
   };
-  run(spec: { command: string; workdir: string; timeoutMs: number; owner?: string }): unknown;
+  run(spec: { command: string; workdir: string; timeoutMs: number; owner?: string }, options?: { signal?: AbortSignal }): Promise<unknown>;
   start(spec: { command: string; workdir: string; timeoutMs: number; owner?: string }): Task;
   readOutput(id: string): unknown;
   kill(id: string): boolean;
@@ -179,13 +180,18 @@ export interface SessionOptions {
   onNotice?: (notice: Notice) => void;
 }
 
+export interface CallOptions {
+  /** Aborts the call's foreground command: it is stopped and the result says so. */
+  signal?: AbortSignal;
+}
+
 /** One agent session: its own owner token (so its own tasks), working directory and notices. */
 export declare class Session {
   private constructor();
   readonly owner: string;
   readonly cwd: string | undefined;
   /** Runs one tool call (arguments as an object or its JSON text) in this session. */
-  call(name: string, args?: unknown): Promise<ToolResult>;
+  call(name: string, args?: unknown, options?: CallOptions): Promise<ToolResult>;
   /** The notices not handed to `onNotice`, oldest first; empties the list. */
   takeNotices(): Notice[];
   /** Stops the session's running tasks and waits for them to end. */
@@ -204,7 +210,7 @@ export declare class Tools {
   instructions(): string | undefined;
   session(options?: SessionOptions): Session;
   /** Runs one tool call; without a session it has no owner and no session cwd. */
-  call(name: string, args?: unknown, session?: Session): Promise<ToolResult>;
+  call(name: string, args?: unknown, session?: Session, options?: CallOptions): Promise<ToolResult>;
   /** Stops every running task and waits for them; no notices after this. */
   close(): Promise<void>;
 }

@@ -1,16 +1,11 @@
 // Drives one `bash -c` from start to end: its own session (so its own process group), output
 // kept as a bounded byte-exact tail, a timeout or a stop request sends SIGTERM to the group and
 // SIGKILL after the grace period, the pipes drain for at most the grace period after the leader
-// exits, and processes left in the group are stopped and counted.
-//
-// Background tasks use `drive` in the host process. A foreground command must finish inside one
-// synchronous import call (jco calls imports synchronously), so the executor runs this file as a
-// blocking child (`spawnSync`): it reads {spec, graceMs, maxOutputBytes, env} as JSON on stdin
-// and prints the run's facts as JSON on stdout.
+// exits, and processes left in the group are stopped and counted. Foreground runs and
+// background tasks alike, on the event loop.
 
 import { spawn } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
 
 /** Live (non-zombie) processes of a process group, read from /proc. */
 export function groupMembers(pgid) {
@@ -133,26 +128,4 @@ export async function drive(command, workdir, { timeoutMs = null, graceMs, stop 
   child.stdout.destroy();
   child.stderr.destroy();
   return { exitCode: exit.code, signal: exit.signal, cause, leftovers };
-}
-
-/** The blocking child: one foreground run, facts as JSON on stdout. */
-async function main() {
-  const chunks = [];
-  for await (const chunk of process.stdin) chunks.push(chunk);
-  const { spec, graceMs, maxOutputBytes, env } = JSON.parse(Buffer.concat(chunks).toString("utf8"));
-  const out = new Stream(maxOutputBytes);
-  const err = new Stream(maxOutputBytes);
-  let report;
-  try {
-    const end = await drive(spec.command, spec.workdir, { timeoutMs: spec.timeoutMs, graceMs, env }, out, err);
-    report = { ...end, stdout: out.snapshot(), stderr: err.snapshot() };
-  } catch (e) {
-    report = { spawnError: { code: e.code ?? null, message: String(e.message ?? e) } };
-  }
-  // Exit at once: a drain timer that lost its race must not hold the caller for the grace period.
-  process.stdout.write(JSON.stringify(report), () => process.exit(0));
-}
-
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  await main();
 }

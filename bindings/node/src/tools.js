@@ -6,7 +6,8 @@ import { randomBytes } from "node:crypto";
 
 import { PreparedComponent, WIT_VERSION, bundledComponent } from "./component.js";
 import { definitionsIn } from "./definitions.js";
-import { ExecutorError, LocalExecutor } from "./executor.js";
+import { LocalExecutor } from "./executor.js";
+import { asResult, callWithReplay } from "./replay.js";
 
 // Loaded with the module, so that `new Tools()` is synchronous; an unbuilt package fails at
 // construction, not at import.
@@ -14,16 +15,6 @@ const BUNDLED = await bundledComponent().catch((e) => e);
 
 /** The nine functions of `dsh:bash/bash-executor`; an executor must have every one. */
 const EXECUTOR_FUNCTIONS = ["currentLimits", "resolve", "run", "start", "readOutput", "kill", "ownerOf", "get", "listTasks"];
-
-/** An executor call for jco's `result` lowering: {tag: "ok", val} or {tag: "err", val}. */
-function result(op) {
-  try {
-    return { tag: "ok", val: op() };
-  } catch (e) {
-    if (!(e instanceof ExecutorError)) throw e; // a bug in the executor: the call traps
-    return { tag: "err", val: e.tag === "aborted" ? { tag: "aborted" } : { tag: e.tag, val: e.detail ?? "" } };
-  }
-}
 
 function checkOptions(what, options, known) {
   if (options === null || typeof options !== "object") {
@@ -59,10 +50,10 @@ export class Session {
     this.#onNotice = onNotice;
   }
 
-  /** Runs one tool call in this session. */
-  async call(name, args) {
+  /** Runs one tool call in this session; `signal` aborts its foreground command. */
+  async call(name, args, options = {}) {
     if (this.#closed) throw new Error("this session is closed");
-    return this.#tools.call(name, args, this);
+    return this.#tools.call(name, args, this, options);
   }
 
   /** The notices not handed to an `onNotice` callback, oldest first; empties the list. */
@@ -113,24 +104,7 @@ export class Tools {
     /** Messages the host could not act on (a notice for a task that was not delivered). */
     this.log = [];
 
-    const bashExecutor = {
-      currentLimits: () => executor.currentLimits(),
-      resolve: (req) => result(() => executor.resolve(req)),
-      run: (spec) => result(() => executor.run(spec)),
-      start: (spec) => result(() => executor.start(spec)),
-      readOutput: (id) => result(() => executor.readOutput(id)),
-      kill: (id) => result(() => executor.kill(id)),
-      ownerOf: (id) => executor.ownerOf(id),
-      get: (id) => result(() => executor.get(id)),
-      listTasks: () => executor.listTasks(),
-    };
-    const agent = { inject: (owner, text, source) => this.#inject(owner, text, source) };
-    // jco's glue looks the imports up by unversioned name while its declarations name the
-    // versioned ones; both spellings point at the same objects.
-    const byName = { "dsh:bash/bash-executor": bashExecutor, "dsh:bash/agent": agent };
-    this.#imports = { ...byName };
-    for (const [name, value] of Object.entries(byName)) this.#imports[`${name}@${WIT_VERSION}`] = value;
-
+    this.#imports = this.#linked((op, perform) => perform(), undefined);
     executor.onTaskDone = (task) => this.#taskDone(task);
     this.#definitions = this.#instance()
       .listTools()
@@ -178,13 +152,20 @@ export class Tools {
    * Runs one tool call. `args` is an object or its JSON text; without a session the call has no
    * owner (it reaches only tasks without one) and no session cwd.
    */
-  async call(name, args, session = undefined) {
+  async call(name, args, session = undefined, options = {}) {
     if (typeof name !== "string") throw new TypeError(`tool name: expected a string, got ${typeof name}`);
     if (session !== undefined && !(session instanceof Session)) {
       throw new TypeError("session: expected a Session from tools.session()");
     }
+    checkOptions("call options", options, ["signal"]);
+    const { signal } = options;
+    if (signal !== undefined && !(signal instanceof AbortSignal)) throw new TypeError("signal: expected an AbortSignal");
     const caller = { owner: session?.owner, cwd: session?.cwd };
-    const r = this.#instance().callTool(name, argumentsText(args), caller);
+    const text = argumentsText(args);
+    const r = await callWithReplay(
+      (step) => this.#linked(step, signal),
+      (imports) => this.#component.instantiate(imports).tools.callTool(name, text, caller),
+    );
     return { text: r.text, isError: r.isError, errorCode: r.errorCode ?? null };
   }
 
@@ -211,6 +192,32 @@ export class Tools {
 
   #instance() {
     return this.#component.instantiate(this.#imports).tools;
+  }
+
+  /**
+   * The two interfaces for one instance: every executor call goes through `step(op, perform)`
+   * (the replay journal of a call, or straight through), `run` gets the call's abort signal.
+   */
+  #linked(step, signal) {
+    const executor = this.executor;
+    const bashExecutor = {
+      currentLimits: () => step("currentLimits", () => executor.currentLimits()),
+      resolve: (req) => step("resolve", () => asResult(() => executor.resolve(req))),
+      run: (spec) => step("run", () => asResult(() => executor.run(spec, { signal }))),
+      start: (spec) => step("start", () => asResult(() => executor.start(spec))),
+      readOutput: (id) => step("readOutput", () => asResult(() => executor.readOutput(id))),
+      kill: (id) => step("kill", () => asResult(() => executor.kill(id))),
+      ownerOf: (id) => step("ownerOf", () => executor.ownerOf(id)),
+      get: (id) => step("get", () => asResult(() => executor.get(id))),
+      listTasks: () => step("listTasks", () => executor.listTasks()),
+    };
+    const agent = { inject: (owner, text, source) => this.#inject(owner, text, source) };
+    // jco's glue looks the imports up by unversioned name while its declarations name the
+    // versioned ones; both spellings point at the same objects.
+    const byName = { "dsh:bash/bash-executor": bashExecutor, "dsh:bash/agent": agent };
+    const imports = { ...byName };
+    for (const [name, value] of Object.entries(byName)) imports[`${name}@${WIT_VERSION}`] = value;
+    return imports;
   }
 
   #inject(owner, text, source) {

@@ -5,7 +5,7 @@ import { aiTools } from "dsh-tools/ai";
 const tools = new Tools({ executor: new LocalExecutor({ graceMs: 500, envDeny: ["*_PAT"] }) });
 const seen: Notice[] = [];
 const session = tools.session({ cwd: "/tmp", onNotice: (n) => seen.push(n) });
-const result: ToolResult = await session.call("bash", { command: "true", description: "Do nothing" });
+const result: ToolResult = await session.call("bash", { command: "true", description: "Do nothing" }, { signal: AbortSignal.timeout(60_000) });
 const code: string | null = result.errorCode;
 const names: string[] = tools.definitions("openai").map((d) => d.function.name);
 const schema: object = tools.definitions("anthropic")[0].input_schema;

@@ -1,7 +1,7 @@
 // Sessions, the executor's settings and its environment scrub through the installed package.
 // Prints JSON facts for tests/bindings_node.rs to compare; throws on anything unexpected.
 
-import { existsSync, mkdtempSync, readFileSync, realpathSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -28,6 +28,12 @@ const facts = {};
 facts.cwd = (await bash(a, "pwd")).text === `${dir}\n`;
 facts.relativeWorkdir = (await bash(a, "pwd", { workdir: "." })).text === `${dir}\n`;
 facts.env = (await bash(a, "echo \"${API_KEY-unset} ${DSH_TEST_X-unset} ${DSH_TEST_API_KEY_ALLOWED-unset} $TERM\"")).text;
+// The event loop runs during a foreground command: this one waits for a file a timer creates.
+setTimeout(() => writeFileSync(`${dir}/go`, ""), 50);
+facts.eventLoopRuns = (await bash(a, `while [ ! -e ${dir}/go ]; do sleep 0.01; done; echo went`, { timeoutMs: 60_000 })).text;
+const abort = new AbortController();
+setTimeout(() => abort.abort(), 50);
+facts.aborted = (await a.call("bash", { command: "sleep 60", description: "Wait to be aborted" }, { signal: abort.signal })).text;
 facts.tail = (await bash(a, "printf '%0200d' 0; printf END")).text.split("\n")[0].endsWith("0END");
 
 // Each session has its own tasks; closing one stops its tasks only.
