@@ -196,3 +196,36 @@ fn sessions_settings_and_the_environment() {
     });
     assert_eq!(facts, expected);
 }
+
+/// `npm install ./bindings/node` (npm links the directory) works once `npm run build` made
+/// `generated/` there, as the package README says: the main entry needs no other package.
+#[test]
+fn installs_from_the_package_directory() {
+    let tools = node_package::build_tools();
+    let base = project().parent().unwrap().join("directory-install");
+    if base.exists() {
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+    std::fs::create_dir_all(&base).unwrap();
+    let component = node_package::embedded_component(&base);
+    run(Command::new("npm")
+        .current_dir(&tools)
+        .args(["run", "build", "--silent"])
+        .env("DSH_GUEST_WASM", &component));
+    std::fs::write(
+        base.join("package.json"),
+        r#"{"name": "fresh", "private": true, "type": "module"}"#,
+    )
+    .unwrap();
+    run(Command::new("npm")
+        .current_dir(&base)
+        .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+        .arg(&tools));
+    let installed = base.join("node_modules/dsh-tools");
+    assert!(
+        installed.is_symlink(),
+        "npm did not link the package directory"
+    );
+    std::fs::write(base.join("readme-example.mjs"), readme_example()).unwrap();
+    assert_eq!(node(&base, &["readme-example.mjs"]), "hello from bash\n");
+}
