@@ -190,9 +190,12 @@ fn sessions_settings_and_the_environment() {
             "TypeError: envDeny: \"A=B\" is no variable name (empty, or holds '=' or NUL)",
             "TypeError: executor: missing the bash-executor function(s) currentLimits, resolve, run, start, readOutput, kill, ownerOf, get, listTasks",
             "TypeError: new Tools: unknown option \"exeuctor\"; known: executor, component",
-            "TypeError: cwd: expected a non-empty string, got 3",
+            "TypeError: a session's cwd must be an absolute path, got 3",
+            "TypeError: a session's cwd must be an absolute path, got \"relative\"",
+            "Error: these tools are closed",
         ],
         "badName": "TypeError: tool name: expected a string, got number",
+        "otherTools": "Error: the session is closed or belongs to other tools",
     });
     assert_eq!(facts, expected);
 }

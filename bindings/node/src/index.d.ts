@@ -11,6 +11,8 @@ export interface ToolResult {
 
 /** A completion notice for a session: a background task of it ended. */
 export interface Notice {
+  /** The session's owner token. */
+  owner: string;
   text: string;
   source: { kind: string; plugin: string | null };
 }
@@ -174,9 +176,9 @@ export interface ToolsOptions {
 }
 
 export interface SessionOptions {
-  /** The session's working directory: relative `workdir`s resolve against it. */
+  /** The session's working directory, absolute: relative `workdir`s resolve against it. */
   cwd?: string;
-  /** Receives each completion notice; without it, notices wait for `takeNotices()`. */
+  /** Receives each completion notice (they are also kept for `takeNotices()`). */
   onNotice?: (notice: Notice) => void;
 }
 
@@ -192,7 +194,7 @@ export declare class Session {
   readonly cwd: string | undefined;
   /** Runs one tool call (arguments as an object or its JSON text) in this session. */
   call(name: string, args?: unknown, options?: CallOptions): Promise<ToolResult>;
-  /** The notices not handed to `onNotice`, oldest first; empties the list. */
+  /** The notices not taken yet, oldest first; empties the list. */
   takeNotices(): Notice[];
   /** Stops the session's running tasks and waits for them to end. */
   close(): Promise<void>;

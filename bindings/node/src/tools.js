@@ -3,6 +3,7 @@
 // the next); the executor keeps the tasks and the sessions keep the notices.
 
 import { randomBytes } from "node:crypto";
+import { isAbsolute } from "node:path";
 
 import { PreparedComponent, WIT_VERSION, bundledComponent } from "./component.js";
 import { definitionsIn } from "./definitions.js";
@@ -56,7 +57,7 @@ export class Session {
     return this.#tools.call(name, args, this, options);
   }
 
-  /** The notices not handed to an `onNotice` callback, oldest first; empties the list. */
+  /** The notices not taken yet, oldest first (also those handed to `onNotice`); empties the list. */
   takeNotices() {
     return this.#notices.splice(0);
   }
@@ -69,14 +70,21 @@ export class Session {
     await this.#tools.stopTasksOf(this.owner);
   }
 
+  /** @internal */
+  get closed() {
+    return this.#closed;
+  }
+
+  /** @internal */
+  belongsTo(tools) {
+    return this.#tools === tools;
+  }
+
   /** @internal A completion notice for this session. */
   deliver(notice) {
-    if (this.#onNotice) {
-      // Outside the component's import call: a throwing callback cannot trap the instance.
-      queueMicrotask(() => this.#onNotice(notice));
-    } else {
-      this.#notices.push(notice);
-    }
+    this.#notices.push(notice);
+    // Outside the component's import call: a throwing callback cannot trap the instance.
+    if (this.#onNotice) queueMicrotask(() => this.#onNotice(notice));
   }
 }
 
@@ -86,6 +94,7 @@ export class Tools {
   #imports;
   #sessions = new Map();
   #definitions;
+  #closed = false;
 
   constructor(options = {}) {
     checkOptions("new Tools", options, ["executor", "component"]);
@@ -137,9 +146,10 @@ export class Tools {
   session(options = {}) {
     checkOptions("tools.session", options, ["cwd", "onNotice"]);
     const { cwd, onNotice } = options;
-    if (cwd !== undefined && (typeof cwd !== "string" || cwd === "")) {
-      throw new TypeError(`cwd: expected a non-empty string, got ${JSON.stringify(cwd)}`);
+    if (cwd !== undefined && (typeof cwd !== "string" || !isAbsolute(cwd))) {
+      throw new TypeError(`a session's cwd must be an absolute path, got ${JSON.stringify(cwd)}`);
     }
+    if (this.#closed) throw new Error("these tools are closed");
     if (onNotice !== undefined && typeof onNotice !== "function") {
       throw new TypeError(`onNotice: expected a function, got ${typeof onNotice}`);
     }
@@ -157,6 +167,10 @@ export class Tools {
     if (session !== undefined && !(session instanceof Session)) {
       throw new TypeError("session: expected a Session from tools.session()");
     }
+    if (session !== undefined && (session.closed || !session.belongsTo(this))) {
+      throw new Error("the session is closed or belongs to other tools");
+    }
+    if (this.#closed) throw new Error("these tools are closed");
     checkOptions("call options", options, ["signal"]);
     const { signal } = options;
     if (signal !== undefined && !(signal instanceof AbortSignal)) throw new TypeError("signal: expected an AbortSignal");
@@ -171,6 +185,7 @@ export class Tools {
 
   /** Stops every running task and waits for them; no notices after this. */
   async close() {
+    this.#closed = true;
     if (typeof this.executor.shutdown === "function") await this.executor.shutdown();
   }
 
@@ -223,7 +238,7 @@ export class Tools {
   #inject(owner, text, source) {
     const session = this.#sessions.get(owner);
     if (!session) return { tag: "err", val: { tag: "unknown-owner" } };
-    session.deliver({ text, source: { kind: source.kind, plugin: source.plugin ?? null } });
+    session.deliver({ owner, text, source: { kind: source.kind, plugin: source.plugin ?? null } });
     return { tag: "ok", val: undefined };
   }
 

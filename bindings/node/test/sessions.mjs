@@ -58,6 +58,9 @@ facts.badSettings = [
   errorOf(() => new Tools({ executor: {} })),
   errorOf(() => new Tools({ exeuctor: executor })),
   errorOf(() => tools.session({ cwd: 3 })),
+  errorOf(() => new Tools().session({ cwd: "relative" })),
+  errorOf(() => tools.session()),
 ];
 facts.badName = await rejectionOf(tools.call(7, {}));
+facts.otherTools = await rejectionOf(new Tools().call("bash", {}, b));
 process.stdout.write(JSON.stringify(facts) + "\n");
