@@ -14,7 +14,17 @@ import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { checkImports } from "../src/component.js";
-import { transpileComponent, writeTranspiled } from "../src/transpile.js";
+import { JCO_VERSION, transpileComponent, writeTranspiled } from "../src/transpile.js";
+
+// The pin in package.json (what npm installs) and the one the code names must agree.
+const manifest = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"));
+for (const field of ["devDependencies", "peerDependencies"]) {
+  const pinned = manifest[field]["@bytecodealliance/jco"];
+  if (pinned !== JCO_VERSION) {
+    process.stderr.write(`package.json ${field} pins @bytecodealliance/jco ${pinned}, src/transpile.js names ${JCO_VERSION}\n`);
+    process.exit(1);
+  }
+}
 
 const published = fileURLToPath(new URL("../../../target/guest-wasm/guest_tools.wasm", import.meta.url));
 const [given, outDir = fileURLToPath(new URL("../generated/", import.meta.url))] = process.argv.slice(2);
