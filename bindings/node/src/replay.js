@@ -65,17 +65,17 @@ class Pass {
 }
 
 /**
- * Runs `call(imports)` (a call into a fresh instance linked to `imports`) to its end, awaiting
- * asynchronous imports between passes. `makeImports(step)` builds the import object, routing
- * every executor call through `step(opName, perform)`.
+ * Runs a call to its end, awaiting asynchronous imports between passes. `call(step)` is one
+ * pass: a call into a fresh instance whose executor calls all go through `step(opName,
+ * perform)`.
  */
-export async function callWithReplay(makeImports, call) {
+export async function callWithReplay(call) {
   const journal = [];
   for (;;) {
     const pass = new Pass(journal);
     let result;
     try {
-      result = call(makeImports((op, perform) => pass.step(op, perform)));
+      result = call((op, perform) => pass.step(op, perform));
     } catch (e) {
       if (!pass.pending) throw e;
     }

@@ -91,7 +91,9 @@ export class Session {
 /** The bash tools: the bundled component (or another) linked to an executor. */
 export class Tools {
   #component;
-  #imports;
+  /** A fresh instance made between calls for the next one; each instance serves one call. */
+  #ready = null;
+  #refilling = false;
   #sessions = new Map();
   #definitions;
   #closed = false;
@@ -113,7 +115,6 @@ export class Tools {
     /** Messages the host could not act on (a notice for a task that was not delivered). */
     this.log = [];
 
-    this.#imports = this.#linked((op, perform) => perform(), undefined);
     executor.onTaskDone = (task) => this.#taskDone(task);
     this.#definitions = this.#instance()
       .listTools()
@@ -176,10 +177,7 @@ export class Tools {
     if (signal !== undefined && !(signal instanceof AbortSignal)) throw new TypeError("signal: expected an AbortSignal");
     const caller = { owner: session?.owner, cwd: session?.cwd };
     const text = argumentsText(args);
-    const r = await callWithReplay(
-      (step) => this.#linked(step, signal),
-      (imports) => this.#component.instantiate(imports).tools.callTool(name, text, caller),
-    );
+    const r = await callWithReplay((step) => this.#instance(step, signal).callTool(name, text, caller));
     return { text: r.text, isError: r.isError, errorCode: r.errorCode ?? null };
   }
 
@@ -205,20 +203,43 @@ export class Tools {
     }
   }
 
-  #instance() {
-    return this.#component.instantiate(this.#imports).tools;
+  /**
+   * A fresh instance's exports for one call, its executor calls going through `step` (a call's
+   * replay journal; straight through by default) and `run` getting `signal`. Instantiating
+   * costs milliseconds, so the next instance is made on the event loop after this one is taken:
+   * between calls, or while a pass's command runs.
+   */
+  #instance(step = (op, perform) => perform(), signal = undefined) {
+    const fresh = this.#ready ?? this.#fresh();
+    this.#ready = null;
+    this.#refill();
+    Object.assign(fresh.binding, { step, signal });
+    return fresh.tools;
   }
 
-  /**
-   * The two interfaces for one instance: every executor call goes through `step(op, perform)`
-   * (the replay journal of a call, or straight through), `run` gets the call's abort signal.
-   */
-  #linked(step, signal) {
+  #refill() {
+    if (this.#refilling) return;
+    this.#refilling = true;
+    // unref: a pending refill does not keep the process alive.
+    setImmediate(() => {
+      this.#refilling = false;
+      if (this.#ready === null && !this.#closed) this.#ready = this.#fresh();
+    }).unref();
+  }
+
+  #fresh() {
+    const binding = { step: null, signal: undefined };
+    return { binding, tools: this.#component.instantiate(this.#linked(binding)).tools };
+  }
+
+  /** The two interfaces for one instance, its executor calls routed through `binding.step`. */
+  #linked(binding) {
     const executor = this.executor;
+    const step = (op, perform) => binding.step(op, perform);
     const bashExecutor = {
       currentLimits: () => step("currentLimits", () => executor.currentLimits()),
       resolve: (req) => step("resolve", () => asResult(() => executor.resolve(req))),
-      run: (spec) => step("run", () => asResult(() => executor.run(spec, { signal }))),
+      run: (spec) => step("run", () => asResult(() => executor.run(spec, { signal: binding.signal }))),
       start: (spec) => step("start", () => asResult(() => executor.start(spec))),
       readOutput: (id) => step("readOutput", () => asResult(() => executor.readOutput(id))),
       kill: (id) => step("kill", () => asResult(() => executor.kill(id))),
