@@ -15,6 +15,9 @@ mod provision;
 #[path = "support/python_venv.rs"]
 mod python_venv;
 
+#[path = "support/node_package.rs"]
+mod node_package;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Arc, OnceLock};
@@ -319,12 +322,11 @@ async fn everything_else_passes_through() {
     host.shutdown().await;
 }
 
-/// The composed component is still one .wasm for every host: the Python package and the Node
-/// host load it too, and the policy acts there as well.
+/// The composed component is still one .wasm for every host: the Python and Node packages load
+/// it too, and the policy acts there as well.
 #[test]
-fn the_composed_component_runs_in_the_python_and_node_hosts() {
+fn the_composed_component_runs_in_the_python_and_node_packages() {
     let c = composed();
-    let polyglot = root().join("tests/polyglot");
     let script = r#"
 import json, sys
 from dsh_tools import LocalExecutor, Tools
@@ -357,23 +359,28 @@ tools.close()
     };
     assert_eq!(lines(&out), expected);
 
+    // The Node package's own directory: `dsh-tools` resolves to it, and jco (which loading
+    // another component needs) is among its build tools.
+    let package = node_package::build_tools();
     let script = r#"
-const { LocalExecutor, loadToolHost } = await import("./dsh-host.mjs");
-const host = await loadToolHost(process.argv[1], new LocalExecutor({ graceMs: 200 }));
+const { LocalExecutor, Tools, loadComponent } = await import("dsh-tools");
+const component = await loadComponent(process.argv[1]);
+const tools = new Tools({ component, executor: new LocalExecutor({ graceMs: 200 }) });
 for (const command of ["echo rm -rf /", "printf 'hello\\n'"]) {
-  const r = host.call("bash", { command, description: "Run a command through the policy" });
+  const r = await tools.call("bash", { command, description: "Run a command through the policy" });
   console.log(JSON.stringify({ text: r.text, isError: r.isError }));
 }
+await tools.close();
 "#;
     let out = Command::new("node")
         .args(["--input-type=module", "-e", script])
         .arg(&c.path)
-        .current_dir(polyglot.join("node"))
+        .current_dir(&package)
         .output()
         .unwrap_or_else(|e| panic!("cannot run node: {e}"));
     assert!(
         out.status.success(),
-        "the Node host failed (install it with `npm ci --prefix tests/polyglot/node`):\n{}",
+        "the Node package failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(lines(&out), expected);

@@ -1,17 +1,19 @@
 //! One .wasm, many hosts: the golden cases in `tests/polyglot/golden/*.json` run in the Rust host
 //! (this library), in the Python package (`bindings/python`, wasmtime-py, driven by
-//! `tests/polyglot/python/golden.py`) and in the Node host (`tests/polyglot/node`, jco), each with
-//! its own executor, and must give identical results. The README's "Use from Node" example is run
-//! here too (the Python one in `tests/bindings_python.rs`), and the foreign hosts are shown to
-//! link nothing beyond the component's two `dsh:bash` interfaces.
+//! `tests/polyglot/python/golden.py`) and in the Node package (`bindings/node`, jco, installed from
+//! its tarball into a fresh project), each with its own executor, and must give identical results.
+//! The foreign hosts are shown to link nothing beyond the component's two `dsh:bash` interfaces.
+//! (The README's examples run in `tests/bindings_python.rs` and `tests/bindings_node.rs`.)
 //!
-//! The Python side runs in a venv under `target/` that the tests make and fill from hash-pinned
-//! requirements (`tests/support/python_venv.rs`). The Node host needs its pinned packages
-//! (`.ci/run` installs them): `npm ci --prefix tests/polyglot/node`. Without them these tests
-//! fail, saying so.
+//! Both packages install themselves on first use: the Python one into a venv under `target/`
+//! from hash-pinned requirements (`tests/support/python_venv.rs`), the Node one from its lock
+//! files (`tests/support/node_package.rs`). What cannot be installed fails the tests, saying why.
 
 #[path = "support/nested_cargo.rs"]
 mod nested_cargo;
+
+#[path = "support/node_package.rs"]
+mod node_package;
 
 #[path = "support/rust_target.rs"]
 mod rust_target;
@@ -327,19 +329,6 @@ async fn golden_cases_pass_in_the_rust_host() {
 // The foreign hosts
 // ---------------------------------------------------------------------------------------------
 
-const NODE_HINT: &str = "the Node host needs node and its pinned packages: run \
-     `npm ci --prefix tests/polyglot/node` (.ci/run does this)";
-
-fn require_node() {
-    let jco = polyglot_dir().join("node/node_modules/@bytecodealliance/jco/package.json");
-    assert!(jco.is_file(), "{} is missing: {NODE_HINT}", jco.display());
-    let out = Command::new("node").arg("--version").output();
-    assert!(
-        out.as_ref().is_ok_and(|o| o.status.success()),
-        "cannot run node: {NODE_HINT}"
-    );
-}
-
 /// Runs a foreign host to its end, killing it if it hangs.
 fn output_within(cmd: &mut Command, limit: Duration) -> std::process::Output {
     use std::process::Stdio;
@@ -443,59 +432,14 @@ async fn golden_cases_pass_in_the_python_package() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn golden_cases_pass_in_the_node_host() {
-    require_node();
-    let dir = polyglot_dir().join("node");
+async fn golden_cases_pass_in_the_node_package() {
+    let project = node_package::project("polyglot");
     let report = run_foreign(
         "node",
-        &[
-            &dir.join("golden.mjs"),
-            &component_file(),
-            &golden_dir(),
-            &settings_path(),
-        ],
-        &dir,
+        &[&project.join("golden.mjs"), &golden_dir(), &settings_path()],
+        &project,
     );
     check_foreign("node", report).await;
-}
-
-// ---------------------------------------------------------------------------------------------
-// The README examples
-// ---------------------------------------------------------------------------------------------
-
-fn run_example(program: &str, script: &Path) -> String {
-    let out = output_within(
-        Command::new(program)
-            .arg(script)
-            .arg(component_file())
-            .current_dir(script.parent().unwrap()),
-        FOREIGN_LIMIT,
-    );
-    assert!(
-        out.status.success(),
-        "{} failed ({}):\n{}",
-        script.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// What the README's Node example prints.
-const EXAMPLE_OUTPUT: &str = "\
-hello from bash
-started background task bash-1
-background bash task bash-1 finished [status: completed, exit code: 0]. Read its output with bash_output.
-done
-
-[status: completed, exit code: 0]
-";
-
-#[test]
-fn readme_node_example_runs() {
-    require_node();
-    let out = run_example("node", &polyglot_dir().join("node/example.mjs"));
-    assert_eq!(out, EXAMPLE_OUTPUT);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -526,12 +470,14 @@ fn wasip2_tools() -> PathBuf {
         .clone()
 }
 
-/// The Python package and the Node host link the two `dsh:bash` interfaces and nothing else: a tools
+/// The Python and Node packages link the two `dsh:bash` interfaces and nothing else: a tools
 /// component that also imports WASI is refused at load, naming a WASI import. The Rust host
 /// still runs it, with its deny-all WASI.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_foreign_hosts_link_no_wasi() {
-    require_node();
+    // The package's own directory: `dsh-tools` resolves to it, and jco (which loading another
+    // component needs) is among its build tools.
+    let package = node_package::build_tools();
     let component = wasip2_tools();
     let python = output_within(
         Command::new(python_venv::python())
@@ -547,26 +493,24 @@ async fn the_foreign_hosts_link_no_wasi() {
             .args([
                 "--input-type=module",
                 "-e",
-                "const { LocalExecutor, loadToolHost } = await import('./dsh-host.mjs'); \
-                 await loadToolHost(process.argv[1], new LocalExecutor());",
+                "const { Tools, loadComponent } = await import('dsh-tools'); \
+                 new Tools({ component: await loadComponent(process.argv[1]) });",
             ])
             .arg(&component)
-            .current_dir(polyglot_dir().join("node")),
+            .current_dir(&package),
         FOREIGN_LIMIT,
     );
-    // The package refuses it by its own import check, before any instantiation is tried.
-    assert!(
-        String::from_utf8_lossy(&python.stderr).contains(
-            "dsh_tools.component.ComponentError: the component imports more than \
-             dsh:bash/bash-executor and dsh:bash/agent"
-        ),
-        "the Python package did not refuse the WASI imports itself:\n{}",
-        String::from_utf8_lossy(&python.stderr)
-    );
-    for (host, out) in [("python", python), ("node", node)] {
+    // Each package refuses it by its own import check, before any instantiation is tried.
+    let python_refusal = "dsh_tools.component.ComponentError: the component imports more than \
+                          dsh:bash/bash-executor and dsh:bash/agent";
+    let node_refusal = "which this host does not provide";
+    for (host, out, says) in [
+        ("python", python, python_refusal),
+        ("node", node, node_refusal),
+    ] {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
-            !out.status.success() && stderr.contains("wasi:"),
+            !out.status.success() && stderr.contains("wasi:") && stderr.contains(says),
             "the {host} host loaded a component importing WASI ({}):\n{stderr}",
             out.status
         );

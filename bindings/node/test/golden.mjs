@@ -1,17 +1,18 @@
-// Run the golden cases (tests/polyglot/golden/*.json) in the Node host and print the outcomes.
+// Runs the golden cases (tests/polyglot/golden/*.json) through the installed dsh-tools package
+// and prints the outcomes; tests/polyglot.rs compares them with the expectations and the Rust
+// host's. Run from a project that has dsh-tools installed.
 //
-// Usage: node golden.mjs COMPONENT GOLDEN_DIR SETTINGS_JSON
+// Usage: node golden.mjs GOLDEN_DIR SETTINGS_JSON
 //
-// Prints one JSON object: {"tools": [...], "cases": {name: [outcome, ...]}}; the Rust test
-// tests/polyglot.rs compares it with the expectations and with the other hosts. An outcome is
+// Prints one JSON object: {"tools": [...], "cases": {name: [outcome, ...]}}. An outcome is
 // {text, isError, errorCode} for a tool call, {notices: [...]} for a notices step, and null for
-// the other steps.
+// the other steps. Notices arrive through each session's onNotice callback.
 
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { LocalExecutor, ToolHost, loadToolHost } from "./dsh-host.mjs";
+import { LocalExecutor, Tools } from "dsh-tools";
 
 const WAIT_MS = 10_000;
 const SETTLE_MS = 500;
@@ -40,19 +41,25 @@ async function waitUntil(predicate, what) {
   }
 }
 
-async function runCase(component, settings, c) {
-  const executor = new LocalExecutor({
-    defaultTimeoutMs: settings.defaultTimeoutMs,
-    maxTimeoutMs: settings.maxTimeoutMs,
-    maxOutputBytes: settings.maxOutputBytes,
-    graceMs: settings.graceMs,
-  });
-  const host = new ToolHost(component, executor);
+/** The MCP definitions without the annotations' title, in the shape the Rust test compares. */
+function toolsReport(tools) {
+  return tools.definitions("mcp").map(({ annotations: { title, ...hints }, ...rest }) => ({ ...rest, annotations: hints }));
+}
+
+async function runCase(settings, c) {
+  const executor = new LocalExecutor(settings);
+  const tools = new Tools({ executor });
   const caseDir = mkdtempSync(join(tmpdir(), "dsh-golden-"));
+  // One session per name, created with the case's cwd for that caller; notices collected per name.
   const sessions = new Map();
-  const session = (name) => {
-    if (!sessions.has(name)) sessions.set(name, host.openSession());
-    return sessions.get(name);
+  const notices = new Map();
+  const session = (name, cwd) => {
+    const key = `${name}\0${cwd ?? ""}`;
+    if (!sessions.has(key)) {
+      if (!notices.has(name)) notices.set(name, []);
+      sessions.set(key, tools.session({ cwd, onNotice: (n) => notices.get(name).push(n) }));
+    }
+    return sessions.get(key);
   };
   const outcomes = [];
   try {
@@ -60,8 +67,9 @@ async function runCase(component, settings, c) {
       const step = substitute(raw, caseDir);
       if (step.tool !== undefined) {
         const caller = { owner: "a", cwd: null, ...substitute(c.caller ?? {}, caseDir), ...(step.caller ?? {}) };
-        const owner = caller.owner === null ? undefined : session(caller.owner).owner;
-        const r = host.call(step.tool, step.arguments, { owner, cwd: caller.cwd ?? undefined });
+        const s = caller.owner === null ? undefined : session(caller.owner, caller.cwd ?? undefined);
+        if (caller.owner === null && caller.cwd !== null) throw new Error("a caller without an owner has no session cwd");
+        const r = await tools.call(step.tool, step.arguments, s);
         outcomes.push({ text: r.text, isError: r.isError, errorCode: r.errorCode });
       } else if (step.waitForFile !== undefined) {
         const path = join(caseDir, step.waitForFile);
@@ -75,14 +83,11 @@ async function runCase(component, settings, c) {
         await waitUntil(() => executor.get(step.waitForTask).state !== "running", step.waitForTask);
         outcomes.push(null);
       } else if (step.notices !== undefined) {
-        const s = session(step.notices);
-        const got = [];
-        await waitUntil(() => {
-          got.push(...s.takeNotices());
-          return got.length >= step.texts.length;
-        }, `notices for ${step.notices}`);
+        if (!notices.has(step.notices)) notices.set(step.notices, []);
+        const got = notices.get(step.notices);
+        await waitUntil(() => got.length >= step.texts.length, `notices for ${step.notices}`);
         outcomes.push({
-          notices: got.map((n) =>
+          notices: got.splice(0).map((n) =>
             n.source.kind === "plugin" && n.source.plugin === "tool-bash" ? n.text : `BAD SOURCE ${JSON.stringify(n.source)}: ${n.text}`,
           ),
         });
@@ -91,21 +96,19 @@ async function runCase(component, settings, c) {
       }
     }
   } finally {
-    await host.shutdown();
+    await tools.close();
     rmSync(caseDir, { recursive: true, force: true });
   }
-  return { host, outcomes };
+  return { tools, outcomes };
 }
 
-const [componentPath, goldenDir, settingsPath] = process.argv.slice(2);
-const settings = JSON.parse(readFileSync(settingsPath, "utf8"));
-// Transpile once; every case gets a fresh host and executor on the same transpiled component.
-const component = (await loadToolHost(componentPath, new LocalExecutor())).component;
+const [goldenDir, settingsPath] = process.argv.slice(2);
+const { about, ...settings } = JSON.parse(readFileSync(settingsPath, "utf8"));
 const report = { tools: null, cases: {} };
 for (const name of readdirSync(goldenDir).filter((n) => n.endsWith(".json")).sort()) {
   const c = JSON.parse(readFileSync(join(goldenDir, name), "utf8"));
-  const { host, outcomes } = await runCase(component, settings, c);
+  const { tools, outcomes } = await runCase(settings, c);
   report.cases[name.slice(0, -".json".length)] = outcomes;
-  report.tools ??= host.tools;
+  report.tools ??= toolsReport(tools);
 }
 process.stdout.write(JSON.stringify(report) + "\n");

@@ -1,27 +1,11 @@
 // Drives one `bash -c` from start to end: its own session (so its own process group), output
-// kept as a bounded tail, a timeout or a stop request sends SIGTERM to the group and SIGKILL after
-// the grace period, the pipes drain for at most the grace period after the leader exits, and
-// processes left in the group are stopped and counted.
-//
-// Background tasks use `drive` in the host process. A foreground command must finish inside one
-// synchronous import call (jco calls imports synchronously), so the host runs this file as a
-// blocking child (`spawnSync`): it reads {spec, graceMs, maxOutputBytes} as JSON on stdin and
-// prints the run's facts as JSON on stdout.
+// kept as a bounded byte-exact tail, a timeout or a stop request sends SIGTERM to the group and
+// SIGKILL after the grace period, the pipes drain for at most the grace period after the leader
+// exits, and processes left in the group are stopped and counted. Foreground runs and
+// background tasks alike, on the event loop.
 
 import { spawn } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
-
-const SECRET = /KEY|SECRET|TOKEN|PASSWORD/i;
-
-/** The host's environment minus secrets, plus the non-interactive settings. */
-export function childEnv() {
-  const env = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    if (!SECRET.test(k)) env[k] = v;
-  }
-  return { ...env, NO_COLOR: "1", TERM: "dumb", PAGER: "cat", GIT_PAGER: "cat", GIT_TERMINAL_PROMPT: "0" };
-}
 
 /** Live (non-zombie) processes of a process group, read from /proc. */
 export function groupMembers(pgid) {
@@ -32,7 +16,7 @@ export function groupMembers(pgid) {
     try {
       stat = readFileSync(`/proc/${entry}/stat`, "latin1");
     } catch {
-      continue;
+      continue; // the process ended while the directory was read
     }
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
     if (fields[0] !== "Z" && Number(fields[2]) === pgid) members.push(Number(entry));
@@ -44,7 +28,7 @@ function signalGroup(pgid, signal) {
   try {
     process.kill(-pgid, signal);
   } catch {
-    // Already gone.
+    // The group is already gone.
   }
 }
 
@@ -64,11 +48,12 @@ export class Stream {
     if (this.buf.length > this.limit) this.buf = this.buf.subarray(this.buf.length - this.limit);
   }
 
-  /** This small executor keeps no spill files: a truncated stream has no complete copy. */
+  /** This executor keeps no spill files: a truncated stream has no complete copy. */
   snapshot() {
     return { text: this.buf.toString("utf8"), truncated: this.total > this.buf.length };
   }
 
+  /** What came after the whole-stream offset `offset`; lossy when part of it left the window. */
   readSince(offset) {
     const start = this.total - this.buf.length;
     const lossy = offset < start;
@@ -90,14 +75,14 @@ async function stopGroup(child, pgid, graceMs) {
 }
 
 /**
- * Runs `bash -c command` in `workdir` to its end. Rejects (with the spawn error) only when the
- * shell cannot start. Resolves with {exitCode, signal, cause: null|"timeout"|"kill", leftovers}
- * once the leader exited and the pipes are drained.
+ * Runs `bash -c command` in `workdir` with environment `env` to its end. Rejects (with the spawn
+ * error) only when the shell cannot start. Resolves with {exitCode, signal, cause:
+ * null|"timeout"|"kill", leftovers} once the leader exited and the pipes are drained.
  */
-export async function drive(command, workdir, { timeoutMs = null, graceMs, stop = null }, out, err) {
+export async function drive(command, workdir, { timeoutMs = null, graceMs, stop = null, env }, out, err) {
   const child = spawn("bash", ["-c", command], {
     cwd: workdir,
-    env: childEnv(),
+    env,
     stdio: ["ignore", "pipe", "pipe"],
     detached: true, // setsid(): a new session and process group, no controlling terminal
   });
@@ -143,26 +128,4 @@ export async function drive(command, workdir, { timeoutMs = null, graceMs, stop 
   child.stdout.destroy();
   child.stderr.destroy();
   return { exitCode: exit.code, signal: exit.signal, cause, leftovers };
-}
-
-/** The blocking child: one foreground run, facts as JSON on stdout. */
-async function main() {
-  const chunks = [];
-  for await (const chunk of process.stdin) chunks.push(chunk);
-  const { spec, graceMs, maxOutputBytes } = JSON.parse(Buffer.concat(chunks).toString("utf8"));
-  const out = new Stream(maxOutputBytes);
-  const err = new Stream(maxOutputBytes);
-  let report;
-  try {
-    const end = await drive(spec.command, spec.workdir, { timeoutMs: spec.timeoutMs, graceMs }, out, err);
-    report = { ...end, stdout: out.snapshot(), stderr: err.snapshot() };
-  } catch (e) {
-    report = { spawnError: { code: e.code ?? null, message: String(e.message ?? e) } };
-  }
-  // Exit at once: a drain timer that lost its race must not hold the caller for the grace period.
-  process.stdout.write(JSON.stringify(report), () => process.exit(0));
-}
-
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  await main();
 }

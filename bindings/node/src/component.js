@@ -1,0 +1,106 @@
+// A tools component ready to instantiate: jco's glue module plus its compiled core modules. The
+// bundled one is generated/ (made from the component dsh-host embeds, see scripts/generate.mjs);
+// another component is transpiled on first use into a cache directory keyed by its hash.
+
+import { createHash, randomBytes } from "node:crypto";
+import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+import { COMPONENT_FILE, JCO_VERSION, transpileComponent, writeTranspiled } from "./transpile.js";
+
+const BUNDLED_DIR = fileURLToPath(new URL("../generated/", import.meta.url));
+
+/** The interfaces a tools component may import: the host links these and nothing else. */
+export const LINKED = Object.freeze(["dsh:bash/bash-executor", "dsh:bash/agent"]);
+
+/** The WIT package version whose interfaces the host supplies. */
+export const WIT_VERSION = "0.2.0";
+
+/** Refuses a component that imports anything but the two `dsh:bash` interfaces, naming it. */
+export function checkImports(imports) {
+  const extra = imports.filter((name) => !LINKED.includes(name.split("@")[0]));
+  if (extra.length > 0) {
+    throw new Error(
+      `the component imports ${extra.join(", ")}, which this host does not provide ` +
+        `(it links only ${LINKED.map((n) => `${n}@${WIT_VERSION}`).join(" and ")})`,
+    );
+  }
+}
+
+/** A transpiled directory loaded: the component's bytes, imports and an instantiate function. */
+export class PreparedComponent {
+  constructor(dir, glue) {
+    this.dir = dir;
+    this.imports = JSON.parse(readFileSync(join(dir, "imports.json"), "utf8"));
+    checkImports(this.imports);
+    this.modules = new Map();
+    this.glue = glue;
+  }
+
+  /** The component's own bytes (what `dsh-host` embeds, for the bundled one). */
+  bytes() {
+    return readFileSync(join(this.dir, COMPONENT_FILE));
+  }
+
+  /** A fresh instance linked to `imports` (keyed by interface name); returns its exports. */
+  instantiate(imports) {
+    const getCoreModule = (path) => {
+      if (!this.modules.has(path)) this.modules.set(path, new WebAssembly.Module(readFileSync(join(this.dir, path))));
+      return this.modules.get(path);
+    };
+    return this.glue.instantiate(getCoreModule, imports);
+  }
+}
+
+async function loadDir(dir) {
+  const glue = await import(pathToFileURL(join(dir, "tools.js")).href);
+  return new PreparedComponent(dir, glue);
+}
+
+/** The component that comes with the package. */
+export async function bundledComponent() {
+  if (!existsSync(join(BUNDLED_DIR, "tools.js"))) {
+    throw new Error(
+      `the bundled component is not built (${BUNDLED_DIR} has no tools.js): ` +
+        "run `npm run build` in bindings/node after `cargo build`",
+    );
+  }
+  return loadDir(BUNDLED_DIR);
+}
+
+/**
+ * Loads another tools component (a path or its bytes), transpiling it with jco (an optional peer
+ * dependency) on first use. Refuses one that imports more than the two `dsh:bash` interfaces.
+ */
+export async function loadComponent(source) {
+  let bytes;
+  if (typeof source === "string") {
+    try {
+      bytes = readFileSync(source);
+    } catch (e) {
+      throw new Error(`cannot read the component ${JSON.stringify(source)}: ${e.message}`);
+    }
+  } else if (source instanceof Uint8Array) {
+    bytes = source;
+  } else {
+    throw new TypeError(`component: expected a file path or a Uint8Array, got ${source === null ? "null" : typeof source}`);
+  }
+  const hash = createHash("sha256").update(bytes).update(JCO_VERSION).digest("hex").slice(0, 24);
+  const dir = join(tmpdir(), `dsh-tools-jco-${hash}`);
+  if (!existsSync(join(dir, "done"))) {
+    const transpiled = await transpileComponent(bytes);
+    checkImports(transpiled.imports);
+    // Written aside and renamed, so that a concurrent process never loads a partial directory.
+    const tmp = `${dir}.${process.pid}.${randomBytes(4).toString("hex")}`;
+    writeTranspiled(tmp, bytes, transpiled);
+    writeFileSync(join(tmp, "done"), "");
+    try {
+      renameSync(tmp, dir);
+    } catch {
+      rmSync(tmp, { recursive: true, force: true }); // another process made it first
+    }
+  }
+  return loadDir(dir);
+}

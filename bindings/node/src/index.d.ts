@@ -1,0 +1,218 @@
+// Types of dsh-tools' main entry (hand-written; test/example.ts type-checks against them).
+
+/** What a tool call gives back to the model. */
+export interface ToolResult {
+  /** The text the model sees, byte-exact as the component rendered it. */
+  text: string;
+  isError: boolean;
+  /** `INVALID_ARGS`, `UNKNOWN_TOOL`, ... when the result is an error with a code. */
+  errorCode: string | null;
+}
+
+/** A completion notice for a session: a background task of it ended. */
+export interface Notice {
+  /** The session's owner token. */
+  owner: string;
+  text: string;
+  source: { kind: string; plugin: string | null };
+}
+
+export type DefinitionsFormat = "mcp" | "openai" | "anthropic";
+
+export type JsonSchema = { [key: string]: unknown };
+
+export interface McpToolDefinition {
+  name: string;
+  title: string;
+  description: string;
+  inputSchema: JsonSchema;
+  annotations: {
+    title: string;
+    readOnlyHint: boolean;
+    destructiveHint: boolean;
+    idempotentHint: boolean;
+    openWorldHint: boolean;
+  };
+}
+
+export interface OpenAiToolDefinition {
+  type: "function";
+  function: { name: string; description: string; parameters: JsonSchema };
+}
+
+export interface AnthropicToolDefinition {
+  name: string;
+  description: string;
+  input_schema: JsonSchema;
+}
+
+export interface DefinitionsByFormat {
+  mcp: McpToolDefinition[];
+  openai: OpenAiToolDefinition[];
+  anthropic: AnthropicToolDefinition[];
+}
+
+export declare const FORMATS: readonly DefinitionsFormat[];
+
+/** Settings of the default executor; each number finite and > 0. */
+export interface ExecutorSettings {
+  /** Timeout of a call that names none (ms); default 120000. */
+  defaultTimeoutMs?: number;
+  /** Cap on any timeout (ms); default 600000. */
+  maxTimeoutMs?: number;
+  /** Bytes of each stream kept in memory (the tail); default 64000. */
+  maxOutputBytes?: number;
+  /** SIGTERM to SIGKILL, and the pipe drain bound after the leader exits (ms); default 3000. */
+  graceMs?: number;
+  /** Running background tasks at once; default 64. */
+  maxTasks?: number;
+  /** Finished tasks kept for reads; default 1024. */
+  maxFinishedTasks?: number;
+  /** Working directory of calls that name none; default the process's cwd. */
+  cwd?: string;
+  /** More variable-name patterns withheld from commands (`*` any run, any case). */
+  envDeny?: string[];
+  /** Variable names passed on whatever the patterns say (exact). */
+  envAllow?: string[];
+}
+
+export declare const DEFAULTS: Readonly<Required<Omit<ExecutorSettings, "cwd" | "envDeny" | "envAllow">>>;
+
+export type TaskState = "running" | "completed" | "killed";
+
+/** A background task, in jco's shape of the WIT record. */
+export interface Task {
+  id: string;
+  command: string;
+  owner: string | undefined;
+  state: TaskState;
+  exitCode: number | undefined;
+  signal: string | undefined;
+}
+
+/**
+ * The `dsh:bash/bash-executor` interface in jco's shapes (camelCase records, `undefined` for
+ * none, `u64` as bigint). A failing operation throws an ExecutorError. The host sets
+ * `onTaskDone`; the executor calls it once per background task that ends.
+ */
+export interface Executor {
+  currentLimits(): { defaultTimeoutMs: number; maxTimeoutMs: number; maxOutputBytes: bigint; graceMs: number };
+  resolve(request: { command: string; workdir?: string; timeoutMs?: number; owner?: string }): {
+    command: string;
+    workdir: string;
+    timeoutMs: number;
+    owner?: string;
+  };
+  /** May return a promise (the host awaits it outside the component); `signal` aborts the run. */
+  run(spec: { command: string; workdir: string; timeoutMs: number; owner?: string }, options: { signal?: AbortSignal }): unknown;
+  start(spec: { command: string; workdir: string; timeoutMs: number; owner?: string }): Task;
+  readOutput(id: string): unknown;
+  kill(id: string): boolean;
+  ownerOf(id: string): string | undefined;
+  get(id: string): Task;
+  listTasks(): Task[];
+  onTaskDone: ((task: Task) => void) | null;
+  /** Optional: stop every task and wait; called by `Tools.close()`. */
+  shutdown?(): Promise<void>;
+  /** Optional: stop the tasks of one owner and wait; called by `Session.close()`. */
+  stopOwned?(owner: string): Promise<void>;
+}
+
+/** One case of the WIT `executor-error` variant. */
+export declare class ExecutorError extends Error {
+  constructor(
+    tag: "invalid-request" | "workdir-unusable" | "spawn-failed" | "unknown-task" | "task-limit" | "aborted" | "internal",
+    message?: string,
+  );
+  readonly tag: string;
+  readonly detail: string | undefined;
+}
+
+/** The executor contract on this machine's processes (see the README for its differences). */
+export declare class LocalExecutor implements Executor {
+  constructor(settings?: ExecutorSettings);
+  currentLimits(): { defaultTimeoutMs: number; maxTimeoutMs: number; maxOutputBytes: bigint; graceMs: number };
+  resolve(request: { command: string; workdir?: string; timeoutMs?: number; owner?: string }): {
+    command: string;
+    workdir: string;
+    timeoutMs: number;
+    owner?: string;
+  };
+  run(spec: { command: string; workdir: string; timeoutMs: number; owner?: string }, options?: { signal?: AbortSignal }): Promise<unknown>;
+  start(spec: { command: string; workdir: string; timeoutMs: number; owner?: string }): Task;
+  readOutput(id: string): unknown;
+  kill(id: string): boolean;
+  ownerOf(id: string): string | undefined;
+  get(id: string): Task;
+  listTasks(): Task[];
+  onTaskDone: ((task: Task) => void) | null;
+  shutdown(): Promise<void>;
+  stopOwned(owner: string): Promise<void>;
+}
+
+/** A tools component other than the bundled one, transpiled and checked. */
+export declare class PreparedComponent {
+  private constructor();
+  /** The interfaces it imports (unversioned, as jco reports them). */
+  readonly imports: string[];
+  bytes(): Uint8Array;
+}
+
+/** The two interfaces the host links. */
+export declare const LINKED: readonly ["dsh:bash/bash-executor", "dsh:bash/agent"];
+export declare const WIT_VERSION: string;
+
+/**
+ * Loads another tools component (a path or its bytes); needs @bytecodealliance/jco installed.
+ * Rejects one that imports anything but the two `dsh:bash` interfaces, naming the import.
+ */
+export declare function loadComponent(source: string | Uint8Array): Promise<PreparedComponent>;
+
+export interface ToolsOptions {
+  /** Default: a LocalExecutor with the contract's defaults. */
+  executor?: Executor;
+  /** Default: the bundled component. */
+  component?: PreparedComponent;
+}
+
+export interface SessionOptions {
+  /** The session's working directory, absolute: relative `workdir`s resolve against it. */
+  cwd?: string;
+  /** Receives each completion notice (they are also kept for `takeNotices()`). */
+  onNotice?: (notice: Notice) => void;
+}
+
+export interface CallOptions {
+  /** Aborts the call's foreground command: it is stopped and the result says so. */
+  signal?: AbortSignal;
+}
+
+/** One agent session: its own owner token (so its own tasks), working directory and notices. */
+export declare class Session {
+  private constructor();
+  readonly owner: string;
+  readonly cwd: string | undefined;
+  /** Runs one tool call (arguments as an object or its JSON text) in this session. */
+  call(name: string, args?: unknown, options?: CallOptions): Promise<ToolResult>;
+  /** The notices not taken yet, oldest first; empties the list. */
+  takeNotices(): Notice[];
+  /** Stops the session's running tasks and waits for them to end. */
+  close(): Promise<void>;
+}
+
+/** The bash tools: the bundled component (or another) linked to an executor. */
+export declare class Tools {
+  constructor(options?: ToolsOptions);
+  readonly executor: Executor;
+  /** Messages the host could not act on (a notice that was not delivered). */
+  readonly log: string[];
+  /** The tool definitions as `dsh-host tools --format FORMAT` prints them. */
+  definitions<F extends DefinitionsFormat = "mcp">(format?: F): DefinitionsByFormat[F];
+  /** The component's instructions for the model, when the component exports them. */
+  instructions(): string | undefined;
+  session(options?: SessionOptions): Session;
+  /** Runs one tool call; without a session it has no owner and no session cwd. */
+  call(name: string, args?: unknown, session?: Session, options?: CallOptions): Promise<ToolResult>;
+  /** Stops every running task and waits for them; no notices after this. */
+  close(): Promise<void>;
+}

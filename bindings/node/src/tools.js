@@ -1,0 +1,274 @@
+// The tools component linked to an executor and to this process's sessions. The component keeps
+// no state between calls, so each call gets a fresh instance (a trap in one call cannot poison
+// the next); the executor keeps the tasks and the sessions keep the notices.
+
+import { randomBytes } from "node:crypto";
+import { isAbsolute } from "node:path";
+
+import { PreparedComponent, WIT_VERSION, bundledComponent } from "./component.js";
+import { definitionsIn } from "./definitions.js";
+import { LocalExecutor } from "./executor.js";
+import { asResult, callWithReplay } from "./replay.js";
+
+// Loaded with the module, so that `new Tools()` is synchronous; an unbuilt package fails at
+// construction, not at import.
+const BUNDLED = await bundledComponent().catch((e) => e);
+
+/** The nine functions of `dsh:bash/bash-executor`; an executor must have every one. */
+const EXECUTOR_FUNCTIONS = ["currentLimits", "resolve", "run", "start", "readOutput", "kill", "ownerOf", "get", "listTasks"];
+
+function checkOptions(what, options, known) {
+  if (options === null || typeof options !== "object") {
+    throw new TypeError(`${what}: expected an options object, got ${options === null ? "null" : typeof options}`);
+  }
+  for (const key of Object.keys(options)) {
+    if (!known.includes(key)) throw new TypeError(`${what}: unknown option ${JSON.stringify(key)}; known: ${known.join(", ")}`);
+  }
+}
+
+/** `arguments` as the JSON text the component validates. */
+function argumentsText(args) {
+  if (typeof args === "string") return args;
+  if (args === undefined) return "{}";
+  try {
+    return JSON.stringify(args);
+  } catch (e) {
+    throw new TypeError(`tool arguments are not JSON-serializable: ${e.message}`);
+  }
+}
+
+/** One agent session: its own owner token (so its own tasks), working directory and notices. */
+export class Session {
+  #tools;
+  #onNotice;
+  #notices = [];
+  #closed = false;
+
+  constructor(tools, owner, cwd, onNotice) {
+    this.#tools = tools;
+    this.owner = owner;
+    this.cwd = cwd;
+    this.#onNotice = onNotice;
+  }
+
+  /** Runs one tool call in this session; `signal` aborts its foreground command. */
+  async call(name, args, options = {}) {
+    if (this.#closed) throw new Error("this session is closed");
+    return this.#tools.call(name, args, this, options);
+  }
+
+  /** The notices not taken yet, oldest first (also those handed to `onNotice`); empties the list. */
+  takeNotices() {
+    return this.#notices.splice(0);
+  }
+
+  /** Stops the session's running tasks and waits for them to end; notices for it stop. */
+  async close() {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#tools.forget(this);
+    await this.#tools.stopTasksOf(this.owner);
+  }
+
+  /** @internal */
+  get closed() {
+    return this.#closed;
+  }
+
+  /** @internal */
+  belongsTo(tools) {
+    return this.#tools === tools;
+  }
+
+  /** @internal A completion notice for this session. */
+  deliver(notice) {
+    this.#notices.push(notice);
+    // Outside the component's import call: a throwing callback cannot trap the instance.
+    if (this.#onNotice) queueMicrotask(() => this.#onNotice(notice));
+  }
+}
+
+/** The bash tools: the bundled component (or another) linked to an executor. */
+export class Tools {
+  #component;
+  /** A fresh instance made between calls for the next one; each instance serves one call. */
+  #ready = null;
+  #refilling = false;
+  #sessions = new Map();
+  #definitions;
+  #closed = false;
+
+  constructor(options = {}) {
+    checkOptions("new Tools", options, ["executor", "component"]);
+    const { executor = new LocalExecutor(), component } = options;
+    if (component === undefined) {
+      if (BUNDLED instanceof Error) throw BUNDLED;
+      this.#component = BUNDLED;
+    } else if (component instanceof PreparedComponent) {
+      this.#component = component;
+    } else {
+      throw new TypeError("component: expected the result of `await loadComponent(pathOrBytes)`");
+    }
+    const missing = EXECUTOR_FUNCTIONS.filter((f) => typeof executor?.[f] !== "function");
+    if (missing.length > 0) throw new TypeError(`executor: missing the bash-executor function(s) ${missing.join(", ")}`);
+    this.executor = executor;
+    /** Messages the host could not act on (a notice for a task that was not delivered). */
+    this.log = [];
+
+    executor.onTaskDone = (task) => this.#taskDone(task);
+    this.#definitions = this.#instance()
+      .listTools()
+      .map((t) => ({
+        name: t.name,
+        title: t.title,
+        description: t.description,
+        inputSchema: JSON.parse(t.inputSchema),
+        annotations: {
+          readOnlyHint: t.annotations.readOnlyHint,
+          destructiveHint: t.annotations.destructiveHint,
+          idempotentHint: t.annotations.idempotentHint,
+          openWorldHint: t.annotations.openWorldHint,
+        },
+      }));
+  }
+
+  /** The tool definitions as `dsh-host tools --format FORMAT` prints them. */
+  definitions(format = "mcp") {
+    return definitionsIn(this.#definitions, format);
+  }
+
+  /** The component's instructions for the model, when the component exports them. */
+  instructions() {
+    const tools = this.#instance();
+    return typeof tools.instructions === "function" ? tools.instructions() : undefined;
+  }
+
+  /** A new session with its own owner token, working directory and notice callback. */
+  session(options = {}) {
+    checkOptions("tools.session", options, ["cwd", "onNotice"]);
+    const { cwd, onNotice } = options;
+    if (cwd !== undefined && (typeof cwd !== "string" || !isAbsolute(cwd))) {
+      throw new TypeError(`a session's cwd must be an absolute path, got ${JSON.stringify(cwd)}`);
+    }
+    if (this.#closed) throw new Error("these tools are closed");
+    if (onNotice !== undefined && typeof onNotice !== "function") {
+      throw new TypeError(`onNotice: expected a function, got ${typeof onNotice}`);
+    }
+    const session = new Session(this, `session-${randomBytes(16).toString("hex")}`, cwd, onNotice);
+    this.#sessions.set(session.owner, session);
+    return session;
+  }
+
+  /**
+   * Runs one tool call. `args` is an object or its JSON text; without a session the call has no
+   * owner (it reaches only tasks without one) and no session cwd.
+   */
+  async call(name, args, session = undefined, options = {}) {
+    if (typeof name !== "string") throw new TypeError(`tool name: expected a string, got ${typeof name}`);
+    if (session !== undefined && !(session instanceof Session)) {
+      throw new TypeError("session: expected a Session from tools.session()");
+    }
+    if (session !== undefined && (session.closed || !session.belongsTo(this))) {
+      throw new Error("the session is closed or belongs to other tools");
+    }
+    if (this.#closed) throw new Error("these tools are closed");
+    checkOptions("call options", options, ["signal"]);
+    const { signal } = options;
+    if (signal !== undefined && !(signal instanceof AbortSignal)) throw new TypeError("signal: expected an AbortSignal");
+    const caller = { owner: session?.owner, cwd: session?.cwd };
+    const text = argumentsText(args);
+    const r = await callWithReplay((step) => this.#instance(step, signal).callTool(name, text, caller));
+    return { text: r.text, isError: r.isError, errorCode: r.errorCode ?? null };
+  }
+
+  /** Stops every running task and waits for them; no notices after this. */
+  async close() {
+    this.#closed = true;
+    if (typeof this.executor.shutdown === "function") await this.executor.shutdown();
+  }
+
+  /** @internal */
+  forget(session) {
+    this.#sessions.delete(session.owner);
+  }
+
+  /** @internal */
+  async stopTasksOf(owner) {
+    if (typeof this.executor.stopOwned === "function") {
+      await this.executor.stopOwned(owner);
+      return;
+    }
+    for (const task of this.executor.listTasks()) {
+      if (task.owner === owner && task.state === "running") this.executor.kill(task.id);
+    }
+  }
+
+  /**
+   * A fresh instance's exports for one call, its executor calls going through `step` (a call's
+   * replay journal; straight through by default) and `run` getting `signal`. Instantiating
+   * costs milliseconds, so the next instance is made on the event loop after this one is taken:
+   * between calls, or while a pass's command runs.
+   */
+  #instance(step = (op, perform) => perform(), signal = undefined) {
+    const fresh = this.#ready ?? this.#fresh();
+    this.#ready = null;
+    this.#refill();
+    Object.assign(fresh.binding, { step, signal });
+    return fresh.tools;
+  }
+
+  #refill() {
+    if (this.#refilling) return;
+    this.#refilling = true;
+    // unref: a pending refill does not keep the process alive.
+    setImmediate(() => {
+      this.#refilling = false;
+      if (this.#ready === null && !this.#closed) this.#ready = this.#fresh();
+    }).unref();
+  }
+
+  #fresh() {
+    const binding = { step: null, signal: undefined };
+    return { binding, tools: this.#component.instantiate(this.#linked(binding)).tools };
+  }
+
+  /** The two interfaces for one instance, its executor calls routed through `binding.step`. */
+  #linked(binding) {
+    const executor = this.executor;
+    const step = (op, perform) => binding.step(op, perform);
+    const bashExecutor = {
+      currentLimits: () => step("currentLimits", () => executor.currentLimits()),
+      resolve: (req) => step("resolve", () => asResult(() => executor.resolve(req))),
+      run: (spec) => step("run", () => asResult(() => executor.run(spec, { signal: binding.signal }))),
+      start: (spec) => step("start", () => asResult(() => executor.start(spec))),
+      readOutput: (id) => step("readOutput", () => asResult(() => executor.readOutput(id))),
+      kill: (id) => step("kill", () => asResult(() => executor.kill(id))),
+      ownerOf: (id) => step("ownerOf", () => executor.ownerOf(id)),
+      get: (id) => step("get", () => asResult(() => executor.get(id))),
+      listTasks: () => step("listTasks", () => executor.listTasks()),
+    };
+    const agent = { inject: (owner, text, source) => this.#inject(owner, text, source) };
+    // jco's glue looks the imports up by unversioned name while its declarations name the
+    // versioned ones; both spellings point at the same objects.
+    const byName = { "dsh:bash/bash-executor": bashExecutor, "dsh:bash/agent": agent };
+    const imports = { ...byName };
+    for (const [name, value] of Object.entries(byName)) imports[`${name}@${WIT_VERSION}`] = value;
+    return imports;
+  }
+
+  #inject(owner, text, source) {
+    const session = this.#sessions.get(owner);
+    if (!session) return { tag: "err", val: { tag: "unknown-owner" } };
+    session.deliver({ owner, text, source: { kind: source.kind, plugin: source.plugin ?? null } });
+    return { tag: "ok", val: undefined };
+  }
+
+  #taskDone(task) {
+    try {
+      const r = this.#instance().taskDone(task);
+      if (r !== undefined && r?.tag === "err") this.log.push(`notice for task ${task.id} not delivered: ${r.val}`);
+    } catch (e) {
+      this.log.push(`notice for task ${task.id} not delivered: ${e.payload ?? e}`);
+    }
+  }
+}

@@ -1,0 +1,17 @@
+// Type-checked (tsc --noEmit, strict) against the package's declarations by tests/bindings_node.rs.
+import { LocalExecutor, Tools, type Notice, type ToolResult } from "dsh-tools";
+import { aiTools } from "dsh-tools/ai";
+
+const tools = new Tools({ executor: new LocalExecutor({ graceMs: 500, envDeny: ["*_PAT"] }) });
+const seen: Notice[] = [];
+const session = tools.session({ cwd: "/tmp", onNotice: (n) => seen.push(n) });
+const result: ToolResult = await session.call("bash", { command: "true", description: "Do nothing" }, { signal: AbortSignal.timeout(60_000) });
+const code: string | null = result.errorCode;
+const names: string[] = tools.definitions("openai").map((d) => d.function.name);
+const schema: object = tools.definitions("anthropic")[0].input_schema;
+const instructions: string | undefined = tools.instructions();
+const set = aiTools(tools, session);
+const text: unknown = await set.bash.execute?.({ command: "true" }, { toolCallId: "1", messages: [] });
+await session.close();
+await tools.close();
+console.log(code, names, schema, instructions, text, seen.length);

@@ -1,0 +1,234 @@
+//! The Node package `dsh-tools` (`bindings/node`), installed from its `npm pack` tarball into a
+//! fresh project (tests/support/node_package.rs): it carries exactly the component this
+//! `dsh-host` embeds, its README example runs, its definitions are `dsh-host tools`' byte for
+//! byte, its Vercel AI SDK adapter runs real commands through the SDK's own tool objects, and its
+//! TypeScript declarations type-check an example. The golden cases run through it in
+//! tests/polyglot.rs.
+
+#[path = "support/node_package.rs"]
+mod node_package;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use node_package::run;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+fn project() -> PathBuf {
+    node_package::project("bindings_node")
+}
+
+fn node(project: &Path, args: &[&str]) -> String {
+    run(Command::new("node").current_dir(project).args(args))
+}
+
+fn dsh_host(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_dsh-host"))
+        .args(args)
+        .output()
+        .expect("dsh-host runs")
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(bytes))
+}
+
+#[test]
+fn the_package_carries_the_embedded_component() {
+    let installed = project().join("node_modules/dsh-tools");
+    let bundled = std::fs::read(installed.join("generated/guest_tools.wasm")).unwrap();
+    assert_eq!(
+        sha256(&bundled),
+        sha256(dsh_host::engine::EMBEDDED_COMPONENT),
+        "the packed component is not the one dsh-host embeds"
+    );
+    // The package holds what it needs to run and nothing of its tests.
+    for needed in [
+        "src/index.js",
+        "src/index.d.ts",
+        "src/ai.js",
+        "src/ai.d.ts",
+        "generated/tools.js",
+    ] {
+        assert!(
+            installed.join(needed).is_file(),
+            "{needed} is not in the package"
+        );
+    }
+    assert!(
+        !installed.join("test").exists(),
+        "the package ships its tests"
+    );
+}
+
+/// The "Use from Node" snippet of bindings/node/README.md, as written there.
+fn readme_example() -> String {
+    let readme = std::fs::read_to_string(node_package::package_dir().join("README.md")).unwrap();
+    let section = readme
+        .split("## Use from Node\n")
+        .nth(1)
+        .expect("the README has a \"Use from Node\" section");
+    let code = section
+        .split("```js\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the section holds a js code block");
+    code.to_string()
+}
+
+#[test]
+fn readme_node_example_runs() {
+    let project = project();
+    let example = readme_example();
+    assert!(
+        example.lines().count() <= 6,
+        "the README example grew:\n{example}"
+    );
+    std::fs::write(project.join("readme-example.mjs"), &example).unwrap();
+    assert_eq!(node(&project, &["readme-example.mjs"]), "hello from bash\n");
+}
+
+#[test]
+fn definitions_are_dsh_host_tools_output() {
+    let project = project();
+    for format in ["mcp", "openai", "anthropic"] {
+        let want = dsh_host(&["tools", "--format", format]);
+        assert!(
+            want.status.success(),
+            "dsh-host tools --format {format} failed"
+        );
+        let got = node(&project, &["definitions.mjs", format]);
+        assert_eq!(
+            got,
+            String::from_utf8(want.stdout).unwrap(),
+            "format {format}"
+        );
+    }
+    // A format that does not exist is refused, naming the ones that do.
+    let out = Command::new("node")
+        .current_dir(&project)
+        .args(["definitions.mjs", "gemini"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("\"gemini\"")
+            && stderr.contains("mcp, openai, anthropic"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn vercel_ai_sdk_tools_run_the_component() {
+    let project = project();
+    let report: Value = serde_json::from_str(&node(&project, &["ai-adapter.mjs"])).unwrap();
+    assert_eq!(
+        report["names"],
+        serde_json::json!(["bash", "bash_output", "bash_kill"])
+    );
+    assert_eq!(report["schemaIsTheComponents"], true);
+    assert_eq!(report["call"], "ran in bash\n");
+    // The component's own texts, as dsh-host renders them for the same arguments.
+    let component_text = |tool: &str, args: &str| {
+        let out = dsh_host(&["call", tool, args]);
+        let text = String::from_utf8(out.stdout).unwrap();
+        text.strip_suffix('\n').unwrap_or(&text).to_string()
+    };
+    assert_eq!(
+        report["badArgument"],
+        component_text("bash", r#"{"command":42}"#)
+    );
+    assert!(
+        report["badArgument"]
+            .as_str()
+            .unwrap()
+            .contains("\"command\" must be a string")
+    );
+    assert_eq!(
+        report["unknownTask"],
+        component_text("bash_output", r#"{"task_id":"bash-9"}"#)
+    );
+}
+
+#[test]
+fn typescript_declarations_check_an_example() {
+    let project = project();
+    run(Command::new(project.join("node_modules/.bin/tsc"))
+        .current_dir(&project)
+        .args(["--project", "tsconfig.json"]));
+}
+
+#[test]
+fn sessions_settings_and_the_environment() {
+    let project = project();
+    let out = run(Command::new("node")
+        .current_dir(&project)
+        .arg("sessions.mjs")
+        .env("API_KEY", "secret")
+        .env("DSH_TEST_X", "denied by pattern")
+        .env("DSH_TEST_API_KEY_ALLOWED", "allowed"));
+    let facts: Value = serde_json::from_str(&out).unwrap();
+    let expected = serde_json::json!({
+        "cwd": true,
+        "relativeWorkdir": true,
+        "env": "unset unset allowed dumb\n",
+        "eventLoopRuns": "went\n",
+        "aborted": "Error: command aborted",
+        "tail": true,
+        "started": ["started background task bash-1", "started background task bash-2"],
+        "othersTask": true,
+        "afterClose": ["killed", "running"],
+        "processGone": true,
+        "callAfterClose": "Error: this session is closed",
+        "afterToolsClose": "killed",
+        "badSettings": [
+            "RangeError: executor settings: graceMs must be a finite number > 0, got -1",
+            "RangeError: executor settings: maxTasks must be a finite whole number > 0, got 1.5",
+            "TypeError: executor settings: unknown setting \"timeoutMs\"; known: defaultTimeoutMs, maxTimeoutMs, maxOutputBytes, graceMs, maxTasks, maxFinishedTasks, cwd, envDeny, envAllow",
+            "TypeError: envDeny: \"A=B\" is no variable name (empty, or holds '=' or NUL)",
+            "TypeError: executor: missing the bash-executor function(s) currentLimits, resolve, run, start, readOutput, kill, ownerOf, get, listTasks",
+            "TypeError: new Tools: unknown option \"exeuctor\"; known: executor, component",
+            "TypeError: a session's cwd must be an absolute path, got 3",
+            "TypeError: a session's cwd must be an absolute path, got \"relative\"",
+            "Error: these tools are closed",
+        ],
+        "badName": "TypeError: tool name: expected a string, got number",
+        "otherTools": "Error: the session is closed or belongs to other tools",
+    });
+    assert_eq!(facts, expected);
+}
+
+/// `npm install ./bindings/node` (npm links the directory) works once `npm run build` made
+/// `generated/` there, as the package README says: the main entry needs no other package.
+#[test]
+fn installs_from_the_package_directory() {
+    let tools = node_package::build_tools();
+    let base = project().parent().unwrap().join("directory-install");
+    if base.exists() {
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+    std::fs::create_dir_all(&base).unwrap();
+    let component = node_package::embedded_component(&base);
+    run(Command::new("npm")
+        .current_dir(&tools)
+        .args(["run", "build", "--silent"])
+        .env("DSH_GUEST_WASM", &component));
+    std::fs::write(
+        base.join("package.json"),
+        r#"{"name": "fresh", "private": true, "type": "module"}"#,
+    )
+    .unwrap();
+    run(Command::new("npm")
+        .current_dir(&base)
+        .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+        .arg(&tools));
+    let installed = base.join("node_modules/dsh-tools");
+    assert!(
+        installed.is_symlink(),
+        "npm did not link the package directory"
+    );
+    std::fs::write(base.join("readme-example.mjs"), readme_example()).unwrap();
+    assert_eq!(node(&base, &["readme-example.mjs"]), "hello from bash\n");
+}
