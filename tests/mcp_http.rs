@@ -15,6 +15,13 @@ use std::time::{Duration, Instant};
 mod procs;
 use procs::alive;
 
+#[path = "support/fault_guest.rs"]
+mod fault_guest;
+#[path = "support/nested_cargo.rs"]
+mod nested_cargo;
+#[path = "support/rust_target.rs"]
+mod rust_target;
+
 use serde_json::Value;
 
 const PYTHON_HINT: &str = "install the Python SDK client: python3 -m venv target/mcp-clients/venv && \
@@ -186,7 +193,10 @@ impl Server {
                 Ok(0) => break,
                 Ok(n) => {
                     response.push_str(&String::from_utf8_lossy(&buf[..n]));
-                    if response.contains("\"result\"") || response.contains("\"error\"") {
+                    // An event ends with its line.
+                    if (response.contains("\"result\"") || response.contains("\"error\""))
+                        && response.ends_with('\n')
+                    {
                         break;
                     }
                 }
@@ -309,6 +319,32 @@ fn sessions_see_only_their_own_tasks_and_notices() {
              output with bash_output."
         )],
         "{seen}"
+    );
+}
+
+/// The JSON-RPC message in a response: its body, or the `data` of its SSE event.
+fn jsonrpc_message(response: &str) -> Value {
+    let line = response
+        .lines()
+        .map(|l| l.strip_prefix("data: ").unwrap_or(l))
+        .find(|l| l.starts_with('{') && l.contains("\"jsonrpc\""))
+        .unwrap_or_else(|| panic!("no JSON-RPC message in {response:?}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
+/// Every session gets the instructions of the loaded component: here the fault guest's, which
+/// differ from the tools'.
+#[test]
+fn initialize_carries_the_components_own_instructions() {
+    let component = fault_guest::fault_guest();
+    let server = Server::start(&["--component", component.to_str().unwrap()]);
+    let (status, response) = server.initialize(&[("Authorization", &bearer(TOKEN))]);
+    assert_eq!(status, 200, "{response}");
+    let init = jsonrpc_message(&response);
+    assert_eq!(
+        init["result"]["instructions"],
+        fault_guest::INSTRUCTIONS,
+        "{init}"
     );
 }
 
@@ -518,6 +554,49 @@ fn calls_in_flight_and_progress_are_per_session() {
     );
     // The other session's call ran while A's was in flight.
     assert_eq!(texts(&seen["b"]), ["b\n"], "{seen}");
+}
+
+/// Each session runs in the root its client offers, at the same time as others in theirs; a
+/// session offering no root, one that is not `file://`, or a missing directory runs in `--cwd`,
+/// with a log line saying why.
+#[test]
+fn each_session_runs_in_its_clients_root() {
+    let dir = scratch();
+    // As bash's `pwd` prints it.
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let (x, y, default) = (root.join("x"), root.join("y"), root.join("default"));
+    for d in [&x.join("sub"), &y, &default] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let server = Server::start(&["--cwd", default.to_str().unwrap()]);
+    let seen = server.client("roots", TOKEN, &root);
+    let path = |p: &Path| Value::from(p.to_str().unwrap());
+    assert_eq!(seen["a"], path(&x), "{seen}");
+    assert_eq!(seen["a_relative"], path(&x.join("sub")), "{seen}");
+    assert_eq!(seen["a_again"], path(&x), "{seen}");
+    assert_eq!(seen["b"], path(&y), "{seen}");
+    assert_eq!(seen["no_roots"], path(&default), "{seen}");
+    assert_eq!(seen["not_file"], path(&default), "{seen}");
+    assert_eq!(seen["missing"], path(&default), "{seen}");
+    let stderr = server.stderr();
+    let using = format!("; using --cwd {}", default.display());
+    for reason in [
+        "the first root \"https://example.com/repo\" is not a file:// URI".to_string(),
+        format!(
+            "the first root \"file://{0}/missing\" names {0}/missing: No such file or directory \
+             (os error 2)",
+            root.display()
+        ),
+    ] {
+        let line = format!("session cwd: no client root used ({reason}){using}");
+        assert!(stderr.contains(&line), "no line {line:?} in:\n{stderr}");
+    }
+    // A client without roots is not asked, and needs no explanation.
+    assert_eq!(
+        stderr.matches("session cwd: no client root used").count(),
+        2,
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -12,18 +12,26 @@ Scenarios:
   limit      sessions up to the server's limit of 2, then one more, then one after a close
   calls      two calls at once in one session and one in another (--max-calls-in-flight 1), the
              first with a progressToken
+  roots      sessions offering different roots (`x`, `y` in the scratch dir) at once, one offering
+             none, one a root that is not file://, one a missing directory: each runs `pwd`
 """
 
+import functools
 import json
 import os
 import sys
 import time
+import warnings
 from contextlib import asynccontextmanager
 
 import anyio
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.types import ListRootsResult, Root
+
+# Roots are deprecated from revision 2026-07-28 on; the SDK's handshake negotiates an earlier one.
+warnings.simplefilter("ignore")
 
 
 def texts(result):
@@ -31,8 +39,9 @@ def texts(result):
 
 
 @asynccontextmanager
-async def open_session(url, token, terminate_on_close=True):
-    """One MCP session; yields the session and the log messages it received."""
+async def open_session(url, token, terminate_on_close=True, roots=None):
+    """One MCP session, offering `roots` (a list of `Root`) when given; yields the session and
+    the log messages it received."""
     logged = []
     arrived = anyio.Event()
 
@@ -46,7 +55,11 @@ async def open_session(url, token, terminate_on_close=True):
             read,
             write,
         ):
-            async with ClientSession(read, write, logging_callback=on_log) as session:
+            async def list_roots(context):
+                return ListRootsResult(roots=roots)
+
+            callbacks = {"list_roots_callback": list_roots} if roots is not None else {}
+            async with ClientSession(read, write, logging_callback=on_log, **callbacks) as session:
                 await session.initialize()
                 session.logged = logged
                 session.log_arrived = arrived
@@ -197,7 +210,46 @@ async def calls(url, token, scratch):
     print(json.dumps(seen))
 
 
-SCENARIOS = {"isolation": isolation, "close": close, "leave": leave, "limit": limit, "calls": calls}
+async def roots(url, token, scratch):
+    seen = {}
+
+    def file_root(name):
+        return Root(uri=f"file://{os.path.join(scratch, name)}")
+
+    async def pwd(session, **extra):
+        r = await session.call_tool("bash", {"command": "pwd", "description": "Where", **extra})
+        return texts(r)[0].strip()
+
+    async with (
+        open_session(url, token, roots=[file_root("x")]) as a,
+        open_session(url, token, roots=[file_root("y")]) as b,
+    ):
+        async def run(name, session, **extra):
+            seen[name] = await pwd(session, **extra)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "a", a)
+            tg.start_soon(run, "b", b)
+            tg.start_soon(functools.partial(run, "a_relative", a, workdir="sub"))
+        seen["a_again"] = await pwd(a)
+    async with open_session(url, token) as c:
+        seen["no_roots"] = await pwd(c)
+    # Built unchecked: the SDK's Root accepts file:// only.
+    async with open_session(url, token, roots=[Root.model_construct(uri="https://example.com/repo")]) as d:
+        seen["not_file"] = await pwd(d)
+    async with open_session(url, token, roots=[file_root("missing")]) as e:
+        seen["missing"] = await pwd(e)
+    print(json.dumps(seen))
+
+
+SCENARIOS = {
+    "isolation": isolation,
+    "close": close,
+    "leave": leave,
+    "limit": limit,
+    "calls": calls,
+    "roots": roots,
+}
 
 
 def main():
