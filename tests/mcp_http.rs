@@ -55,10 +55,16 @@ impl Server {
     }
 
     fn start_with(flags: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut args = vec!["mcp", "--http", "127.0.0.1:0", "--grace-ms", "500"];
+        args.extend_from_slice(flags);
+        Self::start_args(&args, env)
+    }
+
+    /// Starts `dsh-host ARGS`, which must serve HTTP.
+    fn start_args(args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_dsh-host"));
         command
-            .args(["mcp", "--http", "127.0.0.1:0", "--grace-ms", "500"])
-            .args(flags)
+            .args(args)
             .env("DSH_CACHE_DIR", component_cache())
             .env_remove("DSH_HTTP_TOKEN")
             .env("DSH_LOG", "info")
@@ -694,6 +700,68 @@ fn requests_outside_a_session_are_refused_with_a_reason() {
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     assert!(response.starts_with("HTTP/1.1 404"), "{response}");
+}
+
+/// The HTTP settings from `--config`: the address, the token file, the session limit and an
+/// origin, as their flags set them; a token on the command line replaces the file's.
+#[test]
+fn a_config_file_sets_the_http_flags() {
+    let dir = scratch();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "from-the-file\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = dir.path().join("dsh.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "http = \"127.0.0.1:0\"\nhttp-token-file = \"{}\"\nhttp-max-sessions = 1\n\
+             http-allow-origin = [\"https://app.example.com\"]\n",
+            token.display()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+
+    let server = Server::start_args(&["--config", config, "mcp"], &[("DSH_HTTP_TOKEN", TOKEN)]);
+    // The file's token file wins over the environment, as the flag does.
+    let (status, _) = server.initialize(&[("Authorization", &bearer(TOKEN))]);
+    assert_eq!(status, 401);
+    let file_token = bearer("from-the-file");
+    let (status, _) = server.initialize(&[("Origin", "https://other.example.com")]);
+    assert_eq!(status, 403);
+    let (status, response) = server.initialize(&[
+        ("Authorization", &file_token),
+        ("Origin", "https://app.example.com"),
+    ]);
+    assert_eq!(status, 200, "{response}");
+    // One session open: the limit of 1 from the file refuses another.
+    let (status, response) = server.initialize(&[("Authorization", &file_token)]);
+    assert_eq!(status, 503, "{response}");
+    assert!(
+        response.contains("the limit is 1 (--http-max-sessions)"),
+        "{response}"
+    );
+    drop(server);
+
+    // The command line's token and session limit win over the file's.
+    let server = Server::start_args(
+        &[
+            "--config",
+            config,
+            "mcp",
+            "--http-token",
+            TOKEN,
+            "--http-max-sessions",
+            "2",
+        ],
+        &[],
+    );
+    let (status, _) = server.initialize(&[("Authorization", &file_token)]);
+    assert_eq!(status, 401);
+    for _ in 0..2 {
+        let (status, response) = server.initialize(&[("Authorization", &bearer(TOKEN))]);
+        assert_eq!(status, 200, "{response}");
+    }
 }
 
 #[test]
