@@ -673,14 +673,40 @@ fn requests_outside_a_session_are_refused_with_a_reason() {
         response.contains(r#""id":7"#) && response.contains("send initialize first"),
         "{response}"
     );
-    // A 2026-07-28 request, which rmcp would serve outside any session.
-    let (status, response) = server.request(
-        "POST",
-        &headers,
-        r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"bash","arguments":{"command":"true"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
-    );
-    assert_eq!(status, 400, "{response}");
-    assert!(response.contains("needs a session"), "{response}");
+    // A 2026-07-28 request, which rmcp would serve outside any session, gets the revision's
+    // UnsupportedProtocolVersionError naming the revisions with sessions; so does its discovery.
+    for (id, method, params) in [
+        (
+            8,
+            "tools/call",
+            r#""name":"bash","arguments":{"command":"true"},"#,
+        ),
+        (9, "server/discover", ""),
+    ] {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{{params}"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+        );
+        let (status, response) = server.request("POST", &headers, &body);
+        assert_eq!(status, 400, "{response}");
+        let error = &jsonrpc_message(&response);
+        assert_eq!(error["id"], id, "{response}");
+        assert_eq!(error["error"]["code"], -32022, "{response}");
+        assert_eq!(
+            error["error"]["data"],
+            serde_json::json!({
+                "requested": "2026-07-28",
+                "supported": ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"],
+            }),
+            "{response}"
+        );
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Unsupported protocol version 2026-07-28: over HTTP"),
+            "{response}"
+        );
+    }
 
     // A body that is not JSON gets JSON-RPC's parse error, as on stdio.
     let (status, response) = server.request("POST", &headers, "{not json");
@@ -762,6 +788,23 @@ fn a_config_file_sets_the_http_flags() {
         let (status, response) = server.initialize(&[("Authorization", &bearer(TOKEN))]);
         assert_eq!(status, 200, "{response}");
     }
+}
+
+/// The Python SDK's `Client` connects as it does by default (mode `auto`: `server/discover` at
+/// revision 2026-07-28 first): the server's answer sends it to `initialize`, and it works.
+/// Pinned to 2026-07-28, it gets the revision's error naming the versions to use.
+#[test]
+fn a_client_of_revision_2026_07_28_falls_back_to_a_session() {
+    let server = Server::start(&[]);
+    let seen = server.client("modern", TOKEN, scratch().path());
+    assert_eq!(seen["auto_version"], "2025-11-25", "{seen}");
+    assert_eq!(texts(&seen["auto"]), ["auto\n"], "{seen}");
+    assert_eq!(seen["pinned"]["code"], -32022, "{seen}");
+    assert_eq!(
+        seen["pinned"]["data"]["supported"],
+        serde_json::json!(["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"]),
+        "{seen}"
+    );
 }
 
 #[test]

@@ -12,6 +12,8 @@ Scenarios:
   limit      sessions up to the server's limit of 2, then one more, then one after a close
   calls      two calls at once in one session and one in another (--max-calls-in-flight 1), the
              first with a progressToken
+  modern     the SDK's Client as it connects by default (mode "auto": server/discover at revision
+             2026-07-28 first, then initialize on a legacy answer) and pinned to 2026-07-28
   roots      sessions offering different roots (`x`, `y` in the scratch dir) at once, one offering
              none, one a root that is not file://, one a missing directory: each runs `pwd`
 """
@@ -25,7 +27,7 @@ import warnings
 from contextlib import asynccontextmanager
 
 import anyio
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import ListRootsResult, Root
@@ -242,6 +244,34 @@ async def roots(url, token, scratch):
     print(json.dumps(seen))
 
 
+async def modern(url, token, scratch):
+    seen = {}
+
+    def transport():
+        client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+        return streamable_http_client(url, http_client=client)
+
+    async with Client(transport(), mode="auto") as client:
+        seen["auto_version"] = client.session.protocol_version
+        r = await client.call_tool("bash", {"command": "echo auto", "description": "Auto"})
+        seen["auto"] = texts(r)
+    try:
+        async with Client(transport(), mode="2026-07-28") as client:
+            r = await client.call_tool("bash", {"command": "echo modern", "description": "Modern"})
+            seen["pinned"] = texts(r)
+    except Exception as e:
+        while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+            e = e.exceptions[0]
+        error = getattr(e, "error", None)
+        seen["pinned"] = {
+            "type": type(e).__name__,
+            "code": getattr(error, "code", None),
+            "message": getattr(error, "message", str(e)),
+            "data": getattr(error, "data", None),
+        }
+    print(json.dumps(seen))
+
+
 SCENARIOS = {
     "isolation": isolation,
     "close": close,
@@ -249,6 +279,7 @@ SCENARIOS = {
     "limit": limit,
     "calls": calls,
     "roots": roots,
+    "modern": modern,
 }
 
 
