@@ -599,6 +599,7 @@ fn call_numbers_beyond_f64_get_the_tools_validation_error() {
 /// and a bad file is refused naming it and the setting.
 #[test]
 fn a_config_file_sets_flags_and_the_command_line_wins() {
+    use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("dsh.toml");
     std::fs::write(
@@ -641,6 +642,19 @@ fn a_config_file_sets_flags_and_the_command_line_wins() {
             "invalid value '-1' for '--timeout-ms <MS>': expected a finite number > 0, got -1",
         ),
         ("env-deny = \"A\"\nenv-deny = \"B\"\n", "duplicate key"),
+        // `mcp`'s settings get their flags' checks too, whatever the command.
+        (
+            "http = \"example.com:80\"\n",
+            "invalid value 'example.com:80' for '--http <ADDR>': expected IP:PORT",
+        ),
+        (
+            "http-max-sessions = 0\n",
+            "invalid value '0' for '--http-max-sessions <N>': expected a whole number > 0, got 0",
+        ),
+        (
+            "http-token = \"a\"\nhttp-token-file = \"f\"\n",
+            "the argument '--http-token <TOKEN>' cannot be used with '--http-token-file <FILE>'",
+        ),
     ] {
         std::fs::write(&file, text).unwrap();
         let o = run(&["--config", config, "doctor"]);
@@ -652,6 +666,37 @@ fn a_config_file_sets_flags_and_the_command_line_wins() {
         );
         assert!(stderr(&o).contains(error), "{}", stderr(&o));
     }
+    // `mcp`'s settings leave the other commands alone.
+    std::fs::write(
+        &file,
+        "http = \"127.0.0.1:0\"\nhttp-max-sessions = 4\nmax-calls-in-flight = 2\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "--config",
+        config,
+        "call",
+        "bash",
+        r#"{"command":"echo ok","description":"d"}"#,
+    ]);
+    assert_eq!(stdout(&o), "ok\n", "{}", stderr(&o));
+    // A token in a file others may read is worth a warning.
+    std::fs::write(&file, "http-token = \"s3cret\"\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = run(&["--config", config, "doctor"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "dsh-host: warning: the config file {config} holds http-token and is readable by \
+             other users (chmod 600 it)"
+        )),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let o = run(&["--config", config, "doctor"]);
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+
     let o = run(&["--config", "/nonexistent/dsh.toml", "doctor"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(

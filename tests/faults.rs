@@ -94,6 +94,54 @@ async fn files_sockets_and_environment_give_nothing() {
     assert_next_call_works(&host).await;
 }
 
+/// The instructions are the loaded component's own: the fault guest's, not the tools', are read
+/// at load and served as MCP's `instructions`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serves_the_loaded_components_instructions() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+    let host = faulty_host().await;
+    assert_eq!(host.instructions(), fault_guest::INSTRUCTIONS);
+
+    let (client, server) = tokio::io::duplex(1 << 16);
+    let (server_read, server_write) = tokio::io::split(server);
+    let serving = tokio::spawn(dsh_host::mcp::serve(
+        host.clone(),
+        dsh_host::mcp::McpOptions::default(),
+        server_read,
+        server_write,
+    ));
+    let (client_read, mut client_write) = tokio::io::split(client);
+    let initialize = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "t", "version": "0" } },
+    });
+    client_write
+        .write_all(format!("{initialize}\n").as_bytes())
+        .await
+        .unwrap();
+    let line = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::io::BufReader::new(client_read).lines().next_line(),
+    )
+    .await
+    .expect("an answer in time")
+    .unwrap()
+    .expect("an answer");
+    let init: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(
+        init["result"]["instructions"],
+        fault_guest::INSTRUCTIONS,
+        "{init}"
+    );
+    drop(client_write);
+    tokio::time::timeout(Duration::from_secs(20), serving)
+        .await
+        .expect("the server ends with its input")
+        .unwrap()
+        .unwrap();
+}
+
 /// A component that skips the tools' ownership checks still reaches only its own session: the
 /// host hands each call an executor and an inject bound to the caller's session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

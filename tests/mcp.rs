@@ -201,6 +201,33 @@ fn wait_gone(pid: i32, timeout: Duration) {
     }
 }
 
+/// The embedded component's instructions (its `instructions` export), read through the library
+/// as `dsh-host` reads them at load.
+fn component_instructions() -> String {
+    use dsh_host::executor::{Config, Executor, LocalExecutor};
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let executor: Arc<dyn Executor> = LocalExecutor::new(Config::default(), tx).unwrap();
+            let mut options = dsh_host::HostOptions::new();
+            options.cache_dir =
+                Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache"));
+            let host = dsh_host::ToolHost::new(options, executor, rx)
+                .await
+                .expect("host loads");
+            let text = host.instructions().to_string();
+            assert!(
+                text.starts_with("These tools run shell commands"),
+                "not the tools' instructions: {text}"
+            );
+            text
+        })
+    })
+    .clone()
+}
+
 /// Start `sleeper` as background task `bash-1`; returns its pid once it runs.
 fn start_sleeper_task(mcp: &mut Mcp, pid_file: &Path) -> i32 {
     let r = mcp.call(
@@ -224,19 +251,8 @@ fn initialize_names_the_server_and_its_capabilities() {
     assert_eq!(init["serverInfo"]["name"], "dsh-host");
     assert_eq!(init["serverInfo"]["title"], "dsh bash tools");
     assert_eq!(init["serverInfo"]["version"], env!("CARGO_PKG_VERSION"));
-    assert_eq!(
-        init["instructions"],
-        "These tools run shell commands on the machine this server runs on.\n\
-         - Use bash in the foreground for commands that finish within its timeout (the bash \
-         tool's description names the default and the maximum); the call returns their output.\n\
-         - For servers, watchers, long builds and anything else that keeps running, set \
-         run_in_background: the call returns a task id at once and no timeout applies. Poll the \
-         task's new output and status with bash_output, and stop it with bash_kill. When a task \
-         ends, a notice says so on a later result.\n\
-         - Every call starts a fresh shell: cd, variables and functions do not carry over. Set \
-         workdir instead of using cd.\n\
-         - Running tasks are stopped when this server stops."
-    );
+    // The component's own text (its `instructions` export), as the library reads it at load.
+    assert_eq!(init["instructions"], component_instructions(), "{init}");
     assert!(
         init["capabilities"]["tools"].is_object(),
         "tools capability: {init}"
@@ -672,7 +688,7 @@ async fn serve_runs_a_session_over_any_byte_stream() {
         init["result"]["serverInfo"]["title"],
         dsh_host::mcp::SERVER_TITLE
     );
-    assert_eq!(init["result"]["instructions"], dsh_host::mcp::INSTRUCTIONS);
+    assert_eq!(init["result"]["instructions"], host.instructions());
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
     let started = exchange(json!({
@@ -918,11 +934,7 @@ fn discovery_carries_the_instructions_and_the_title() {
         }}),
     );
     let found = mcp.result_within(id, STARTUP_TIMEOUT);
-    assert_eq!(
-        found["instructions"],
-        dsh_host::mcp::INSTRUCTIONS,
-        "{found}"
-    );
+    assert_eq!(found["instructions"], component_instructions(), "{found}");
     let info = &found["_meta"]["io.modelcontextprotocol/serverInfo"];
     assert_eq!(info["name"], "dsh-host", "{found}");
     assert_eq!(info["title"], "dsh bash tools", "{found}");

@@ -20,6 +20,11 @@ mod nested_cargo;
 #[path = "support/provision.rs"]
 mod provision;
 
+#[path = "support/fault_guest.rs"]
+mod fault_guest;
+#[path = "support/rust_target.rs"]
+mod rust_target;
+
 use serde_json::Value;
 
 const TOKEN: &str = "test-token-0123456789abcdef";
@@ -49,10 +54,16 @@ impl Server {
     }
 
     fn start_with(flags: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut args = vec!["mcp", "--http", "127.0.0.1:0", "--grace-ms", "500"];
+        args.extend_from_slice(flags);
+        Self::start_args(&args, env)
+    }
+
+    /// Starts `dsh-host ARGS`, which must serve HTTP.
+    fn start_args(args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_dsh-host"));
         command
-            .args(["mcp", "--http", "127.0.0.1:0", "--grace-ms", "500"])
-            .args(flags)
+            .args(args)
             .env("DSH_CACHE_DIR", component_cache())
             .env_remove("DSH_HTTP_TOKEN")
             .env("DSH_LOG", "info")
@@ -176,7 +187,10 @@ impl Server {
                 Ok(0) => break,
                 Ok(n) => {
                     response.push_str(&String::from_utf8_lossy(&buf[..n]));
-                    if response.contains("\"result\"") || response.contains("\"error\"") {
+                    // An event ends with its line.
+                    if (response.contains("\"result\"") || response.contains("\"error\""))
+                        && response.ends_with('\n')
+                    {
                         break;
                     }
                 }
@@ -299,6 +313,32 @@ fn sessions_see_only_their_own_tasks_and_notices() {
              output with bash_output."
         )],
         "{seen}"
+    );
+}
+
+/// The JSON-RPC message in a response: its body, or the `data` of its SSE event.
+fn jsonrpc_message(response: &str) -> Value {
+    let line = response
+        .lines()
+        .map(|l| l.strip_prefix("data: ").unwrap_or(l))
+        .find(|l| l.starts_with('{') && l.contains("\"jsonrpc\""))
+        .unwrap_or_else(|| panic!("no JSON-RPC message in {response:?}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
+/// Every session gets the instructions of the loaded component: here the fault guest's, which
+/// differ from the tools'.
+#[test]
+fn initialize_carries_the_components_own_instructions() {
+    let component = fault_guest::fault_guest();
+    let server = Server::start(&["--component", component.to_str().unwrap()]);
+    let (status, response) = server.initialize(&[("Authorization", &bearer(TOKEN))]);
+    assert_eq!(status, 200, "{response}");
+    let init = jsonrpc_message(&response);
+    assert_eq!(
+        init["result"]["instructions"],
+        fault_guest::INSTRUCTIONS,
+        "{init}"
     );
 }
 
@@ -510,6 +550,49 @@ fn calls_in_flight_and_progress_are_per_session() {
     assert_eq!(texts(&seen["b"]), ["b\n"], "{seen}");
 }
 
+/// Each session runs in the root its client offers, at the same time as others in theirs; a
+/// session offering no root, one that is not `file://`, or a missing directory runs in `--cwd`,
+/// with a log line saying why.
+#[test]
+fn each_session_runs_in_its_clients_root() {
+    let dir = scratch();
+    // As bash's `pwd` prints it.
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let (x, y, default) = (root.join("x"), root.join("y"), root.join("default"));
+    for d in [&x.join("sub"), &y, &default] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let server = Server::start(&["--cwd", default.to_str().unwrap()]);
+    let seen = server.client("roots", TOKEN, &root);
+    let path = |p: &Path| Value::from(p.to_str().unwrap());
+    assert_eq!(seen["a"], path(&x), "{seen}");
+    assert_eq!(seen["a_relative"], path(&x.join("sub")), "{seen}");
+    assert_eq!(seen["a_again"], path(&x), "{seen}");
+    assert_eq!(seen["b"], path(&y), "{seen}");
+    assert_eq!(seen["no_roots"], path(&default), "{seen}");
+    assert_eq!(seen["not_file"], path(&default), "{seen}");
+    assert_eq!(seen["missing"], path(&default), "{seen}");
+    let stderr = server.stderr();
+    let using = format!("; using --cwd {}", default.display());
+    for reason in [
+        "the first root \"https://example.com/repo\" is not a file:// URI".to_string(),
+        format!(
+            "the first root \"file://{0}/missing\" names {0}/missing: No such file or directory \
+             (os error 2)",
+            root.display()
+        ),
+    ] {
+        let line = format!("session cwd: no client root used ({reason}){using}");
+        assert!(stderr.contains(&line), "no line {line:?} in:\n{stderr}");
+    }
+    // A client without roots is not asked, and needs no explanation.
+    assert_eq!(
+        stderr.matches("session cwd: no client root used").count(),
+        2,
+        "{stderr}"
+    );
+}
+
 #[test]
 fn sigterm_ends_the_server_and_kills_every_task() {
     let mut server = Server::start(&[]);
@@ -578,14 +661,40 @@ fn requests_outside_a_session_are_refused_with_a_reason() {
         response.contains(r#""id":7"#) && response.contains("send initialize first"),
         "{response}"
     );
-    // A 2026-07-28 request, which rmcp would serve outside any session.
-    let (status, response) = server.request(
-        "POST",
-        &headers,
-        r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"bash","arguments":{"command":"true"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
-    );
-    assert_eq!(status, 400, "{response}");
-    assert!(response.contains("needs a session"), "{response}");
+    // A 2026-07-28 request, which rmcp would serve outside any session, gets the revision's
+    // UnsupportedProtocolVersionError naming the revisions with sessions; so does its discovery.
+    for (id, method, params) in [
+        (
+            8,
+            "tools/call",
+            r#""name":"bash","arguments":{"command":"true"},"#,
+        ),
+        (9, "server/discover", ""),
+    ] {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{{params}"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+        );
+        let (status, response) = server.request("POST", &headers, &body);
+        assert_eq!(status, 400, "{response}");
+        let error = &jsonrpc_message(&response);
+        assert_eq!(error["id"], id, "{response}");
+        assert_eq!(error["error"]["code"], -32022, "{response}");
+        assert_eq!(
+            error["error"]["data"],
+            serde_json::json!({
+                "requested": "2026-07-28",
+                "supported": ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"],
+            }),
+            "{response}"
+        );
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Unsupported protocol version 2026-07-28: over HTTP"),
+            "{response}"
+        );
+    }
 
     // A body that is not JSON gets JSON-RPC's parse error, as on stdio.
     let (status, response) = server.request("POST", &headers, "{not json");
@@ -605,6 +714,85 @@ fn requests_outside_a_session_are_refused_with_a_reason() {
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     assert!(response.starts_with("HTTP/1.1 404"), "{response}");
+}
+
+/// The HTTP settings from `--config`: the address, the token file, the session limit and an
+/// origin, as their flags set them; a token on the command line replaces the file's.
+#[test]
+fn a_config_file_sets_the_http_flags() {
+    let dir = scratch();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "from-the-file\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = dir.path().join("dsh.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "http = \"127.0.0.1:0\"\nhttp-token-file = \"{}\"\nhttp-max-sessions = 1\n\
+             http-allow-origin = [\"https://app.example.com\"]\n",
+            token.display()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+
+    let server = Server::start_args(&["--config", config, "mcp"], &[("DSH_HTTP_TOKEN", TOKEN)]);
+    // The file's token file wins over the environment, as the flag does.
+    let (status, _) = server.initialize(&[("Authorization", &bearer(TOKEN))]);
+    assert_eq!(status, 401);
+    let file_token = bearer("from-the-file");
+    let (status, _) = server.initialize(&[("Origin", "https://other.example.com")]);
+    assert_eq!(status, 403);
+    let (status, response) = server.initialize(&[
+        ("Authorization", &file_token),
+        ("Origin", "https://app.example.com"),
+    ]);
+    assert_eq!(status, 200, "{response}");
+    // One session open: the limit of 1 from the file refuses another.
+    let (status, response) = server.initialize(&[("Authorization", &file_token)]);
+    assert_eq!(status, 503, "{response}");
+    assert!(
+        response.contains("the limit is 1 (--http-max-sessions)"),
+        "{response}"
+    );
+    drop(server);
+
+    // The command line's token and session limit win over the file's.
+    let server = Server::start_args(
+        &[
+            "--config",
+            config,
+            "mcp",
+            "--http-token",
+            TOKEN,
+            "--http-max-sessions",
+            "2",
+        ],
+        &[],
+    );
+    let (status, _) = server.initialize(&[("Authorization", &file_token)]);
+    assert_eq!(status, 401);
+    for _ in 0..2 {
+        let (status, response) = server.initialize(&[("Authorization", &bearer(TOKEN))]);
+        assert_eq!(status, 200, "{response}");
+    }
+}
+
+/// The Python SDK's `Client` connects as it does by default (mode `auto`: `server/discover` at
+/// revision 2026-07-28 first): the server's answer sends it to `initialize`, and it works.
+/// Pinned to 2026-07-28, it gets the revision's error naming the versions to use.
+#[test]
+fn a_client_of_revision_2026_07_28_falls_back_to_a_session() {
+    let server = Server::start(&[]);
+    let seen = server.client("modern", TOKEN, scratch().path());
+    assert_eq!(seen["auto_version"], "2025-11-25", "{seen}");
+    assert_eq!(texts(&seen["auto"]), ["auto\n"], "{seen}");
+    assert_eq!(seen["pinned"]["code"], -32022, "{seen}");
+    assert_eq!(
+        seen["pinned"]["data"]["supported"],
+        serde_json::json!(["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"]),
+        "{seen}"
+    );
 }
 
 #[test]

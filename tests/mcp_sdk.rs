@@ -142,3 +142,56 @@ fn python_sdk_client_uses_every_tool_over_stdio() {
     let reports = r["progress"]["reports"].as_array().unwrap();
     assert!(reports.len() >= 3, "{r}");
 }
+
+/// The Python SDK's client offering roots over stdio: the first root is the session's cwd (the
+/// first call waits for the slow answer), a change announced with `roots/list_changed` applies
+/// to the next call, and a root the server cannot use (not `file://`, missing, none at all)
+/// falls back to `--cwd`, with a log line saying why.
+#[test]
+fn python_sdk_client_roots_set_the_session_cwd_over_stdio() {
+    let scratch = tempfile::tempdir().unwrap();
+    // As bash's `pwd` prints it.
+    let scratch = std::fs::canonicalize(scratch.path()).unwrap();
+    let (x, y, default) = (
+        scratch.join("x"),
+        scratch.join("y"),
+        scratch.join("default"),
+    );
+    for dir in [&x.join("sub"), &y, &default] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let r = python_client(
+        "stdio_roots.py",
+        &scratch,
+        &["--cwd", default.to_str().unwrap()],
+    );
+    let path = |p: &std::path::Path| json!(p.to_str().unwrap());
+    assert_eq!(r["first"], path(&x), "{r}");
+    assert_eq!(r["relative"], path(&x.join("sub")), "{r}");
+    assert_eq!(r["changed"], path(&y), "{r}");
+    assert_eq!(r["not_file"], path(&default), "{r}");
+    assert_eq!(r["missing"], path(&default), "{r}");
+    assert_eq!(r["none"], path(&default), "{r}");
+    assert_eq!(r["back"], path(&x), "{r}");
+    // Asked once after initialized, and once per change.
+    assert_eq!(r["asked"], 6, "{r}");
+    let stderr = r["stderr"].as_str().unwrap();
+    let using = format!("; using --cwd {}", default.display());
+    for reason in [
+        "the first root \"https://example.com/repo\" is not a file:// URI".to_string(),
+        format!(
+            "the first root \"file://{}/missing\" names {}/missing: No such file or directory (os error 2)",
+            scratch.display(),
+            scratch.display()
+        ),
+        "the client offers no roots".to_string(),
+    ] {
+        let line = format!("session cwd: no client root used ({reason}){using}");
+        assert!(stderr.contains(&line), "no line {line:?} in:\n{stderr}");
+    }
+    assert_eq!(
+        stderr.matches("session cwd: no client root used").count(),
+        3,
+        "{stderr}"
+    );
+}

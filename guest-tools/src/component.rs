@@ -40,6 +40,10 @@ impl wit_tools::Guest for Component {
             .collect()
     }
 
+    fn instructions() -> String {
+        crate::instructions::instructions()
+    }
+
     fn call_tool(
         name: String,
         arguments: String,

@@ -1,9 +1,10 @@
 //! The bash tools as a WebAssembly component (world `tools-component` in `wit/bash.wit`).
 //!
-//! The component exports three model-facing tools, `bash`, `bash_output` and `bash_kill`, and
-//! holds every rule the model can observe: the parameter declarations and their JSON Schema,
-//! argument validation, value checks, the rendering of results, status lines and the completion
-//! notices (see the tool contract). It never touches a process, file, clock or random source:
+//! The component exports three model-facing tools, `bash`, `bash_output` and `bash_kill`, with
+//! the instructions on how they work together, and holds every rule the model can observe: the
+//! instructions, the parameter declarations and their JSON Schema, argument validation, value
+//! checks, the rendering of results, status lines and the completion notices (see the tool
+//! contract). It never touches a process, file, clock or random source:
 //! commands run only through the imported `bash-executor` interface, and notices reach sessions
 //! only through the imported `agent` interface, so any host supplying those two runs the same
 //! tools with the same bytes.
@@ -12,6 +13,7 @@
 //! `component.rs` (compiled for `wasm32`) binds it to the generated WIT imports and exports.
 
 pub mod dispatch;
+pub mod instructions;
 pub mod jsnum;
 pub mod json;
 pub mod jstrim;

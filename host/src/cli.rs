@@ -211,9 +211,9 @@ pub struct CommonArgs {
     /// Repeatable.
     #[arg(long = "env-allow", global = true, value_name = "NAME", value_parser = env_name)]
     pub env_allow: Vec<String>,
-    /// Read these settings from a TOML file: each key is one of these flags without its dashes
-    /// (`timeout-ms = 120000`, `env-deny = ["*_PAT"]`). Flags on the command line win; repeatable
-    /// ones add to the file's.
+    /// Read these settings from a TOML file: each key is one of these flags, or of `mcp`'s,
+    /// without its dashes (`timeout-ms = 120000`, `env-deny = ["*_PAT"]`, `http = "8765"`).
+    /// Flags on the command line win; repeatable ones add to the file's.
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }

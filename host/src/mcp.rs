@@ -8,11 +8,17 @@
 //! - `tools/list` lists the component's tools with their input schemas exactly as the component
 //!   converted them, and the component's titles and annotations (`readOnlyHint`,
 //!   `destructiveHint`, `idempotentHint`, `openWorldHint`).
-//! - The `initialize` result carries [`INSTRUCTIONS`] (foreground or background, fresh shells)
-//!   and the server's title, [`SERVER_TITLE`].
+//! - The `initialize` result carries the component's instructions (its `instructions` export,
+//!   read once at load: foreground or background, fresh shells) and the server's title,
+//!   [`SERVER_TITLE`].
 //! - `tools/call` hands the name and the `arguments` object (as JSON text, `{}` when absent) to
 //!   the component unchecked, so that the component answers unknown tools and bad arguments
 //!   itself. The result is the tool text as the first text block, `isError` from the component.
+//! - A client that declares the `roots` capability is asked `roots/list` once initialized and
+//!   on each `notifications/roots/list_changed`; the first root, when it is a `file://` URI
+//!   naming a directory, is the session's cwd for later calls, else the default (`--cwd`), with
+//!   a log line saying why. A call waits for an outstanding answer, at most [`ROOTS_WAIT`]
+//!   (see `roots.rs`).
 //! - `notifications/cancelled` aborts the call it names: rmcp cancels the request's token, which
 //!   is the call's abort token, so a foreground command is killed.
 //! - A completion notice for the session is sent at once as a `notifications/message` (logger
@@ -30,6 +36,7 @@
 
 mod big_numbers;
 mod http;
+mod roots;
 mod transport;
 
 use std::sync::{Arc, Mutex};
@@ -38,10 +45,10 @@ use std::time::Duration;
 use dsh_executor::TaskState;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
-    CustomResult, ErrorCode, Implementation, JsonObject, ListToolsResult, LoggingLevel,
-    LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
-    ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig, SetLevelRequestParams, Tool,
-    ToolAnnotations,
+    CustomResult, ErrorCode, Implementation, InitializeRequestParams, InitializeResult, JsonObject,
+    ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, Tool, ToolAnnotations,
 };
 use rmcp::service::{
     NotificationContext, QuitReason, RequestContext, ServerInitializeError, serve_server_with_ct,
@@ -60,6 +67,8 @@ pub use http::{
     TOKEN_ENV as HTTP_TOKEN_ENV, TokenSource, parse_listen_addr as http_listen_addr,
     parse_origin as http_origin, serve_http, serve_http_until,
 };
+pub use roots::ROOTS_WAIT;
+use roots::SessionCwd;
 use transport::LineTransport;
 
 /// The server name in the `initialize` result.
@@ -67,20 +76,6 @@ pub const SERVER_NAME: &str = "dsh-host";
 
 /// The server's title in the `initialize` result, for clients to display.
 pub const SERVER_TITLE: &str = "dsh bash tools";
-
-/// The `instructions` of the `initialize` result: how the three tools work together, for the
-/// client to hand to the model.
-pub const INSTRUCTIONS: &str = "\
-These tools run shell commands on the machine this server runs on.
-- Use bash in the foreground for commands that finish within its timeout (the bash tool's \
-description names the default and the maximum); the call returns their output.
-- For servers, watchers, long builds and anything else that keeps running, set \
-run_in_background: the call returns a task id at once and no timeout applies. Poll the task's new \
-output and status with bash_output, and stop it with bash_kill. When a task ends, a notice says \
-so on a later result.
-- Every call starts a fresh shell: cd, variables and functions do not carry over. Set workdir \
-instead of using cd.
-- Running tasks are stopped when this server stops.";
 
 /// The logger name of the completion-notice log messages.
 pub const NOTICE_LOGGER: &str = "tool-bash";
@@ -99,7 +94,8 @@ pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_secs(10);
 /// How a session is served.
 #[derive(Debug, Clone)]
 pub struct McpOptions {
-    /// The session's working directory: relative `workdir`s resolve against it.
+    /// The session's default working directory (relative `workdir`s resolve against it), used
+    /// unless the client offers a usable root when asked `roots/list`.
     pub cwd: Option<String>,
     /// Tool calls the connection may have in flight at once; one more is answered with an error
     /// naming the limit instead of being run.
@@ -345,7 +341,10 @@ const SERVED_METHODS: &[&str] = &[
 struct McpServer {
     host: ToolHost,
     tools: Arc<Vec<Tool>>,
-    caller: Caller,
+    /// The session's owner token.
+    owner: String,
+    /// The session's cwd: the client's root or the default.
+    cwd: Arc<SessionCwd>,
     notices: Arc<Notices>,
     call_slots: CallSlots,
     progress_interval: Duration,
@@ -375,7 +374,8 @@ impl McpServer {
         let server = McpServer {
             host: host.clone(),
             tools,
-            caller: session.caller(),
+            owner: session.owner().to_string(),
+            cwd: Arc::new(SessionCwd::new(options.cwd.clone())),
             notices: Arc::new(Notices::default()),
             call_slots: CallSlots::new(options.max_calls_in_flight),
             progress_interval: options.progress_interval,
@@ -419,12 +419,13 @@ impl ServerHandler for McpServer {
             .enable_logging()
             .enable_tools()
             .build();
-        ServerConfig::new(capabilities)
-            .with_server_info(
-                Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION"))
-                    .with_title(SERVER_TITLE),
-            )
-            .with_instructions(INSTRUCTIONS)
+        let config = ServerConfig::new(capabilities).with_server_info(
+            Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION")).with_title(SERVER_TITLE),
+        );
+        match self.host.instructions() {
+            "" => config,
+            instructions => config.with_instructions(instructions),
+        }
     }
 
     async fn list_tools(
@@ -467,15 +468,18 @@ impl ServerHandler for McpServer {
             Some(arguments) => arguments_json(arguments)?,
             None => "{}".to_string(),
         };
+        let cwd = tokio::select! {
+            cwd = self.cwd.current() => cwd,
+            // The call ends at once as aborted; its directory does not matter.
+            _ = abort.cancelled() => None,
+        };
+        let caller = Caller {
+            owner: Some(self.owner.clone()),
+            cwd,
+        };
         let result = self
             .host
-            .call_metered(
-                &request.name,
-                &arguments,
-                &self.caller,
-                abort.clone(),
-                meter,
-            )
+            .call_metered(&request.name, &arguments, &caller, abort.clone(), meter)
             .await;
 
         let mut content = vec![ContentBlock::text(result.text)];
@@ -523,11 +527,33 @@ impl ServerHandler for McpServer {
         Ok(())
     }
 
+    /// rmcp's own `initialize`, noting whether the client offers roots to ask for.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        context.peer.set_peer_info(request.clone());
+        let result = self.negotiate_initialize(&request)?;
+        // From 2026-07-28 on a server sends the client no requests.
+        if request.capabilities.roots.is_some()
+            && result.protocol_version.as_str() < ProtocolVersion::V_2026_07_28.as_str()
+        {
+            self.cwd.expect_roots();
+        }
+        Ok(result)
+    }
+
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.cwd.ask(context.peer.clone());
         if let Some(injections) = lock(&self.unpumped).take() {
             // Ends when the session (the handler) goes: its notice channel closes then.
             tokio::spawn(pump_notices(injections, context.peer, self.notices.clone()));
         }
+    }
+
+    async fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) {
+        self.cwd.ask(context.peer);
     }
 }
 

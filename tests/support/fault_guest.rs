@@ -42,3 +42,8 @@ pub fn fault_guest() -> PathBuf {
         })
         .clone()
 }
+
+/// The fault guest's `instructions` export, which differs from the tools component's.
+#[allow(dead_code)]
+pub const INSTRUCTIONS: &str =
+    "Fault guest: its tools misbehave on request. For the host's tests only.";

@@ -106,6 +106,8 @@ struct Inner {
     executor: Arc<dyn Executor>,
     sessions: SessionRouter,
     tools: Vec<ToolDefinition>,
+    /// The component's `instructions`, read at load like the tools.
+    instructions: String,
     /// A fresh instance made between calls for the next one (each is used for one call only):
     /// instantiating costs ~20 µs, which then falls outside the call.
     ready: std::sync::Mutex<Option<Instance>>,
@@ -153,10 +155,11 @@ impl ToolHost {
             executor,
             sessions,
             tools: Vec::new(),
+            instructions: String::new(),
             ready: std::sync::Mutex::new(None),
             calls: Arc::new(tokio::sync::Semaphore::new(CALL_SLOTS)),
         };
-        inner.tools = inner.list_tools().await?;
+        (inner.tools, inner.instructions) = inner.describe().await?;
         let host = Self {
             inner: Arc::new(inner),
         };
@@ -167,6 +170,12 @@ impl ToolHost {
     /// The tool definitions, as listed by the component at load.
     pub fn tools(&self) -> &[ToolDefinition] {
         &self.inner.tools
+    }
+
+    /// The component's instructions for the model (how its tools work together), as it gave
+    /// them at load: MCP serves them as the `initialize` result's `instructions`.
+    pub fn instructions(&self) -> &str {
+        &self.inner.instructions
     }
 
     /// Open an agent session: a fresh owner token and the channel its notices arrive on.
@@ -323,7 +332,9 @@ impl Inner {
         Ok((store, instance))
     }
 
-    async fn list_tools(&self) -> anyhow::Result<Vec<ToolDefinition>> {
+    /// What the component says of itself: its tools (`list-tools`) and its instructions, each
+    /// asked once, in one instance.
+    async fn describe(&self) -> anyhow::Result<(Vec<ToolDefinition>, String)> {
         let (mut store, instance) = self
             .instantiate(CancellationToken::new())
             .await
@@ -333,7 +344,13 @@ impl Inner {
             .call_list_tools(&mut store)
             .await
             .map_err(|e| anyhow::anyhow!("list-tools failed in the tools component: {e:#}"))?;
-        defs.into_iter()
+        let instructions = instance
+            .dsh_bash_tools()
+            .call_instructions(&mut store)
+            .await
+            .map_err(|e| anyhow::anyhow!("instructions failed in the tools component: {e:#}"))?;
+        let tools = defs
+            .into_iter()
             .map(|d| {
                 let input_schema = serde_json::from_str(&d.input_schema).with_context(|| {
                     format!("tool {} has an input schema that is not JSON", d.name)
@@ -351,7 +368,8 @@ impl Inner {
                     },
                 })
             })
-            .collect()
+            .collect::<anyhow::Result<_>>()?;
+        Ok((tools, instructions))
     }
 
     async fn task_done(&self, task: Task) -> wasmtime::Result<Result<(), String>> {

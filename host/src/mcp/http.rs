@@ -13,9 +13,11 @@
 //!   without `Origin` (programs, not browsers) pass;
 //! - `Authorization: Bearer TOKEN` must carry the server's token, compared in constant time
 //!   (401 with `WWW-Authenticate: Bearer` otherwise);
-//! - a JSON-RPC request that would run outside a session (no `Mcp-Session-Id` and not an
-//!   `initialize`, or with the sessionless `_meta` of revision 2026-07-28) is refused with a
-//!   JSON-RPC error saying to initialize: tasks and notices live in a session;
+//! - a JSON-RPC request that would run outside a session is refused: tasks and notices live in a
+//!   session. One without `Mcp-Session-Id` that is not an `initialize` gets an error saying to
+//!   initialize; one of revision 2026-07-28 (which has no sessions: its `_meta` carries the
+//!   version) gets the revision's `UnsupportedProtocolVersionError` listing the handshake
+//!   revisions, from which a client that speaks both falls back to `initialize`;
 //! - an `initialize` beyond `--http-max-sessions` open sessions is refused (HTTP 503, JSON-RPC
 //!   error -32000 naming the limit).
 //!
@@ -363,7 +365,10 @@ impl Gate {
             // Not one JSON-RPC request (a notification, a response, a batch): rmcp answers it.
             return self.service.handle(request).await;
         };
-        if probe.sessionless || (!in_session && probe.method != "initialize") {
+        if let Some(requested) = probe.modern {
+            return unsupported_version(probe.id, &requested);
+        }
+        if !in_session && probe.method != "initialize" {
             return jsonrpc_error(
                 StatusCode::BAD_REQUEST,
                 probe.id,
@@ -371,8 +376,7 @@ impl Gate {
                 format!(
                     "Invalid request: {} needs a session; dsh-host keeps each MCP session's \
                      tasks apart, so send initialize first and then its Mcp-Session-Id with \
-                     each request (the sessionless requests of revision 2026-07-28 are served \
-                     on stdio only)",
+                     each request",
                     probe.method
                 ),
             );
@@ -403,9 +407,9 @@ impl Gate {
 struct Probe {
     id: serde_json::Value,
     method: String,
-    /// Carries the per-request protocol version of revision 2026-07-28, which rmcp serves
+    /// The per-request protocol version of revision 2026-07-28 on, which rmcp would serve
     /// outside any session.
-    sessionless: bool,
+    modern: Option<String>,
 }
 
 /// The request in `message`, if it is one JSON-RPC request.
@@ -415,16 +419,29 @@ fn probe(message: serde_json::Value) -> Option<Probe> {
     };
     let id = message.get("id")?.clone();
     let method = message.get("method")?.as_str()?.to_string();
-    let sessionless = message
+    let modern = message
         .get("params")
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
-        .is_some();
-    Some(Probe {
-        id,
-        method,
-        sessionless,
-    })
+        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
+    Some(Probe { id, method, modern })
+}
+
+/// The answer to a request of a revision without sessions (2026-07-28 on): the revision's
+/// `UnsupportedProtocolVersionError`, listing the revisions with sessions, so that a client
+/// that speaks one of them falls back to `initialize`.
+fn unsupported_version(id: serde_json::Value, requested: &str) -> Response<Body> {
+    use rmcp::model::{ErrorCode, ProtocolVersion};
+    let supported = ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE);
+    let error = serde_json::json!({
+        "code": ErrorCode::UNSUPPORTED_PROTOCOL_VERSION.0,
+        "message": format!(
+            "Unsupported protocol version {requested}: over HTTP dsh-host serves the revisions \
+             with sessions, which keep each client's tasks apart; send initialize with one of them"
+        ),
+        "data": { "requested": requested, "supported": supported },
+    });
+    jsonrpc_response(StatusCode::BAD_REQUEST, id, error)
 }
 
 /// `Err` with the reason when the request carries an `Origin` that is neither loopback nor
@@ -543,11 +560,19 @@ fn jsonrpc_error(
     code: i64,
     message: String,
 ) -> Response<Body> {
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": { "code": code, "message": message },
-    });
+    jsonrpc_response(
+        status,
+        id,
+        serde_json::json!({ "code": code, "message": message }),
+    )
+}
+
+fn jsonrpc_response(
+    status: StatusCode,
+    id: serde_json::Value,
+    error: serde_json::Value,
+) -> Response<Body> {
+    let body = serde_json::json!({ "jsonrpc": "2.0", "id": id, "error": error });
     let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
     *response.status_mut() = status;
     response.headers_mut().insert(

@@ -1,8 +1,9 @@
 //! A tools component that misbehaves on request, for the host's fault-isolation and deny tests.
 //!
 //! `call-tool` with name `trap`, `loop`, `alloc`, `read-file`, `connect` or `env` does exactly
-//! that; `ok` answers `ok`. The `spy-*` tools call one executor or agent import directly, with
-//! the raw `arguments` text as its argument and none of the tools' ownership checks, and answer
+//! that; `ok` answers `ok`. Its `instructions` are a text of its own (`INSTRUCTIONS` in
+//! `tests/support/fault_guest.rs`). The `spy-*` tools call one executor or agent import directly,
+//! with the raw `arguments` text as its argument and none of the tools' ownership checks, and answer
 //! what the host returned, so that tests can see what a hostile component reaches:
 //! `spy-read`, `spy-kill`, `spy-get`, `spy-owner-of` take a task id; `spy-list` nothing;
 //! `spy-inject` an owner token; `spy-resolve`, `spy-run`, `spy-start` the owner token to claim
@@ -65,6 +66,11 @@ mod component {
                 },
             })
             .collect()
+        }
+
+        /// Not the tools' instructions: a host must serve each component's own.
+        fn instructions() -> String {
+            "Fault guest: its tools misbehave on request. For the host's tests only.".into()
         }
 
         fn call_tool(

@@ -12,18 +12,28 @@ Scenarios:
   limit      sessions up to the server's limit of 2, then one more, then one after a close
   calls      two calls at once in one session and one in another (--max-calls-in-flight 1), the
              first with a progressToken
+  modern     the SDK's Client as it connects by default (mode "auto": server/discover at revision
+             2026-07-28 first, then initialize on a legacy answer) and pinned to 2026-07-28
+  roots      sessions offering different roots (`x`, `y` in the scratch dir) at once, one offering
+             none, one a root that is not file://, one a missing directory: each runs `pwd`
 """
 
+import functools
 import json
 import os
 import sys
 import time
+import warnings
 from contextlib import asynccontextmanager
 
 import anyio
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.types import ListRootsResult, Root
+
+# Roots are deprecated from revision 2026-07-28 on; the SDK's handshake negotiates an earlier one.
+warnings.simplefilter("ignore")
 
 
 def texts(result):
@@ -31,8 +41,9 @@ def texts(result):
 
 
 @asynccontextmanager
-async def open_session(url, token, terminate_on_close=True):
-    """One MCP session; yields the session and the log messages it received."""
+async def open_session(url, token, terminate_on_close=True, roots=None):
+    """One MCP session, offering `roots` (a list of `Root`) when given; yields the session and
+    the log messages it received."""
     logged = []
     arrived = anyio.Event()
 
@@ -46,7 +57,11 @@ async def open_session(url, token, terminate_on_close=True):
             read,
             write,
         ):
-            async with ClientSession(read, write, logging_callback=on_log) as session:
+            async def list_roots(context):
+                return ListRootsResult(roots=roots)
+
+            callbacks = {"list_roots_callback": list_roots} if roots is not None else {}
+            async with ClientSession(read, write, logging_callback=on_log, **callbacks) as session:
                 await session.initialize()
                 session.logged = logged
                 session.log_arrived = arrived
@@ -197,7 +212,75 @@ async def calls(url, token, scratch):
     print(json.dumps(seen))
 
 
-SCENARIOS = {"isolation": isolation, "close": close, "leave": leave, "limit": limit, "calls": calls}
+async def roots(url, token, scratch):
+    seen = {}
+
+    def file_root(name):
+        return Root(uri=f"file://{os.path.join(scratch, name)}")
+
+    async def pwd(session, **extra):
+        r = await session.call_tool("bash", {"command": "pwd", "description": "Where", **extra})
+        return texts(r)[0].strip()
+
+    async with (
+        open_session(url, token, roots=[file_root("x")]) as a,
+        open_session(url, token, roots=[file_root("y")]) as b,
+    ):
+        async def run(name, session, **extra):
+            seen[name] = await pwd(session, **extra)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "a", a)
+            tg.start_soon(run, "b", b)
+            tg.start_soon(functools.partial(run, "a_relative", a, workdir="sub"))
+        seen["a_again"] = await pwd(a)
+    async with open_session(url, token) as c:
+        seen["no_roots"] = await pwd(c)
+    # Built unchecked: the SDK's Root accepts file:// only.
+    async with open_session(url, token, roots=[Root.model_construct(uri="https://example.com/repo")]) as d:
+        seen["not_file"] = await pwd(d)
+    async with open_session(url, token, roots=[file_root("missing")]) as e:
+        seen["missing"] = await pwd(e)
+    print(json.dumps(seen))
+
+
+async def modern(url, token, scratch):
+    seen = {}
+
+    def transport():
+        client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+        return streamable_http_client(url, http_client=client)
+
+    async with Client(transport(), mode="auto") as client:
+        seen["auto_version"] = client.session.protocol_version
+        r = await client.call_tool("bash", {"command": "echo auto", "description": "Auto"})
+        seen["auto"] = texts(r)
+    try:
+        async with Client(transport(), mode="2026-07-28") as client:
+            r = await client.call_tool("bash", {"command": "echo modern", "description": "Modern"})
+            seen["pinned"] = texts(r)
+    except Exception as e:
+        while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+            e = e.exceptions[0]
+        error = getattr(e, "error", None)
+        seen["pinned"] = {
+            "type": type(e).__name__,
+            "code": getattr(error, "code", None),
+            "message": getattr(error, "message", str(e)),
+            "data": getattr(error, "data", None),
+        }
+    print(json.dumps(seen))
+
+
+SCENARIOS = {
+    "isolation": isolation,
+    "close": close,
+    "leave": leave,
+    "limit": limit,
+    "calls": calls,
+    "roots": roots,
+    "modern": modern,
+}
 
 
 def main():
