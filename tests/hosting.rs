@@ -43,11 +43,15 @@ fn component_file() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hosting");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("guest_tools.wasm");
-    if std::fs::read(&path).ok().as_deref() != Some(dsh_host::engine::EMBEDDED_COMPONENT) {
-        let tmp = dir.join(format!("guest_tools.wasm.{}", std::process::id()));
-        std::fs::write(&tmp, dsh_host::engine::EMBEDDED_COMPONENT).unwrap();
-        std::fs::rename(&tmp, &path).unwrap();
-    }
+    // Written once per process (the tests run on several threads), atomically for other ones.
+    static WRITTEN: std::sync::Once = std::sync::Once::new();
+    WRITTEN.call_once(|| {
+        if std::fs::read(&path).ok().as_deref() != Some(dsh_host::engine::EMBEDDED_COMPONENT) {
+            let tmp = dir.join(format!("guest_tools.wasm.{}", std::process::id()));
+            std::fs::write(&tmp, dsh_host::engine::EMBEDDED_COMPONENT).unwrap();
+            std::fs::rename(&tmp, &path).unwrap();
+        }
+    });
     path
 }
 
