@@ -5,8 +5,12 @@
 //! TypeScript declarations type-check an example. The golden cases run through it in
 //! tests/polyglot.rs.
 
+#[path = "support/nested_cargo.rs"]
+mod nested_cargo;
 #[path = "support/node_package.rs"]
 mod node_package;
+#[path = "support/provision.rs"]
+mod provision;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -5,7 +5,8 @@
 //!
 //! Each test binary gets its own project directory, made once per process; the shared build
 //! tools in `bindings/node/node_modules` are installed under a file lock, so test binaries
-//! running at once do not install over each other. Anything missing (node, npm, the registry)
+//! running at once do not install over each other (`provision.rs`, which a test crate including
+//! this module includes at its root). Anything missing (node, npm, the registry)
 //! fails the test, saying what.
 
 // Each test binary uses its own part of this module.
@@ -15,11 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use crate::provision;
+
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ sits in the workspace")
-        .to_path_buf()
+    provision::repo()
 }
 
 /// The package's source directory.
@@ -61,16 +61,7 @@ pub fn build_tools() -> PathBuf {
     static DONE: OnceLock<PathBuf> = OnceLock::new();
     DONE.get_or_init(|| {
         let dir = package_dir();
-        std::fs::create_dir_all(work_dir()).unwrap();
-        let lock = std::fs::File::create(work_dir().join("build-tools.lock")).unwrap();
-        lock.lock().unwrap();
-        let wanted = std::fs::read(dir.join("package-lock.json")).unwrap();
-        let stamp = dir.join("node_modules").join(".dsh-installed-lock.json");
-        if std::fs::read(&stamp).ok().as_deref() != Some(&wanted[..]) {
-            run(&mut npm(&dir, &["ci"]));
-            std::fs::write(&stamp, &wanted).unwrap();
-        }
-        lock.unlock().unwrap();
+        provision::npm_ci(&dir);
         dir
     })
     .clone()
