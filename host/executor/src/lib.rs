@@ -44,7 +44,7 @@
 //! }
 //! ```
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 use std::future::Future;
 use std::path::PathBuf;
