@@ -12,13 +12,16 @@ Scenarios:
   limit      sessions up to the server's limit of 2, then one more, then one after a close
   calls      two calls at once in one session and one in another (--max-calls-in-flight 1), the
              first with a progressToken
+  untouched  with --http-max-sessions 1: a session that never calls a tool ends with DELETE,
+             another goes without DELETE and is waited out until it expired, and the next one
+             sets its log level before its first call, then starts a task
 """
 
 import json
 import os
 import sys
 import time
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
 import anyio
 from mcp import ClientSession
@@ -197,7 +200,54 @@ async def calls(url, token, scratch):
     print(json.dumps(seen))
 
 
-SCENARIOS = {"isolation": isolation, "close": close, "leave": leave, "limit": limit, "calls": calls}
+async def untouched(url, token, scratch):
+    """Sessions that never call a tool still end; a level set before the first call holds."""
+    seen = {}
+    # Ends with DELETE; the next one opens only if this one is gone (the limit is 1).
+    async with open_session(url, token):
+        pass
+    async with open_session(url, token, terminate_on_close=False):
+        seen["second_opened"] = True
+    # The second went without DELETE: the next is refused until the second expired.
+    started = time.monotonic()
+    refused = 0
+    async with AsyncExitStack() as stack:
+        while True:
+            try:
+                s = await stack.enter_async_context(open_session(url, token))
+                break
+            except Exception:  # the SDK's McpError for the server's 503, perhaps in a group
+                refused += 1
+                if time.monotonic() - started > 20:
+                    raise
+                await anyio.sleep(0.2)
+        seen["refused"] = refused
+        seen["waited_s"] = time.monotonic() - started
+
+        # The level comes before the session's first call, which opens its dsh side.
+        await s.set_logging_level("warning")
+        task, _ = await start_background(s, "echo quiet")
+        seen["task"] = task
+        # The notice (level info) rides on a later result; no log message carries it.
+        for _ in range(100):
+            r = await s.call_tool("bash", {"command": "echo next", "description": "Next"})
+            if len(r.content) > 1:
+                break
+            await anyio.sleep(0.1)
+        seen["next"] = texts(r)
+        await anyio.sleep(0.5)
+        seen["logged"] = list(s.logged)
+    print(json.dumps(seen))
+
+
+SCENARIOS = {
+    "isolation": isolation,
+    "close": close,
+    "leave": leave,
+    "limit": limit,
+    "calls": calls,
+    "untouched": untouched,
+}
 
 
 def main():
