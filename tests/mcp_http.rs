@@ -520,6 +520,30 @@ fn the_session_limit_refuses_one_more_session() {
     assert_eq!(texts(&seen["first"]), ["first\n"]);
 }
 
+/// A session's dsh side (owner token, notice pump) is made by its first tool call: a session
+/// that never made one still ends with DELETE and on idle expiry, and what it set before its
+/// first call (the log level) holds for the notices of the tasks it starts later.
+#[test]
+fn sessions_that_never_called_a_tool_still_end() {
+    let server = Server::start(&["--http-max-sessions", "1", "--http-session-idle-ms", "2000"]);
+    let dir = scratch();
+    let seen = server.client("untouched", TOKEN, dir.path());
+    // The first ended with DELETE: the second fit under the limit of 1.
+    assert_eq!(seen["second_opened"], true, "{seen}");
+    // The second went without DELETE: the third was refused until the second expired.
+    assert!(seen["refused"].as_u64().unwrap() >= 1, "{seen}");
+    assert!(seen["waited_s"].as_f64().unwrap() >= 1.0, "{seen}");
+    // The third asked for warnings and up before its first call: its notice (info) came on a
+    // result only.
+    let notice = format!(
+        "background bash task {} finished [status: completed, exit code: 0]. Read its output \
+         with bash_output.",
+        seen["task"].as_str().unwrap()
+    );
+    assert_eq!(texts(&seen["next"]), ["next\n", notice.as_str()], "{seen}");
+    assert_eq!(seen["logged"], serde_json::json!([]), "{seen}");
+}
+
 #[test]
 fn calls_in_flight_and_progress_are_per_session() {
     let server = Server::start(&[

@@ -39,7 +39,7 @@ mod http;
 mod roots;
 mod transport;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use dsh_executor::TaskState;
@@ -177,8 +177,7 @@ where
     // The handler holds the only sender. rmcp shares the handler with each request it runs, so
     // the channel closes once the service ended and every in-flight call with it.
     let (in_flight, mut calls_ended) = mpsc::channel::<()>(1);
-    let (server, injections) = McpServer::open(host, tools, &options, in_flight);
-    let notices = server.notices.clone();
+    let server = McpServer::new(host, tools, &options, Some(in_flight));
 
     // A child token: rmcp cancels the token it is given when it is done, which must not reach
     // the caller's. The transport cancels it when the client is gone (its input ended, or a
@@ -195,8 +194,6 @@ where
         }
         Err(e) => return Err(anyhow::anyhow!("MCP session failed to start: {e}")),
     };
-    let pump = tokio::spawn(pump_notices(injections, running.peer().clone(), notices));
-
     let quit = running.waiting().await;
 
     // rmcp has cancelled every in-flight call by now; the calls kill their commands.
@@ -207,7 +204,6 @@ where
     {
         tracing::warn!("tool calls still running after the MCP session ended");
     }
-    pump.abort();
     match quit {
         Ok(QuitReason::Closed) => tracing::debug!("MCP input ended"),
         Ok(QuitReason::Cancelled) => tracing::debug!("MCP server stopped"),
@@ -338,57 +334,77 @@ const SERVED_METHODS: &[&str] = &[
 ];
 
 /// The rmcp handler of one session.
+///
+/// The session's dsh side (its owner token, notice channel and notice pump) is opened by its
+/// first tool call, not at `initialize`: before a call the session has no tasks and so no
+/// notices, and a server holding many idle sessions (HTTP) keeps only this handler for each.
 struct McpServer {
     host: ToolHost,
     tools: Arc<Vec<Tool>>,
-    /// The session's owner token.
-    owner: String,
     /// The session's cwd: the client's root or the default.
     cwd: Arc<SessionCwd>,
     notices: Arc<Notices>,
     call_slots: CallSlots,
     progress_interval: Duration,
-    /// The session's notices, for a server whose transport starts the handler itself (HTTP):
-    /// the handler forwards them from `notifications/initialized` on, to the peer it learns
-    /// there.
-    unpumped: Mutex<Option<mpsc::UnboundedReceiver<Injection>>>,
-    /// Kills the session's running tasks when the handler goes, which is when the session
+    /// Opened by the first tool call; dropped with the handler, which is when the session
     /// ended.
-    _tasks: SessionTasks,
-    /// Keeps the session's owner token registered while the server may still make calls.
-    _session: Session,
-    _in_flight: mpsc::Sender<()>,
+    dsh: OnceLock<DshSession>,
+    /// Closes once the handler is gone, for a transport that waits for the calls to end
+    /// (stdio).
+    _in_flight: Option<mpsc::Sender<()>>,
 }
 
 impl McpServer {
-    /// The handler of a new session of `host` (its own owner token), and the receiver of the
-    /// session's completion notices.
-    fn open(
+    /// The handler of a new session of `host`.
+    fn new(
         host: &ToolHost,
         tools: Arc<Vec<Tool>>,
         options: &McpOptions,
-        in_flight: mpsc::Sender<()>,
-    ) -> (Self, mpsc::UnboundedReceiver<Injection>) {
-        let mut session = host.open_session(options.cwd.clone());
-        let injections = session.take_receiver();
-        let server = McpServer {
+        in_flight: Option<mpsc::Sender<()>>,
+    ) -> Self {
+        McpServer {
             host: host.clone(),
             tools,
-            owner: session.owner().to_string(),
             cwd: Arc::new(SessionCwd::new(options.cwd.clone())),
             notices: Arc::new(Notices::default()),
             call_slots: CallSlots::new(options.max_calls_in_flight),
             progress_interval: options.progress_interval,
-            unpumped: Mutex::new(None),
-            _tasks: SessionTasks {
-                host: host.clone(),
-                owner: session.owner().to_string(),
-            },
-            _session: session,
+            dsh: OnceLock::new(),
             _in_flight: in_flight,
-        };
-        (server, injections)
+        }
     }
+
+    /// The session's dsh side, opened now if this is its first call; its notices go to `peer`.
+    fn dsh_session(&self, peer: &Peer<RoleServer>) -> &DshSession {
+        self.dsh.get_or_init(|| {
+            // Each call names its own cwd (the client's root may change): the session's is unused.
+            let mut session = self.host.open_session(None);
+            let injections = session.take_receiver();
+            let pump = tokio::spawn(pump_notices(injections, peer.clone(), self.notices.clone()));
+            DshSession {
+                owner: session.owner().to_string(),
+                _tasks: SessionTasks {
+                    host: self.host.clone(),
+                    owner: session.owner().to_string(),
+                },
+                _session: session,
+                _pump: AbortOnDropHandle::new(pump),
+            }
+        })
+    }
+}
+
+/// One MCP session's own dsh session: its owner token, the tasks it started and the pump of
+/// its completion notices. Dropping it kills the tasks, unregisters the owner and stops the
+/// pump, in that order.
+struct DshSession {
+    /// The session's owner token.
+    owner: String,
+    /// Kills the session's running tasks.
+    _tasks: SessionTasks,
+    /// Keeps the session's owner token registered while the server may still make calls.
+    _session: Session,
+    _pump: AbortOnDropHandle<()>,
 }
 
 /// A session's background tasks, killed when it ends.
@@ -474,7 +490,7 @@ impl ServerHandler for McpServer {
             _ = abort.cancelled() => None,
         };
         let caller = Caller {
-            owner: Some(self.owner.clone()),
+            owner: Some(self.dsh_session(&context.peer).owner.clone()),
             cwd,
         };
         let result = self
@@ -545,11 +561,7 @@ impl ServerHandler for McpServer {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        self.cwd.ask(context.peer.clone());
-        if let Some(injections) = lock(&self.unpumped).take() {
-            // Ends when the session (the handler) goes: its notice channel closes then.
-            tokio::spawn(pump_notices(injections, context.peer, self.notices.clone()));
-        }
+        self.cwd.ask(context.peer);
     }
 
     async fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) {

@@ -43,10 +43,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{McpOptions, McpServer, lock, mcp_tools, watch_signals};
+use super::{McpOptions, McpServer, mcp_tools, watch_signals};
 use crate::engine::ToolHost;
 
 /// The path of the MCP endpoint.
@@ -203,12 +202,9 @@ pub async fn serve_http_until(
     let factory_host = host.clone();
     let service = StreamableHttpService::new(
         move || {
-            // rmcp calls this for each new session (and, for header checks, without one).
-            let (in_flight, _) = mpsc::channel(1);
-            let (server, injections) =
-                McpServer::open(&factory_host, tools.clone(), &session, in_flight);
-            *lock(&server.unpumped) = Some(injections);
-            Ok(server)
+            // rmcp calls this for each new session (and, for header checks, without one); the
+            // handler opens its dsh session on its first tool call.
+            Ok(McpServer::new(&factory_host, tools.clone(), &session, None))
         },
         manager.clone(),
         config,

@@ -16,6 +16,9 @@ Scenarios:
              2026-07-28 first, then initialize on a legacy answer) and pinned to 2026-07-28
   roots      sessions offering different roots (`x`, `y` in the scratch dir) at once, one offering
              none, one a root that is not file://, one a missing directory: each runs `pwd`
+  untouched  with --http-max-sessions 1: a session that never calls a tool ends with DELETE,
+             another goes without DELETE and is waited out until it expired, and the next one
+             sets its log level before its first call, then starts a task
 """
 
 import functools
@@ -24,7 +27,7 @@ import os
 import sys
 import time
 import warnings
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
 import anyio
 from mcp import Client, ClientSession
@@ -272,6 +275,46 @@ async def modern(url, token, scratch):
     print(json.dumps(seen))
 
 
+async def untouched(url, token, scratch):
+    """Sessions that never call a tool still end; a level set before the first call holds."""
+    seen = {}
+    # Ends with DELETE; the next one opens only if this one is gone (the limit is 1).
+    async with open_session(url, token):
+        pass
+    async with open_session(url, token, terminate_on_close=False):
+        seen["second_opened"] = True
+    # The second went without DELETE: the next is refused until the second expired.
+    started = time.monotonic()
+    refused = 0
+    async with AsyncExitStack() as stack:
+        while True:
+            try:
+                s = await stack.enter_async_context(open_session(url, token))
+                break
+            except Exception:  # the SDK's McpError for the server's 503, perhaps in a group
+                refused += 1
+                if time.monotonic() - started > 20:
+                    raise
+                await anyio.sleep(0.2)
+        seen["refused"] = refused
+        seen["waited_s"] = time.monotonic() - started
+
+        # The level comes before the session's first call, which opens its dsh side.
+        await s.set_logging_level("warning")
+        task, _ = await start_background(s, "echo quiet")
+        seen["task"] = task
+        # The notice (level info) rides on a later result; no log message carries it.
+        for _ in range(100):
+            r = await s.call_tool("bash", {"command": "echo next", "description": "Next"})
+            if len(r.content) > 1:
+                break
+            await anyio.sleep(0.1)
+        seen["next"] = texts(r)
+        await anyio.sleep(0.5)
+        seen["logged"] = list(s.logged)
+    print(json.dumps(seen))
+
+
 SCENARIOS = {
     "isolation": isolation,
     "close": close,
@@ -280,6 +323,7 @@ SCENARIOS = {
     "calls": calls,
     "roots": roots,
     "modern": modern,
+    "untouched": untouched,
 }
 
 
