@@ -31,20 +31,12 @@ fn work_dir() -> PathBuf {
     root().join("target").join("bindings-node")
 }
 
-/// Runs a command to success, or fails naming it and its output.
+/// Runs a command to success and returns its stdout, or fails naming it and its output.
 pub fn run(cmd: &mut Command) -> String {
-    let shown = format!("{cmd:?}");
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {shown}: {e} (node and npm must be in PATH)"));
-    assert!(
-        out.status.success(),
-        "{shown} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 output")
+    provision::run(
+        "a command of the Node package's tests (node and npm must be in PATH)",
+        cmd,
+    )
 }
 
 fn npm(dir: &Path, args: &[&str]) -> Command {

@@ -59,8 +59,9 @@ fn stamped(stamp: &Path, pin: &[u8]) -> bool {
     std::fs::read(stamp).is_ok_and(|held| held == pin)
 }
 
-/// Runs an installer step, failing the test with its output when it fails.
-pub fn run(what: &str, cmd: &mut Command) {
+/// Runs a command to success and returns its stdout, or fails the test saying `what` failed,
+/// with the command's output.
+pub fn run(what: &str, cmd: &mut Command) -> String {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("{what}: cannot start {cmd:?}: {e}"));
@@ -71,6 +72,7 @@ pub fn run(what: &str, cmd: &mut Command) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The interpreter of the venv `target/test-env/<name>/venv`, holding exactly the packages of
