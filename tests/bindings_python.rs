@@ -16,15 +16,8 @@ use std::process::{Command, Output};
 
 use sha2::{Digest, Sha256};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ sits in the workspace")
-        .to_path_buf()
-}
-
 fn package_dir() -> PathBuf {
-    root().join("bindings").join("python")
+    provision::repo().join("bindings").join("python")
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -70,7 +63,7 @@ fn the_package_carries_the_embedded_component() {
             "-c",
             "import hashlib, dsh_tools; print(hashlib.sha256(dsh_tools.bundled_component()).hexdigest())",
         ],
-        &root(),
+        &provision::repo(),
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), embedded);
 }
@@ -88,7 +81,7 @@ fn definitions_are_what_dsh_host_tools_prints() {
              sys.stdout.write(json.dumps(tools.definitions(format={format:?}), indent=2, \
              ensure_ascii=False) + '\\n')\n"
         );
-        let py = python(&["-c", &script], &root());
+        let py = python(&["-c", &script], &provision::repo());
         assert_eq!(
             String::from_utf8_lossy(&py.stdout),
             String::from_utf8_lossy(&cli.stdout),
@@ -118,7 +111,7 @@ fn readme_example(readme: &Path) -> String {
 fn readme_example_runs() {
     let example = readme_example(&package_dir().join("README.md"));
     assert_eq!(
-        readme_example(&root().join("README.md")),
+        readme_example(&provision::repo().join("README.md")),
         example,
         "the top README shows the package README's example"
     );
@@ -126,7 +119,7 @@ fn readme_example_runs() {
         example.lines().count() <= 5,
         "the README's example grew beyond five lines:\n{example}"
     );
-    let out = python(&["-c", &example], &root());
+    let out = python(&["-c", &example], &provision::repo());
     assert_eq!(String::from_utf8_lossy(&out.stdout), "bash\nhello\n");
 }
 

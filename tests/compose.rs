@@ -28,13 +28,6 @@ use dsh_host::{ComponentSource, HostOptions, ToolHost};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
 fn tmp() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compose");
     std::fs::create_dir_all(&dir).unwrap();
@@ -45,7 +38,7 @@ fn tmp() -> PathBuf {
 fn tools_file() -> PathBuf {
     match std::env::var_os("DSH_GUEST_WASM") {
         Some(path) => PathBuf::from(path),
-        None => root().join("target/guest-wasm/guest_tools.wasm"),
+        None => provision::repo().join("target/guest-wasm/guest_tools.wasm"),
     }
 }
 
@@ -76,7 +69,7 @@ fn composed() -> &'static Composed {
         let tools = tools_file();
         let tools_sha_before = sha256(&tools);
         let path = tmp().join("composed.wasm");
-        let mut cmd = Command::new(root().join("examples/policy-executor/compose.sh"));
+        let mut cmd = Command::new(provision::repo().join("examples/policy-executor/compose.sh"));
         cmd.arg(&tools).arg(&path).env("WAC", &wac);
         nested_cargo::scrub_outer_cargo_env(&mut cmd);
         let status = cmd.status().expect("compose.sh runs");

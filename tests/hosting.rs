@@ -34,10 +34,6 @@ bash_kill: "task bash-1 had already finished" error=false - [owner-of kill]
 bash_output: "Error: task bash-1 belongs to another session" error=true TOOL_ERROR [owner-of]
 "#;
 
-fn repo() -> PathBuf {
-    provision::repo()
-}
-
 /// The very bytes `dsh-host` embeds, as a file the foreign hosts load.
 fn component_file() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hosting");
@@ -59,7 +55,7 @@ fn component_file() -> PathBuf {
 fn printed(cmd: &mut Command, hint: &str) -> String {
     let out = cmd
         .arg(component_file())
-        .current_dir(repo())
+        .current_dir(provision::repo())
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}; {hint}"));
     assert!(
@@ -80,7 +76,10 @@ fn rust_host_prints_the_walk_through() {
 
 #[test]
 fn python_host_prints_the_walk_through() {
-    let python = provision::python_venv("hosting", &repo().join("docs/hosting/requirements.txt"));
+    let python = provision::python_venv(
+        "hosting",
+        &provision::repo().join("docs/hosting/requirements.txt"),
+    );
     let hint = "docs/hosting/host.py runs on wasmtime-py";
     let out = printed(Command::new(python).arg("docs/hosting/host.py"), hint);
     assert_eq!(out, EXPECTED);
@@ -88,7 +87,7 @@ fn python_host_prints_the_walk_through() {
 
 #[test]
 fn node_host_prints_the_walk_through() {
-    provision::npm_ci(&repo().join("docs/hosting"));
+    provision::npm_ci(&provision::repo().join("docs/hosting"));
     let hint = "docs/hosting/host.mjs runs on node with jco";
     let out = printed(Command::new("node").arg("docs/hosting/host.mjs"), hint);
     assert_eq!(out, EXPECTED);
@@ -99,7 +98,7 @@ fn node_host_prints_the_walk_through() {
 /// shows no code that the tests above do not run.
 #[test]
 fn the_guide_quotes_only_what_runs() {
-    let guide = std::fs::read_to_string(repo().join("docs/hosting.md")).unwrap();
+    let guide = std::fs::read_to_string(provision::repo().join("docs/hosting.md")).unwrap();
     let source = |lang: &str| -> Option<String> {
         let path = match lang {
             "rust" => "host/examples/hosting.rs",
@@ -109,7 +108,7 @@ fn the_guide_quotes_only_what_runs() {
             "text" => return Some(EXPECTED.to_string()),
             _ => return None,
         };
-        Some(std::fs::read_to_string(repo().join(path)).unwrap())
+        Some(std::fs::read_to_string(provision::repo().join(path)).unwrap())
     };
     let mut blocks = 0;
     let mut lines = guide.lines();

@@ -37,15 +37,8 @@ use tokio_util::sync::CancellationToken;
 const WAIT: Duration = Duration::from_secs(10);
 const SETTLE: Duration = Duration::from_millis(500);
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ sits in the workspace")
-        .to_path_buf()
-}
-
 fn polyglot_dir() -> PathBuf {
-    root().join("tests").join("polyglot")
+    provision::repo().join("tests").join("polyglot")
 }
 
 fn golden_dir() -> PathBuf {
@@ -454,9 +447,9 @@ fn wasip2_tools() -> PathBuf {
     BUILT
         .get_or_init(|| {
             rust_target::ensure("wasm32-wasip2").unwrap_or_else(|e| panic!("{e}"));
-            let target_dir = root().join("target").join("guest-wasm");
+            let target_dir = provision::repo().join("target").join("guest-wasm");
             let mut cmd = Command::new(env!("CARGO"));
-            cmd.current_dir(root())
+            cmd.current_dir(provision::repo())
                 .args(["build", "-p", "guest-tools", "--release", "--lib"])
                 .args(["--target", "wasm32-wasip2", "--target-dir"])
                 .arg(&target_dir);

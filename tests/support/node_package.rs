@@ -18,17 +18,13 @@ use std::sync::OnceLock;
 
 use crate::provision;
 
-fn root() -> PathBuf {
-    provision::repo()
-}
-
 /// The package's source directory.
 pub fn package_dir() -> PathBuf {
-    root().join("bindings").join("node")
+    provision::repo().join("bindings").join("node")
 }
 
 fn work_dir() -> PathBuf {
-    root().join("target").join("bindings-node")
+    provision::repo().join("target").join("bindings-node")
 }
 
 /// Runs a command to success and returns its stdout, or fails naming it and its output.

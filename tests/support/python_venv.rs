@@ -18,17 +18,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-fn root() -> PathBuf {
-    provision::repo()
-}
-
 /// The package's sources, installed into the venv.
 fn package_dir() -> PathBuf {
-    root().join("bindings").join("python")
+    provision::repo().join("bindings").join("python")
 }
 
 fn requirements() -> PathBuf {
-    root().join("tests/polyglot/python/requirements.txt")
+    provision::repo().join("tests/polyglot/python/requirements.txt")
 }
 
 /// A fingerprint of the package's sources (paths and contents), skipping build output.
