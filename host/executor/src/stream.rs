@@ -59,12 +59,12 @@ impl Output {
         tail.push(data);
     }
 
-    /// The stream ended: close the spill file and trim memory to what is kept.
     /// Bytes written so far, kept or not.
     pub(crate) fn total(&self) -> u64 {
         self.lock().tail.total()
     }
 
+    /// The stream ended: close the spill file and trim memory to what is kept.
     pub(crate) fn close(&self) {
         let mut inner = self.lock();
         inner.closed = true;
@@ -97,21 +97,14 @@ impl Output {
     /// the task's reads start at the offset. As with [`read_since`](Self::read_since), an
     /// incomplete UTF-8 sequence at the end of an open stream is left for the next read.
     pub(crate) fn snapshot_so_far(&self) -> (StreamOutput, u64) {
-        let inner = self.lock();
-        let tail = &inner.tail;
-        let mut end = tail.total();
-        if !inner.closed {
-            end -= incomplete_utf8_suffix(&tail.last_bytes(3)) as u64;
-        }
-        let mut bytes = Vec::new();
-        tail.copy_from(tail.start(), &mut bytes);
-        bytes.truncate(end.saturating_sub(tail.start()) as usize);
+        let (all, next) = self.read_since(0);
         let snapshot = StreamOutput {
-            text: String::from_utf8_lossy(&bytes).into_owned(),
-            truncated: tail.truncated(),
-            spill_path: inner.spill.complete_path(),
+            text: all.text,
+            // Lossy from offset 0 is exactly "the window no longer starts at the beginning".
+            truncated: all.lossy,
+            spill_path: all.spill_path,
         };
-        (snapshot, end)
+        (snapshot, next)
     }
 
     /// Output since whole-stream offset `from`, and the offset to read from next time.
