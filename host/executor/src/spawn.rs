@@ -153,11 +153,18 @@ pub(crate) async fn spawn(
         }
         Ok(Some(Report::Declined)) => return Err(StartError::Declined),
         Ok(Some(Report::Started(bash))) => (bash, reports.fd.take()),
+        // Any other report before `Started` breaks the protocol; bash may have run, so the
+        // command is not handed to another helper.
+        Ok(Some(other)) => {
+            return Err(StartError::Helper(io::Error::other(format!(
+                "the spawn helper reported {other:?} before bash started"
+            ))));
+        }
         // No word from bash, which reports itself before its `exec` and does not exec when it
         // cannot: the command never ran. Its helper died before starting it (a command may kill
         // idle helpers, and a killed one can still look alive for a moment); its death ended the
         // stream, and another helper may take the command.
-        _ => {
+        Ok(None) | Err(_) => {
             return Err(StartError::Undelivered(io::Error::new(
                 io::ErrorKind::BrokenPipe,
                 "the spawn helper ended before starting bash",
