@@ -293,7 +293,7 @@ pub struct Config {
     pub spawn_helper: Option<PathBuf>,
     /// Which of the host's variables commands do not get.
     pub env: EnvPolicy,
-    /// Opt-in (off by default, as the executor contract has it): a foreground command still
+    /// Opt-in, off by default (an extension of the executor contract): a foreground command still
     /// running after this many milliseconds continues as a background task, and
     /// [`Executor::run`] returns its output so far with [`RunResult::yielded`] set. For clients
     /// that give up on a request after a fixed time. From then on it is a task like a started
