@@ -7,7 +7,7 @@
 
 /// The instructions, exactly as the model gets them.
 pub const INSTRUCTIONS: &str = "\
-These tools run shell commands on the machine this server runs on.
+These tools run shell commands on the machine that serves them.
 - Use bash in the foreground for commands that finish within its timeout (the bash tool's \
 description names the default and the maximum); the call returns their output.
 - For servers, watchers, long builds and anything else that keeps running, set \
@@ -16,7 +16,7 @@ output and status with bash_output, and stop it with bash_kill. When a task ends
 so on a later result.
 - Every call starts a fresh shell: cd, variables and functions do not carry over. Set workdir \
 instead of using cd.
-- Running tasks are stopped when this server stops.";
+- Running tasks are stopped when this session ends.";
 
 /// The text of the `instructions` export.
 pub fn instructions() -> String {
@@ -32,7 +32,7 @@ mod tests {
     fn instructions_are_exact() {
         assert_eq!(
             instructions(),
-            "These tools run shell commands on the machine this server runs on.\n\
+            "These tools run shell commands on the machine that serves them.\n\
              - Use bash in the foreground for commands that finish within its timeout (the bash \
              tool's description names the default and the maximum); the call returns their \
              output.\n\
@@ -42,7 +42,7 @@ mod tests {
              a task ends, a notice says so on a later result.\n\
              - Every call starts a fresh shell: cd, variables and functions do not carry over. \
              Set workdir instead of using cd.\n\
-             - Running tasks are stopped when this server stops."
+             - Running tasks are stopped when this session ends."
         );
     }
 
