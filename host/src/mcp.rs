@@ -382,12 +382,11 @@ impl McpServer {
             let injections = session.take_receiver();
             let pump = tokio::spawn(pump_notices(injections, peer.clone(), self.notices.clone()));
             DshSession {
-                owner: session.owner().to_string(),
                 _tasks: SessionTasks {
                     host: self.host.clone(),
                     owner: session.owner().to_string(),
                 },
-                _session: session,
+                session,
                 _pump: AbortOnDropHandle::new(pump),
             }
         })
@@ -398,12 +397,10 @@ impl McpServer {
 /// its completion notices. Dropping it kills the tasks, unregisters the owner and stops the
 /// pump, in that order.
 struct DshSession {
-    /// The session's owner token.
-    owner: String,
     /// Kills the session's running tasks.
     _tasks: SessionTasks,
     /// Keeps the session's owner token registered while the server may still make calls.
-    _session: Session,
+    session: Session,
     _pump: AbortOnDropHandle<()>,
 }
 
@@ -490,7 +487,7 @@ impl ServerHandler for McpServer {
             _ = abort.cancelled() => None,
         };
         let caller = Caller {
-            owner: Some(self.dsh_session(&context.peer).owner.clone()),
+            owner: Some(self.dsh_session(&context.peer).session.owner().to_string()),
             cwd,
         };
         let result = self
@@ -551,10 +548,8 @@ impl ServerHandler for McpServer {
     ) -> Result<InitializeResult, McpError> {
         context.peer.set_peer_info(request.clone());
         let result = self.negotiate_initialize(&request)?;
-        // From 2026-07-28 on a server sends the client no requests.
-        if request.capabilities.roots.is_some()
-            && result.protocol_version.as_str() < ProtocolVersion::V_2026_07_28.as_str()
-        {
+        // Only revisions with `initialize` get here, and they let the server ask for roots.
+        if request.capabilities.roots.is_some() {
             self.cwd.expect_roots();
         }
         Ok(result)
@@ -614,7 +609,7 @@ impl CallSlots {
     fn take(&self) -> Result<tokio::sync::OwnedSemaphorePermit, McpError> {
         self.free.clone().try_acquire_owned().map_err(|_| {
             McpError::new(
-                CALLS_IN_FLIGHT_EXCEEDED,
+                LIMIT_EXCEEDED,
                 format!(
                     "too many tool calls in flight in this session: the limit is {} \
                      (--max-calls-in-flight); wait for a call to finish",
@@ -626,8 +621,9 @@ impl CallSlots {
     }
 }
 
-/// JSON-RPC's first implementation-defined server error code.
-const CALLS_IN_FLIGHT_EXCEEDED: ErrorCode = ErrorCode(-32000);
+/// JSON-RPC's first implementation-defined server error code: a limit (calls in flight, HTTP
+/// sessions) was reached.
+const LIMIT_EXCEEDED: ErrorCode = ErrorCode(-32000);
 
 fn arguments_json(arguments: &JsonObject) -> Result<String, McpError> {
     serde_json::to_string(arguments)

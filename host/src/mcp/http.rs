@@ -40,6 +40,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use rmcp::model::ErrorCode;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::{TcpListener, TcpStream};
@@ -71,7 +72,7 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECTION_DRAIN_SLACK: Duration = Duration::from_secs(2);
 
 /// The JSON-RPC error of an `initialize` beyond the session limit (as for calls in flight).
-const SESSIONS_EXCEEDED: i64 = -32000;
+const SESSIONS_EXCEEDED: ErrorCode = super::LIMIT_EXCEEDED;
 
 /// Where the bearer token comes from.
 #[derive(Debug, Clone)]
@@ -350,7 +351,7 @@ impl Gate {
                 return jsonrpc_error(
                     StatusCode::BAD_REQUEST,
                     serde_json::Value::Null,
-                    -32700,
+                    ErrorCode::PARSE_ERROR,
                     format!("Parse error: the request body is not JSON: {e}"),
                 );
             }
@@ -368,7 +369,7 @@ impl Gate {
             return jsonrpc_error(
                 StatusCode::BAD_REQUEST,
                 probe.id,
-                -32600,
+                ErrorCode::INVALID_REQUEST,
                 format!(
                     "Invalid request: {} needs a session; dsh-host keeps each MCP session's \
                      tasks apart, so send initialize first and then its Mcp-Session-Id with \
@@ -427,7 +428,7 @@ fn probe(message: serde_json::Value) -> Option<Probe> {
 /// `UnsupportedProtocolVersionError`, listing the revisions with sessions, so that a client
 /// that speaks one of them falls back to `initialize`.
 fn unsupported_version(id: serde_json::Value, requested: &str) -> Response<Body> {
-    use rmcp::model::{ErrorCode, ProtocolVersion};
+    use rmcp::model::ProtocolVersion;
     let supported = ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE);
     let error = serde_json::json!({
         "code": ErrorCode::UNSUPPORTED_PROTOCOL_VERSION.0,
@@ -553,13 +554,13 @@ fn text_response(status: StatusCode, text: String) -> Response<Body> {
 fn jsonrpc_error(
     status: StatusCode,
     id: serde_json::Value,
-    code: i64,
+    code: ErrorCode,
     message: String,
 ) -> Response<Body> {
     jsonrpc_response(
         status,
         id,
-        serde_json::json!({ "code": code, "message": message }),
+        serde_json::json!({ "code": code.0, "message": message }),
     )
 }
 

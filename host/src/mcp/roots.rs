@@ -102,37 +102,35 @@ impl SessionCwd {
     /// most [`ROOTS_WAIT`].
     pub(super) async fn current(&self) -> Option<String> {
         let mut state = self.state.subscribe();
-        let known = tokio::time::timeout(ROOTS_WAIT, async {
-            match state.wait_for(|s| matches!(s, State::Known(_))).await {
-                Ok(known) => known.clone(),
-                // Never: `self` holds the sender.
-                Err(_) => State::Known(self.default.clone()),
-            }
-        })
-        .await;
-        match known {
-            Ok(State::Known(cwd)) => cwd,
-            Ok(State::Asking) | Err(_) => {
-                let gave_up = self.state.send_if_modified(|s| match s {
-                    State::Asking => {
-                        *s = State::Known(self.default.clone());
-                        true
-                    }
-                    State::Known(_) => false,
-                });
-                if gave_up {
-                    self.not_used(&format!(
-                        "the client has not answered roots/list within {} s (its answer still \
-                         applies to later calls when it comes)",
-                        ROOTS_WAIT.as_secs()
-                    ));
-                }
-                match &*self.state.borrow() {
-                    State::Known(cwd) => cwd.clone(),
-                    State::Asking => self.default.clone(),
-                }
-            }
+        let waited =
+            tokio::time::timeout(ROOTS_WAIT, state.wait_for(|s| matches!(s, State::Known(_))))
+                .await;
+        // `self` holds the sender, so the wait ends only with a known cwd or the timeout.
+        if let Ok(Ok(known)) = waited
+            && let State::Known(cwd) = &*known
+        {
+            return cwd.clone();
         }
+        // Waited in vain: the default from now on, unless the answer came meanwhile.
+        let mut cwd = self.default.clone();
+        let gave_up = self.state.send_if_modified(|s| match s {
+            State::Asking => {
+                *s = State::Known(self.default.clone());
+                true
+            }
+            State::Known(known) => {
+                cwd = known.clone();
+                false
+            }
+        });
+        if gave_up {
+            self.not_used(&format!(
+                "the client has not answered roots/list within {} s (its answer still applies \
+                 to later calls when it comes)",
+                ROOTS_WAIT.as_secs()
+            ));
+        }
+        cwd
     }
 
     /// The cwd the roots give: the first root's directory, else the default.
