@@ -67,8 +67,9 @@ fn the_package_carries_the_embedded_component() {
 }
 
 /// The "Use from Node" snippet of bindings/node/README.md, as written there.
-fn readme_example() -> String {
-    let readme = std::fs::read_to_string(node_package::package_dir().join("README.md")).unwrap();
+/// The js block of a README's "Use from Node" section.
+fn readme_example(readme: &Path) -> String {
+    let readme = std::fs::read_to_string(readme).unwrap();
     let section = readme
         .split("## Use from Node\n")
         .nth(1)
@@ -84,7 +85,12 @@ fn readme_example() -> String {
 #[test]
 fn readme_node_example_runs() {
     let project = project();
-    let example = readme_example();
+    let example = readme_example(&node_package::package_dir().join("README.md"));
+    assert_eq!(
+        readme_example(&provision::repo().join("README.md")),
+        example,
+        "the top README shows the package README's example"
+    );
     assert!(
         example.lines().count() <= 6,
         "the README example grew:\n{example}"

@@ -3,8 +3,17 @@
 // another component is transpiled on first use into a cache directory keyed by its hash.
 
 import { createHash, randomBytes } from "node:crypto";
-import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import {
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
@@ -71,6 +80,24 @@ export async function bundledComponent() {
 }
 
 /**
+ * Where transpiled components are kept: `$XDG_CACHE_HOME/dsh-tools/jco` (else `~/.cache/…`), a
+ * directory only this user may write, since its JavaScript is imported. When it is not ours
+ * alone, a fresh private directory of this process instead (transpiled anew each time).
+ */
+function transpiledRoot() {
+  const base = process.env.XDG_CACHE_HOME || join(homedir(), ".cache");
+  const root = join(base, "dsh-tools", "jco");
+  try {
+    mkdirSync(root, { recursive: true, mode: 0o700 });
+    const st = lstatSync(root);
+    if (st.isDirectory() && st.uid === process.getuid() && (st.mode & 0o022) === 0) return root;
+  } catch {
+    // An unwritable home: the private directory below.
+  }
+  return mkdtempSync(join(tmpdir(), "dsh-tools-jco-"));
+}
+
+/**
  * Loads another tools component (a path or its bytes), transpiling it with jco (an optional peer
  * dependency) on first use. Refuses one that imports more than the two `dsh:bash` interfaces.
  */
@@ -88,7 +115,7 @@ export async function loadComponent(source) {
     throw new TypeError(`component: expected a file path or a Uint8Array, got ${source === null ? "null" : typeof source}`);
   }
   const hash = createHash("sha256").update(bytes).update(JCO_VERSION).digest("hex").slice(0, 24);
-  const dir = join(tmpdir(), `dsh-tools-jco-${hash}`);
+  const dir = join(transpiledRoot(), hash);
   if (!existsSync(join(dir, "done"))) {
     const transpiled = await transpileComponent(bytes);
     checkImports(transpiled.imports);
