@@ -239,6 +239,10 @@ fn installs_from_the_package_directory() {
         installed.is_symlink(),
         "npm did not link the package directory"
     );
-    std::fs::write(base.join("readme-example.mjs"), readme_example()).unwrap();
+    std::fs::write(
+        base.join("readme-example.mjs"),
+        readme_example(&node_package::package_dir().join("README.md")),
+    )
+    .unwrap();
     assert_eq!(node(&base, &["readme-example.mjs"]), "hello from bash\n");
 }
