@@ -246,3 +246,47 @@ fn installs_from_the_package_directory() {
     .unwrap();
     assert_eq!(node(&base, &["readme-example.mjs"]), "hello from bash\n");
 }
+
+/// `loadComponent` imports the JavaScript jco made from a component, so it keeps that code only
+/// where no one else may write: a cache directory that group or others can write is not used
+/// (the component is transpiled into a private directory instead), an own 0700 one is.
+#[test]
+fn transpiled_components_are_kept_only_where_no_one_else_may_write() {
+    use std::os::unix::fs::PermissionsExt;
+    // The package's own directory: `dsh-tools` resolves to it, and jco is among its build tools.
+    let package = node_package::build_tools();
+    let cache = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let shared = cache.path().join("dsh-tools/jco");
+    std::fs::create_dir_all(&shared).unwrap();
+    let component = node_package::embedded_component(&cache.path().join("component"));
+    let script = r#"
+const { Tools, loadComponent } = await import("dsh-tools");
+const tools = new Tools({ component: await loadComponent(process.argv[1]) });
+process.stdout.write((await tools.call("bash", { command: "echo ok", description: "Say ok" })).text);
+await tools.close();
+"#;
+    let load = || {
+        run(Command::new("node")
+            .args(["--input-type=module", "-e", script])
+            .arg(&component)
+            .env("XDG_CACHE_HOME", cache.path())
+            .current_dir(&package))
+    };
+    let entries = || std::fs::read_dir(&shared).unwrap().count();
+
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert_eq!(load(), "ok\n");
+    assert_eq!(
+        entries(),
+        0,
+        "code was kept in a directory others may write"
+    );
+
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(load(), "ok\n");
+    assert_eq!(
+        entries(),
+        1,
+        "an own private cache directory keeps the transpiled component"
+    );
+}
