@@ -175,3 +175,34 @@ async fn shutdown_kills_running_tasks() {
     let task = host.executor().get("bash-1").unwrap();
     assert_eq!(task.state, dsh_host::executor::TaskState::Killed);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_session_kills_its_running_tasks_only() {
+    use dsh_host::executor::TaskState;
+    let host = host_with(quick()).await;
+    let (session, other) = (host.open_session(None), host.open_session(None));
+    let sleep = serde_json::json!({"command":"sleep 30","description":"Sleep in the background","run_in_background":true}).to_string();
+    for (caller, id) in [(session.caller(), "bash-1"), (other.caller(), "bash-2")] {
+        let r = host
+            .call("bash", &sleep, &caller, CancellationToken::new())
+            .await;
+        assert_eq!(r.text, format!("started background task {id}"));
+    }
+    drop(session);
+    let state = |id: &str| host.executor().get(id).unwrap().state;
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        while state("bash-1") == TaskState::Running {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the dropped session's task still runs");
+    assert_eq!(state("bash-1"), TaskState::Killed);
+    assert_eq!(
+        state("bash-2"),
+        TaskState::Running,
+        "another session's task"
+    );
+    drop(other);
+    host.shutdown().await;
+}

@@ -2,8 +2,10 @@
 //! consumes.
 //!
 //! Each session registers its owner token here and gets a receiver; the guest's notices for that
-//! owner arrive on it. Dropping the [`Session`] unregisters the owner, so later notices for it are
-//! reported as `unknown-owner` and dropped by the guest.
+//! owner arrive on it. Dropping the [`Session`] runs its end hook (for a session opened by
+//! [`ToolHost::open_session`](crate::ToolHost::open_session): kill its running tasks), then
+//! unregisters the owner, so later notices for it are reported as `unknown-owner` and dropped by
+//! the guest.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -43,7 +45,9 @@ pub struct SessionRouter {
 }
 
 impl SessionRouter {
-    /// Open a session with a fresh random owner token.
+    /// Open a session with a fresh random owner token. The router knows no executor, so a
+    /// session opened here leaves its tasks running when dropped;
+    /// [`ToolHost::open_session`](crate::ToolHost::open_session) opens one that kills them.
     pub fn open(&self, cwd: Option<String>) -> Session {
         let owner = random_owner_token();
         let (tx, rx) = mpsc::unbounded_channel();
@@ -53,6 +57,7 @@ impl SessionRouter {
             cwd,
             injections: rx,
             router: self.clone(),
+            on_end: None,
         }
     }
 
@@ -73,16 +78,40 @@ impl SessionRouter {
     }
 }
 
+/// What a session does when it ends, given its owner token.
+type EndHook = Box<dyn FnOnce(&str) + Send + Sync>;
+
 /// One agent session: an owner token, a working directory and the notices injected for it.
-#[derive(Debug)]
+///
+/// Dropping it ends the session: a session opened by
+/// [`ToolHost::open_session`](crate::ToolHost::open_session) kills the background tasks it
+/// started that are still running, and its owner token is unregistered.
 pub struct Session {
     owner: String,
     cwd: Option<String>,
     injections: mpsc::UnboundedReceiver<Injection>,
     router: SessionRouter,
+    on_end: Option<EndHook>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("owner", &self.owner)
+            .field("cwd", &self.cwd)
+            .field("ends_tasks", &self.on_end.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Session {
+    /// Runs `hook` with the owner token when the session is dropped, before the token is
+    /// unregistered (replacing any hook set before).
+    pub(crate) fn on_end(mut self, hook: impl FnOnce(&str) + Send + Sync + 'static) -> Self {
+        self.on_end = Some(Box::new(hook));
+        self
+    }
+
     /// The session's owner token: tasks it starts carry it, and only its calls reach them.
     pub fn owner(&self) -> &str {
         &self.owner
@@ -125,6 +154,9 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        if let Some(hook) = self.on_end.take() {
+            hook(&self.owner);
+        }
         self.router.lock().remove(&self.owner);
     }
 }

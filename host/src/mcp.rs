@@ -42,7 +42,6 @@ mod transport;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use dsh_executor::TaskState;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
     CustomResult, ErrorCode, Implementation, InitializeRequestParams, InitializeResult, JsonObject,
@@ -382,10 +381,6 @@ impl McpServer {
             let injections = session.take_receiver();
             let pump = tokio::spawn(pump_notices(injections, peer.clone(), self.notices.clone()));
             DshSession {
-                _tasks: SessionTasks {
-                    host: self.host.clone(),
-                    owner: session.owner().to_string(),
-                },
                 session,
                 _pump: AbortOnDropHandle::new(pump),
             }
@@ -394,36 +389,11 @@ impl McpServer {
 }
 
 /// One MCP session's own dsh session: its owner token, the tasks it started and the pump of
-/// its completion notices. Dropping it kills the tasks, unregisters the owner and stops the
-/// pump, in that order.
+/// its completion notices. Dropping it ends the session (its running tasks are killed and its
+/// owner unregistered), then stops the pump.
 struct DshSession {
-    /// Kills the session's running tasks.
-    _tasks: SessionTasks,
-    /// Keeps the session's owner token registered while the server may still make calls.
     session: Session,
     _pump: AbortOnDropHandle<()>,
-}
-
-/// A session's background tasks, killed when it ends.
-struct SessionTasks {
-    host: ToolHost,
-    owner: String,
-}
-
-impl Drop for SessionTasks {
-    fn drop(&mut self) {
-        let executor = self.host.executor();
-        for task in executor.list() {
-            if task.state == TaskState::Running && task.owner.as_deref() == Some(&self.owner) {
-                match executor.kill(&task.id) {
-                    Ok(_) => tracing::info!("session ended: killed its task {}", task.id),
-                    Err(e) => {
-                        tracing::warn!("session ended: cannot kill its task {}: {e}", task.id)
-                    }
-                }
-            }
-        }
-    }
 }
 
 impl ServerHandler for McpServer {

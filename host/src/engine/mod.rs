@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use dsh_executor::{Executor, OutputMeter, Task};
+use dsh_executor::{Executor, OutputMeter, Task, TaskState};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use wasmtime::component::{Component, HasSelf, Linker};
@@ -179,8 +179,13 @@ impl ToolHost {
     }
 
     /// Open an agent session: a fresh owner token and the channel its notices arrive on.
+    /// Dropping the session kills the background tasks it started that are still running.
     pub fn open_session(&self, cwd: Option<String>) -> Session {
-        self.inner.sessions.open(cwd)
+        let executor = self.inner.executor.clone();
+        self.inner
+            .sessions
+            .open(cwd)
+            .on_end(move |owner| kill_tasks_of(executor.as_ref(), owner))
     }
 
     /// The router behind `agent.inject`, for hosts that manage sessions themselves.
@@ -381,6 +386,18 @@ impl Inner {
             .dsh_bash_tools()
             .call_task_done(&mut store, &task.into())
             .await
+    }
+}
+
+/// Kills the running tasks that `owner`'s session started: its session ended.
+fn kill_tasks_of(executor: &dyn Executor, owner: &str) {
+    for task in executor.list() {
+        if task.state == TaskState::Running && task.owner.as_deref() == Some(owner) {
+            match executor.kill(&task.id) {
+                Ok(_) => tracing::info!("session ended: killed its task {}", task.id),
+                Err(e) => tracing::warn!("session ended: cannot kill its task {}: {e}", task.id),
+            }
+        }
     }
 }
 
