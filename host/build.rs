@@ -82,6 +82,15 @@ fn build_guest(root: &Path) -> PathBuf {
         .arg("--target-dir")
         .arg(&target_dir);
     nested_cargo::scrub_outer_cargo_env(&mut cmd);
+    // Panic locations in dependencies name their sources under cargo's home; mapped to a fixed
+    // prefix, the component is the same byte for byte wherever it is built with this toolchain
+    // (the Python package carries a copy that must equal the embedded one).
+    if let Some(home) = cargo_home() {
+        cmd.env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            format!("--remap-path-prefix={}=/cargo", home.display()),
+        );
+    }
     let status = cmd
         .status()
         .unwrap_or_else(|e| panic!("cannot run cargo to build guest-tools: {e}"));
@@ -92,6 +101,13 @@ fn build_guest(root: &Path) -> PathBuf {
         .join(TARGET)
         .join("release")
         .join("guest_tools.wasm")
+}
+
+/// Cargo's home directory, where dependencies' sources are unpacked.
+fn cargo_home() -> Option<PathBuf> {
+    env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|home| PathBuf::from(home).join(".cargo")))
 }
 
 /// The component of a core module that carries wit-bindgen's `component-type` section.
