@@ -163,11 +163,6 @@ impl Drop for Session {
 
 /// 128 random bits as hex: owner tokens must not be guessable by other sessions.
 fn random_owner_token() -> String {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).expect("the OS random source is available");
-    let mut token = String::from("session-");
-    for b in bytes {
-        token.push_str(&format!("{b:02x}"));
-    }
-    token
+    let hex = crate::hex::random_hex(16).expect("the OS random source is available");
+    format!("session-{hex}")
 }

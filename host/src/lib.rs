@@ -58,6 +58,7 @@
 pub mod cli;
 pub mod config_file;
 pub mod engine;
+mod hex;
 pub mod inject;
 pub mod mcp;
 

@@ -172,8 +172,7 @@ fn cache_key(engine: &Engine, bytes: &[u8]) -> Key {
 }
 
 fn entry_name(key: &Key) -> String {
-    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
-    format!("tools-{hex}.cwasm")
+    format!("tools-{}.cwasm", crate::hex::hex(key))
 }
 
 fn header(key: &Key, payload: &[u8]) -> Vec<u8> {

@@ -13,11 +13,9 @@ use std::sync::OnceLock;
 fn marker() -> &'static str {
     static MARKER: OnceLock<String> = OnceLock::new();
     MARKER.get_or_init(|| {
-        let mut nonce = [0u8; 16];
         // Without randomness the nonce is fixed: a client could then forge a marked string, which
         // would only turn its own string argument into a number.
-        let _ = getrandom::fill(&mut nonce);
-        let hex: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = crate::hex::random_hex(16).unwrap_or_else(|_| crate::hex::hex(&[0; 16]));
         format!("\\u0000dsh-number-{hex}:")
     })
 }

@@ -611,10 +611,8 @@ impl Token {
                 })
             }
             TokenSource::Generate => {
-                let mut bytes = [0u8; 32];
-                getrandom::fill(&mut bytes)
+                let secret = crate::hex::random_hex(32)
                     .map_err(|e| anyhow::anyhow!("cannot generate a token: {e}"))?;
-                let secret = hex(&bytes);
                 let path = write_token_file(&secret)?;
                 Ok(Self {
                     secret,
@@ -644,10 +642,6 @@ fn checked_token(token: &str, what: &str) -> anyhow::Result<String> {
         );
     }
     Ok(token.to_string())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Write a generated token to a new file only its user may read, in `$XDG_RUNTIME_DIR/dsh-host`
