@@ -5,6 +5,8 @@
 //! TypeScript declarations type-check an example. The golden cases run through it in
 //! tests/polyglot.rs.
 
+#[path = "support/component_file.rs"]
+mod component_file;
 #[path = "support/nested_cargo.rs"]
 mod nested_cargo;
 #[path = "support/node_package.rs"]
@@ -220,7 +222,7 @@ fn installs_from_the_package_directory() {
         std::fs::remove_dir_all(&base).unwrap();
     }
     std::fs::create_dir_all(&base).unwrap();
-    let component = node_package::embedded_component(&base);
+    let component = component_file::embedded_component(&base);
     run(Command::new("npm")
         .current_dir(&tools)
         .args(["run", "build", "--silent"])
@@ -258,7 +260,7 @@ fn transpiled_components_are_kept_only_where_no_one_else_may_write() {
     let cache = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let shared = cache.path().join("dsh-tools/jco");
     std::fs::create_dir_all(&shared).unwrap();
-    let component = node_package::embedded_component(&cache.path().join("component"));
+    let component = component_file::embedded_component(&cache.path().join("component"));
     let script = r#"
 const { Tools, loadComponent } = await import("dsh-tools");
 const tools = new Tools({ component: await loadComponent(process.argv[1]) });

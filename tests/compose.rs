@@ -7,6 +7,8 @@
 //! Needs `wac`, which the test installs on first use into `target/test-env/wac/`
 //! (`support/provision.rs`); when it cannot, the test fails, saying why.
 
+#[path = "support/component_file.rs"]
+mod component_file;
 #[path = "support/nested_cargo.rs"]
 mod nested_cargo;
 #[path = "support/provision.rs"]

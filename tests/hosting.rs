@@ -11,6 +11,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+#[path = "support/component_file.rs"]
+mod component_file;
 #[path = "support/nested_cargo.rs"]
 mod nested_cargo;
 #[path = "support/provision.rs"]
@@ -36,19 +38,7 @@ bash_output: "Error: task bash-1 belongs to another session" error=true TOOL_ERR
 
 /// The very bytes `dsh-host` embeds, as a file the foreign hosts load.
 fn component_file() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hosting");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("guest_tools.wasm");
-    // Written once per process (the tests run on several threads), atomically for other ones.
-    static WRITTEN: std::sync::Once = std::sync::Once::new();
-    WRITTEN.call_once(|| {
-        if std::fs::read(&path).ok().as_deref() != Some(dsh_host::engine::EMBEDDED_COMPONENT) {
-            let tmp = dir.join(format!("guest_tools.wasm.{}", std::process::id()));
-            std::fs::write(&tmp, dsh_host::engine::EMBEDDED_COMPONENT).unwrap();
-            std::fs::rename(&tmp, &path).unwrap();
-        }
-    });
-    path
+    component_file::embedded_component(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hosting"))
 }
 
 /// Runs a host program and returns what it printed, failing with its stderr if it failed.

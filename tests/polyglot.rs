@@ -9,6 +9,8 @@
 //! from hash-pinned requirements (`tests/support/python_venv.rs`), the Node one from its lock
 //! files (`tests/support/node_package.rs`). What cannot be installed fails the tests, saying why.
 
+#[path = "support/component_file.rs"]
+mod component_file;
 #[path = "support/nested_cargo.rs"]
 mod nested_cargo;
 
@@ -55,16 +57,7 @@ fn settings() -> Value {
 
 /// The very bytes the Rust host embeds, as a file the foreign hosts load.
 fn component_file() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("polyglot");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("guest_tools.wasm");
-    let current = std::fs::read(&path).ok();
-    if current.as_deref() != Some(dsh_host::engine::EMBEDDED_COMPONENT) {
-        let tmp = dir.join(format!("guest_tools.wasm.{}", std::process::id()));
-        std::fs::write(&tmp, dsh_host::engine::EMBEDDED_COMPONENT).unwrap();
-        std::fs::rename(&tmp, &path).unwrap();
-    }
-    path
+    component_file::embedded_component(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("polyglot"))
 }
 
 struct Case {

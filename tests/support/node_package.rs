@@ -6,7 +6,7 @@
 //! Each test binary gets its own project directory, made once per process; the shared build
 //! tools in `bindings/node/node_modules` are installed under a file lock, so test binaries
 //! running at once do not install over each other (`provision.rs`, which a test crate including
-//! this module includes at its root). Anything missing (node, npm, the registry)
+//! this module includes at its root, as it does `component_file.rs`). Anything missing (node, npm, the registry)
 //! fails the test, saying what.
 
 // Each test binary uses its own part of this module.
@@ -55,14 +55,6 @@ pub fn build_tools() -> PathBuf {
     .clone()
 }
 
-/// The very bytes this `dsh-host` embeds, as a file.
-pub fn embedded_component(dir: &Path) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let path = dir.join("guest_tools.wasm");
-    std::fs::write(&path, dsh_host::engine::EMBEDDED_COMPONENT).unwrap();
-    path
-}
-
 /// A fresh project with the packed package installed; `name` keeps each test binary's apart.
 pub fn project(name: &str) -> PathBuf {
     static DONE: OnceLock<PathBuf> = OnceLock::new();
@@ -75,7 +67,7 @@ fn make_project(name: &str) -> PathBuf {
         std::fs::remove_dir_all(&base).unwrap();
     }
     let source = build_tools();
-    let component = embedded_component(&base);
+    let component = crate::component_file::embedded_component(&base);
 
     // Pack a copy of the package's own files, so that packing never writes into the source
     // tree (another test binary may be packing too); its build tools are the shared ones.
