@@ -97,13 +97,13 @@ pub struct HttpArgs {
     #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long = "http-allow-origin", value_name = "ORIGIN", requires = "http", value_parser = crate::mcp::http_origin)]
     pub http_allow_origin: Vec<String>,
-    /// MCP sessions open at once (default 64); one more initialize is refused.
-    #[arg(long, value_name = "N", requires = "http", allow_negative_numbers = true, value_parser = call_limit)]
-    pub http_max_sessions: Option<usize>,
-    /// Close a session idle this long (no message either way; default 1800000, 30 min) and
-    /// kill its tasks.
-    #[arg(long, value_name = "MS", requires = "http", allow_negative_numbers = true, value_parser = positive_ms)]
-    pub http_session_idle_ms: Option<f64>,
+    /// MCP sessions open at once; one more initialize is refused.
+    #[arg(long, value_name = "N", requires = "http", allow_negative_numbers = true, value_parser = call_limit, default_value_t = crate::mcp::DEFAULT_MAX_SESSIONS)]
+    pub http_max_sessions: usize,
+    /// Close a session idle this long (no message either way: 30 min by default) and kill its
+    /// tasks.
+    #[arg(long, value_name = "MS", requires = "http", allow_negative_numbers = true, value_parser = positive_ms, default_value_t = crate::mcp::DEFAULT_SESSION_IDLE.as_secs_f64() * 1000.0)]
+    pub http_session_idle_ms: f64,
 }
 
 impl HttpArgs {
@@ -120,12 +120,8 @@ impl HttpArgs {
             },
         };
         options.allowed_origins = self.http_allow_origin.clone();
-        if let Some(n) = self.http_max_sessions {
-            options.max_sessions = n;
-        }
-        if let Some(ms) = self.http_session_idle_ms {
-            options.session_idle = Duration::from_secs_f64(ms / 1000.0);
-        }
+        options.max_sessions = self.http_max_sessions;
+        options.session_idle = Duration::from_secs_f64(self.http_session_idle_ms / 1000.0);
         options.session = session;
         Some(options)
     }

@@ -489,7 +489,7 @@ mod tests {
         let crate::cli::Command::Mcp { http, .. } = cli.command else {
             panic!("not mcp: {cli:?}");
         };
-        assert_eq!(http.http_max_sessions, Some(3));
+        assert_eq!(http.http_max_sessions, 3);
         assert_eq!(http.http_token.as_deref(), Some("t"));
         assert_eq!(http.http_token_file, None);
     }
