@@ -142,6 +142,25 @@ class Tasks(unittest.TestCase):
             self.ex.get("bash-1")
         self.assertEqual(e.exception.case, "unknown-task")
 
+    def test_shutdown_waits_for_a_killed_task_already_forgotten(self):
+        # bash-1 ignores TERM; killed, it is retired at once and, with one finished task kept,
+        # forgotten when bash-2 is killed, while its tree still runs out the grace period.
+        # bash-2 ends at TERM.
+        ex = LocalExecutor(grace_ms=1000, max_tasks=1, max_finished_tasks=1)
+        pids = []
+        for trap in ["trap '' TERM", "trap - TERM"]:
+            task = ex.start(spec(f"{trap}; echo $$; while :; do sleep 0.01; done"))
+            deadline, text = time.monotonic() + 10, ""
+            while not text.endswith("\n") and time.monotonic() < deadline:
+                text += ex.read_output(task["id"])["stdout"]["text"]
+            pids.append(int(text))
+            self.assertTrue(ex.kill(task["id"]))
+        self.assertEqual([t["id"] for t in ex.list_tasks()], ["bash-2"])
+        ex.shutdown()
+        for pid in pids:
+            with self.assertRaises(ProcessLookupError, msg=f"pid {pid} outlived shutdown"):
+                os.kill(pid, 0)
+
     def test_no_events_after_shutdown(self):
         self.ex.start(spec("sleep 30"))
         self.ex.shutdown()

@@ -8,6 +8,7 @@ import math
 import os
 import stat
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Sequence
@@ -99,6 +100,11 @@ class LocalExecutor:
         self._lock = threading.Lock()
         self._tasks: Dict[str, _TaskRecord] = {}
         self._finished: Deque[str] = deque()
+        # Tasks whose processes may still exist, retained or not (a killed task is retired at
+        # once and may be forgotten before its tree is stopped): shutdown waits for each.
+        self._live: Dict[str, _TaskRecord] = {}
+        # Starts between taking a slot and handing their task to its thread (or failing).
+        self._starting = 0
         self._running = 0
         self._next_id = 1
         self._handler: Optional[TaskDoneHandler] = None
@@ -167,17 +173,25 @@ class LocalExecutor:
             record = _TaskRecord(task)
             self._tasks[task["id"]] = record
             self._running += 1
+            self._starting += 1
         try:
-            record.proc = self._spawn(spec)
-        except ExecutorError as e:
-            # A spawn failure ends the task as killed, with the reason on its stderr.
-            record.spawn_error = Tail(self.max_output_bytes)
-            record.spawn_error.write(f"spawn failed: {e.message}".encode())
-            self._finish(record, None, None, spawn_failed=True)
+            try:
+                record.proc = self._spawn(spec)
+            except ExecutorError as e:
+                # A spawn failure ends the task as killed, with the reason on its stderr.
+                record.spawn_error = Tail(self.max_output_bytes)
+                record.spawn_error.write(f"spawn failed: {e.message}".encode())
+                self._finish(record, None, None, spawn_failed=True)
+                return dict(task)  # type: ignore[return-value]
+            thread = threading.Thread(target=self._watch, args=(record,), daemon=True, name=task["id"])
+            with self._lock:
+                record.thread = thread
+                self._live[task["id"]] = record
+            thread.start()
             return dict(task)  # type: ignore[return-value]
-        record.thread = threading.Thread(target=self._watch, args=(record,), daemon=True, name=task["id"])
-        record.thread.start()
-        return dict(task)  # type: ignore[return-value]
+        finally:
+            with self._lock:
+                self._starting -= 1
 
     def read_output(self, task_id: str) -> Read:
         with self._lock:
@@ -238,16 +252,28 @@ class LocalExecutor:
         return True
 
     def shutdown(self) -> None:
-        """Kill every running task and wait for each to end. No task-done events after this."""
+        """Kill every running task and wait until no process of any task is left (also of
+        tasks killed earlier and already forgotten). No task-done events after this."""
         with self._lock:
             self._shutting_down = True
-            running = [r for r in self._tasks.values() if r.task["state"] == "running"]
-        for record in running:
-            self.kill(record.task["id"])
-        with self._lock:
-            threads = [r.thread for r in self._tasks.values() if r.thread is not None]
-        for thread in threads:
-            thread.join()
+        while True:
+            with self._lock:
+                running = [r for r in self._tasks.values() if r.task["state"] == "running"]
+                threads = [r.thread for r in self._live.values() if r.thread is not None]
+                starting = self._starting
+            for record in running:
+                self.kill(record.task["id"])
+            if not threads and not starting:
+                return
+            unstarted = False
+            for thread in threads:
+                if thread.ident is None:
+                    unstarted = True
+                else:
+                    thread.join()
+            if unstarted or not threads:
+                # A start still between its slot and its thread's start: done soon either way.
+                time.sleep(0.001)
 
     # -- internals ------------------------------------------------------------------------
 
@@ -272,6 +298,7 @@ class LocalExecutor:
     def _finish(self, record: _TaskRecord, code: Optional[int], sig: Optional[str], spawn_failed: bool = False) -> None:
         with self._lock:
             task = record.task
+            self._live.pop(task["id"], None)
             task["exit_code"] = code
             task["signal"] = sig
             if task["state"] == "running":
