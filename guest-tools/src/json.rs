@@ -11,6 +11,7 @@ use std::fmt;
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use crate::jsnum;
+use crate::json_tokens::number_tokens;
 
 /// A JSON value. Objects keep their keys in insertion order.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,36 +127,6 @@ impl Json {
             }
         }
     }
-}
-
-/// The byte ranges of the number tokens of JSON text, outside strings, in order.
-fn number_tokens(text: &[u8]) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
-    let mut at = 0;
-    let mut in_string = false;
-    std::iter::from_fn(move || {
-        while at < text.len() {
-            let b = text[at];
-            if in_string {
-                match b {
-                    b'\\' => at += 1,
-                    b'"' => in_string = false,
-                    _ => {}
-                }
-            } else if b == b'"' {
-                in_string = true;
-            } else if b == b'-' || b.is_ascii_digit() {
-                let start = at;
-                while at < text.len()
-                    && matches!(text[at], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
-                {
-                    at += 1;
-                }
-                return Some(start..at);
-            }
-            at += 1;
-        }
-        None
-    })
 }
 
 /// A JSON string literal with `JSON.stringify`'s escapes.

@@ -16,6 +16,7 @@ pub mod dispatch;
 pub mod instructions;
 pub mod jsnum;
 pub mod json;
+mod json_tokens;
 pub mod jstrim;
 pub mod notice;
 pub mod render;

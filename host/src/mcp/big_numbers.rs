@@ -9,6 +9,10 @@
 
 use std::sync::OnceLock;
 
+#[path = "../../../guest-tools/src/json_tokens.rs"]
+mod json_tokens;
+use json_tokens::number_tokens;
+
 /// The marker's prefix, JSON-escaped as `serde_json` writes it: a NUL, then a random nonce.
 fn marker() -> &'static str {
     static MARKER: OnceLock<String> = OnceLock::new();
@@ -63,36 +67,6 @@ pub(super) fn restore(json: String) -> String {
     }
     out.push_str(rest);
     out
-}
-
-/// The byte ranges of the number tokens of JSON text, outside strings, in order.
-fn number_tokens(text: &[u8]) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
-    let mut at = 0;
-    let mut in_string = false;
-    std::iter::from_fn(move || {
-        while at < text.len() {
-            let b = text[at];
-            if in_string {
-                match b {
-                    b'\\' => at += 1,
-                    b'"' => in_string = false,
-                    _ => {}
-                }
-            } else if b == b'"' {
-                in_string = true;
-            } else if b == b'-' || b.is_ascii_digit() {
-                let start = at;
-                while at < text.len()
-                    && matches!(text[at], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
-                {
-                    at += 1;
-                }
-                return Some(start..at);
-            }
-            at += 1;
-        }
-        None
-    })
 }
 
 #[cfg(test)]
