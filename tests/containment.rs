@@ -1073,8 +1073,10 @@ fn no_zombies_or_descriptors_accumulate(mode: Mode) {
         fds_after <= fds_before + FD_ALLOWANCE as u64,
         "descriptors grew: {fds_before} → {fds_after}"
     );
+    // Helpers are started on the runtime's blocking pool, whose idle threads stay for ten
+    // seconds: a burst of starts may leave a few. A thread kept per command would leave hundreds.
     assert!(
-        threads_after <= threads_before + 4,
+        threads_after <= threads_before + 16,
         "threads grew: {threads_before} → {threads_after}"
     );
 }
