@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dsh_executor::{Config, Executor, LocalExecutor, RunResult, Spec, Task, TaskState};
+use dsh_executor::{
+    Config, Containment, Executor, LocalExecutor, RunResult, Spec, Task, TaskState,
+};
 use modes::{Mode, own_cgroup_dir};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
@@ -630,6 +632,43 @@ async fn cgroup_settings_are_as_made_in(mode: Mode) {
     h.assert_prints(&check, expected, what, "a command froze its own cgroup")
         .await;
     h.assert_healthy("a command froze its own cgroup").await;
+    // The sub-cgroups the commands left go with their cgroups: once the executor is shut down
+    // and dropped, nothing is left of its cgroup root.
+    if let Containment::Cgroup { root } = h.exec.containment() {
+        h.exec.shutdown().await;
+        drop(h);
+        let dropped = Instant::now();
+        while root.exists() {
+            let left: Vec<String> = walk_dirs(&root);
+            assert!(
+                dropped.elapsed() < PROMPT,
+                "{mode:?} mode: the executor's cgroups were left behind: {left:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Every directory below `dir`, as paths relative to it.
+fn walk_dirs(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        for entry in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                found.push(
+                    entry
+                        .path()
+                        .strip_prefix(dir)
+                        .unwrap()
+                        .display()
+                        .to_string(),
+                );
+                stack.push(entry.path());
+            }
+        }
+    }
+    found
 }
 
 // ---------------------------------------------------------------------------------------------

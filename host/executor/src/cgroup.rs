@@ -345,7 +345,7 @@ impl TaskCgroup {
     /// Removes a cgroup whose processes are gone (or never were), now.
     pub(crate) fn remove_unused(&self) {
         self.removed.store(true, Ordering::Relaxed);
-        if let Err(err) = std::fs::remove_dir(&self.dir) {
+        if let Err(err) = remove_tree(&self.dir) {
             tracing::debug!(dir = %self.dir.display(), %err, "cannot remove an unused cgroup");
         }
     }
@@ -396,13 +396,39 @@ impl Drop for PendingRemoval {
 
 /// Removes the command cgroup `dir` (empty by now), saying why not if it cannot.
 fn remove(dir: &Path) {
-    match std::fs::remove_dir(dir) {
+    match remove_tree(dir) {
         Ok(()) => {}
         Err(err) if err.kind() == io::ErrorKind::NotFound => {}
         Err(err) => {
             tracing::warn!(dir = %dir.display(), %err, "cannot remove a command's cgroup")
         }
     }
+}
+
+/// Removes the cgroup `dir` and every cgroup below it, deepest first: a command may have made
+/// sub-cgroups in its own, and a cgroup with a child cannot be removed. All must be free of
+/// processes by now. Iterative, so that no nesting depth a command made can exhaust the stack.
+pub(crate) fn remove_tree(dir: &Path) -> io::Result<()> {
+    // Each directory is pushed once to be listed, then once more to be removed after its
+    // children (which are pushed above it).
+    let mut stack = vec![(dir.to_path_buf(), false)];
+    while let Some((path, listed)) = stack.pop() {
+        if listed {
+            if path != dir {
+                let _ = std::fs::remove_dir(&path);
+            }
+            continue;
+        }
+        stack.push((path.clone(), true));
+        if let Ok(entries) = std::fs::read_dir(&path) {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push((entry.path(), false));
+                }
+            }
+        }
+    }
+    std::fs::remove_dir(dir)
 }
 
 /// Removes the cgroup `dir` once it is empty, on a thread of its own: for a cgroup dropped with
@@ -554,14 +580,7 @@ fn sweep_stale(base: &Path) {
             continue;
         }
         let dir = entry.path();
-        if let Ok(children) = std::fs::read_dir(&dir) {
-            for child in children.flatten() {
-                if child.file_type().is_ok_and(|t| t.is_dir()) {
-                    let _ = std::fs::remove_dir(child.path());
-                }
-            }
-        }
-        match std::fs::remove_dir(&dir) {
+        match remove_tree(&dir) {
             Ok(()) => tracing::debug!(dir = %dir.display(), "removed a dead host's cgroup"),
             Err(err) => {
                 tracing::debug!(dir = %dir.display(), %err, "cannot remove a dead host's cgroup")

@@ -209,15 +209,8 @@ fn factory_end(host_pidfd: &OwnedFd, root: Option<&Path>) -> i32 {
             _ => break,
         }
     }
-    if let Some(root) = root
-        && let Ok(entries) = std::fs::read_dir(root)
-    {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                let _ = std::fs::remove_dir(entry.path());
-            }
-        }
-        let _ = std::fs::remove_dir(root);
+    if let Some(root) = root {
+        let _ = crate::cgroup::remove_tree(root);
     }
     0
 }
