@@ -261,6 +261,9 @@ fn transpiled_components_are_kept_only_where_no_one_else_may_write() {
     let shared = cache.path().join("dsh-tools/jco");
     std::fs::create_dir_all(&shared).unwrap();
     let component = component_file::embedded_component(&cache.path().join("component"));
+    // The private directory used instead of an unsafe cache must not outlive the load.
+    let tmp = cache.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
     let script = r#"
 const { Tools, loadComponent } = await import("dsh-tools");
 const tools = new Tools({ component: await loadComponent(process.argv[1]) });
@@ -272,6 +275,7 @@ await tools.close();
             .args(["--input-type=module", "-e", script])
             .arg(&component)
             .env("XDG_CACHE_HOME", cache.path())
+            .env("TMPDIR", &tmp)
             .current_dir(&package))
     };
     let entries = || std::fs::read_dir(&shared).unwrap().count();
@@ -283,6 +287,8 @@ await tools.close();
         0,
         "code was kept in a directory others may write"
     );
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "the private directory was left: {left:?}");
 
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o700)).unwrap();
     assert_eq!(load(), "ok\n");

@@ -9,6 +9,7 @@ import {
   mkdirSync,
   mkdtempSync,
   readFileSync,
+  readdirSync,
   renameSync,
   rmSync,
   writeFileSync,
@@ -40,17 +41,27 @@ export function checkImports(imports) {
 
 /** A transpiled directory loaded: the component's bytes, imports and an instantiate function. */
 export class PreparedComponent {
-  constructor(dir, glue) {
+  /** `inMemory`: read every file now, so that the directory may go (a private temporary one). */
+  constructor(dir, glue, { inMemory = false } = {}) {
     this.dir = dir;
     this.imports = JSON.parse(readFileSync(join(dir, "imports.json"), "utf8"));
     checkImports(this.imports);
     this.modules = new Map();
     this.glue = glue;
+    this.componentBytes = null;
+    if (inMemory) {
+      this.componentBytes = readFileSync(join(dir, COMPONENT_FILE));
+      for (const name of readdirSync(dir)) {
+        if (name.endsWith(".wasm") && name !== COMPONENT_FILE) {
+          this.modules.set(name, new WebAssembly.Module(readFileSync(join(dir, name))));
+        }
+      }
+    }
   }
 
   /** The component's own bytes (what `dsh-host` embeds, for the bundled one). */
   bytes() {
-    return readFileSync(join(this.dir, COMPONENT_FILE));
+    return this.componentBytes ?? readFileSync(join(this.dir, COMPONENT_FILE));
   }
 
   /** A fresh instance linked to `imports` (keyed by interface name); returns its exports. */
@@ -63,9 +74,9 @@ export class PreparedComponent {
   }
 }
 
-async function loadDir(dir) {
+async function loadDir(dir, options) {
   const glue = await import(pathToFileURL(join(dir, "tools.js")).href);
-  return new PreparedComponent(dir, glue);
+  return new PreparedComponent(dir, glue, options);
 }
 
 /** The component that comes with the package. */
@@ -82,9 +93,10 @@ export async function bundledComponent() {
 /**
  * Where transpiled components are kept: `$XDG_CACHE_HOME/dsh-tools/jco` (else `~/.cache/…`), a
  * directory only this user may write, since its JavaScript is imported. When it is not ours
- * alone, a fresh private directory of this process instead (transpiled anew each time).
+ * alone, `null`: the component is transpiled anew into a private temporary directory, removed
+ * once loaded.
  */
-function transpiledRoot() {
+function cacheRoot() {
   const base = process.env.XDG_CACHE_HOME || join(homedir(), ".cache");
   const root = join(base, "dsh-tools", "jco");
   try {
@@ -92,9 +104,9 @@ function transpiledRoot() {
     const st = lstatSync(root);
     if (st.isDirectory() && st.uid === process.getuid() && (st.mode & 0o022) === 0) return root;
   } catch {
-    // An unwritable home: the private directory below.
+    // An unwritable home: a private directory instead.
   }
-  return mkdtempSync(join(tmpdir(), "dsh-tools-jco-"));
+  return null;
 }
 
 /**
@@ -114,8 +126,20 @@ export async function loadComponent(source) {
   } else {
     throw new TypeError(`component: expected a file path or a Uint8Array, got ${source === null ? "null" : typeof source}`);
   }
+  const root = cacheRoot();
+  if (root === null) {
+    const transpiled = await transpileComponent(bytes);
+    checkImports(transpiled.imports);
+    const dir = mkdtempSync(join(tmpdir(), "dsh-tools-jco-"));
+    try {
+      writeTranspiled(dir, bytes, transpiled);
+      return await loadDir(dir, { inMemory: true });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
   const hash = createHash("sha256").update(bytes).update(JCO_VERSION).digest("hex").slice(0, 24);
-  const dir = join(transpiledRoot(), hash);
+  const dir = join(root, hash);
   if (!existsSync(join(dir, "done"))) {
     const transpiled = await transpileComponent(bytes);
     checkImports(transpiled.imports);

@@ -1,7 +1,7 @@
 // Sessions, the executor's settings and its environment scrub through the installed package.
 // Prints JSON facts for tests/bindings_node.rs to compare; throws on anything unexpected.
 
-import { existsSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -64,3 +64,4 @@ facts.badSettings = [
 facts.badName = await rejectionOf(tools.call(7, {}));
 facts.otherTools = await rejectionOf(new Tools().call("bash", {}, b));
 process.stdout.write(JSON.stringify(facts) + "\n");
+rmSync(dir, { recursive: true, force: true });
