@@ -287,7 +287,11 @@ await tools.close();
         0,
         "code was kept in a directory others may write"
     );
-    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.path()).collect();
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     assert!(left.is_empty(), "the private directory was left: {left:?}");
 
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o700)).unwrap();
