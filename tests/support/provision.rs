@@ -101,22 +101,27 @@ pub fn python_venv(name: &str, requirements: &Path) -> PathBuf {
         );
         run(
             &format!("installing {}", requirements.display()),
-            Command::new(&python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "--require-hashes",
-                    "-r",
-                ])
+            pip_install(&python)
+                .args(["--require-hashes", "-r"])
                 .arg(requirements),
         );
         std::fs::write(&stamp, &pin)
             .unwrap_or_else(|e| panic!("cannot write {}: {e}", stamp.display()));
     });
     python
+}
+
+/// `python -m pip install`, quiet and without pip's version check; the caller adds what to install.
+pub fn pip_install(python: &Path) -> Command {
+    let mut cmd = Command::new(python);
+    cmd.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+    ]);
+    cmd
 }
 
 /// Makes `project/node_modules` hold exactly what `project/package-lock.json` pins (`npm ci`),

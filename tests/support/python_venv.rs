@@ -15,7 +15,6 @@ use crate::provision;
 
 use std::hash::{DefaultHasher, Hasher};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 /// The package's sources, installed into the venv.
@@ -74,14 +73,7 @@ fn setup() -> PathBuf {
         // (which would fetch it unchecked); the dependencies are installed already.
         provision::run(
             "installing dsh-tools from bindings/python",
-            Command::new(&python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                ])
+            provision::pip_install(&python)
                 .args(["--no-deps", "--no-build-isolation", "--force-reinstall"])
                 .arg(package_dir()),
         );
