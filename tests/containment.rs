@@ -1145,8 +1145,17 @@ async fn helper_host_that_gets_killed() {
     // reach it.
     let st = format!("{d}/stopper");
     std::fs::create_dir(&st).unwrap();
+    // In cgroup mode it also leaves nested sub-cgroups in its cgroup, which must go with the
+    // executor's root when the host dies.
+    let nest = match mode {
+        Mode::Cgroup => {
+            "m=$(awk '$9 == \"cgroup2\" { print $5; exit }' /proc/self/mountinfo); \
+             mkdir -p \"$m$(grep '^0::' /proc/self/cgroup | cut -d: -f3)/left/deeper\"; "
+        }
+        Mode::Subreaper => "",
+    };
     h.start(&format!(
-        "sleep 30 & echo $! > {st}/a; echo $PPID > {st}/parent; \
+        "{nest}sleep 30 & echo $! > {st}/a; echo $PPID > {st}/parent; \
          while :; do kill -STOP $PPID; sleep 0.05; done"
     ))
     .await;

@@ -409,24 +409,19 @@ fn remove(dir: &Path) {
 /// sub-cgroups in its own, and a cgroup with a child cannot be removed. All must be free of
 /// processes by now. Iterative, so that no nesting depth a command made can exhaust the stack.
 pub(crate) fn remove_tree(dir: &Path) -> io::Result<()> {
-    // Each directory is pushed once to be listed, then once more to be removed after its
-    // children (which are pushed above it).
-    let mut stack = vec![(dir.to_path_buf(), false)];
-    while let Some((path, listed)) = stack.pop() {
-        if listed {
-            if path != dir {
-                let _ = std::fs::remove_dir(&path);
-            }
-            continue;
-        }
-        stack.push((path.clone(), true));
-        if let Ok(entries) = std::fs::read_dir(&path) {
-            for entry in entries.flatten() {
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push((entry.path(), false));
-                }
+    // Every directory below `dir`, each after its parent; removed in reverse, children first.
+    let mut below = Vec::new();
+    let mut to_list = vec![dir.to_path_buf()];
+    while let Some(path) = to_list.pop() {
+        for entry in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                below.push(entry.path());
+                to_list.push(entry.path());
             }
         }
+    }
+    for path in below.iter().rev() {
+        let _ = std::fs::remove_dir(path);
     }
     std::fs::remove_dir(dir)
 }
