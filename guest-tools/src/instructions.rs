@@ -49,13 +49,17 @@ mod tests {
     /// Every tool and parameter the text names exists under that name.
     #[test]
     fn instructions_name_the_tools_and_parameters_as_declared() {
+        // Whole words: `bash` must be named on its own, not only inside `bash_output`.
+        let words: Vec<&str> = INSTRUCTIONS
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .collect();
         for tool in Tool::ALL {
-            assert!(INSTRUCTIONS.contains(tool.name()), "{}", tool.name());
+            assert!(words.contains(&tool.name()), "{}", tool.name());
         }
         let bash = Tool::Bash.params();
         for param in ["run_in_background", "workdir"] {
             assert!(bash.iter().any(|p| p.name == param), "{param}");
-            assert!(INSTRUCTIONS.contains(param), "{param}");
+            assert!(words.contains(&param), "{param}");
         }
     }
 }
