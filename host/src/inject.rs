@@ -163,6 +163,6 @@ impl Drop for Session {
 
 /// 128 random bits as hex: owner tokens must not be guessable by other sessions.
 fn random_owner_token() -> String {
-    let hex = crate::hex::random_hex(16).expect("the OS random source is available");
+    let hex = dsh_executor::hex::random_token(16).expect("the OS random source is available");
     format!("session-{hex}")
 }

@@ -58,7 +58,6 @@
 pub mod cli;
 pub mod config_file;
 pub mod engine;
-mod hex;
 pub mod inject;
 pub mod mcp;
 

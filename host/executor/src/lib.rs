@@ -57,6 +57,7 @@ mod config;
 mod env;
 mod fork;
 mod handoff;
+pub mod hex;
 mod launcher;
 mod lifecycle;
 mod local;

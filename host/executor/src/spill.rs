@@ -355,7 +355,7 @@ pub fn random_hex() -> String {
             .map_or(0, |d| d.as_nanos());
         bytes.copy_from_slice(&nanos.to_le_bytes()[..6]);
     }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::hex::hex(&bytes)
 }
 
 /// A spill file on disk: where the host made it, and the path the model is given.

@@ -172,7 +172,7 @@ fn cache_key(engine: &Engine, bytes: &[u8]) -> Key {
 }
 
 fn entry_name(key: &Key) -> String {
-    format!("tools-{}.cwasm", crate::hex::hex(key))
+    format!("tools-{}.cwasm", dsh_executor::hex::hex(key))
 }
 
 fn header(key: &Key, payload: &[u8]) -> Vec<u8> {

@@ -19,7 +19,8 @@ fn marker() -> &'static str {
     MARKER.get_or_init(|| {
         // Without randomness the nonce is fixed: a client could then forge a marked string, which
         // would only turn its own string argument into a number.
-        let hex = crate::hex::random_hex(16).unwrap_or_else(|_| crate::hex::hex(&[0; 16]));
+        let hex = dsh_executor::hex::random_token(16)
+            .unwrap_or_else(|_| dsh_executor::hex::hex(&[0; 16]));
         format!("\\u0000dsh-number-{hex}:")
     })
 }

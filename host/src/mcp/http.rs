@@ -611,7 +611,7 @@ impl Token {
                 })
             }
             TokenSource::Generate => {
-                let secret = crate::hex::random_hex(32)
+                let secret = dsh_executor::hex::random_token(32)
                     .map_err(|e| anyhow::anyhow!("cannot generate a token: {e}"))?;
                 let path = write_token_file(&secret)?;
                 Ok(Self {
