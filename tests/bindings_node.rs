@@ -17,9 +17,9 @@ mod provision;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use component_file::sha256;
 use node_package::run;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 fn project() -> PathBuf {
     node_package::project("bindings_node")
@@ -34,10 +34,6 @@ fn dsh_host(args: &[&str]) -> std::process::Output {
         .args(args)
         .output()
         .expect("dsh-host runs")
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    format!("{:x}", Sha256::digest(bytes))
 }
 
 #[test]

@@ -4,6 +4,8 @@
 //! example, type-checks, and passes its own tests, the LangChain adapter's among them. The golden
 //! cases run through it in `tests/polyglot.rs`.
 
+#[path = "support/component_file.rs"]
+mod component_file;
 #[path = "support/nested_cargo.rs"]
 mod nested_cargo;
 #[path = "support/provision.rs"]
@@ -14,17 +16,10 @@ mod python_venv;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use sha2::{Digest, Sha256};
+use component_file::sha256;
 
 fn package_dir() -> PathBuf {
     provision::repo().join("bindings").join("python")
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 const REFRESH: &str = "cargo build -p dsh-host && \
@@ -49,11 +44,11 @@ fn python(args: &[&str], cwd: &Path) -> Output {
 
 #[test]
 fn the_package_carries_the_embedded_component() {
-    let embedded = sha256_hex(dsh_host::engine::EMBEDDED_COMPONENT);
+    let embedded = sha256(dsh_host::engine::EMBEDDED_COMPONENT);
     let committed = std::fs::read(package_dir().join("src/dsh_tools/guest_tools.wasm"))
         .expect("bindings/python/src/dsh_tools/guest_tools.wasm exists");
     assert_eq!(
-        sha256_hex(&committed),
+        sha256(&committed),
         embedded,
         "the package's component differs from the one dsh-host embeds; refresh it: {REFRESH}"
     );

@@ -1,6 +1,17 @@
-//! The very bytes this `dsh-host` embeds, as a file the foreign hosts and packages load.
+//! The very bytes this `dsh-host` embeds, as a file the foreign hosts and packages load, and the
+//! digest the tests compare components by.
+
+// Each test binary uses its own part of this module.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// The SHA-256 of `bytes`, as lowercase hex: how the tests compare components.
+pub fn sha256(bytes: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(bytes))
+}
 
 /// `dir/guest_tools.wasm` holding the embedded component. Rewritten only when it differs, through
 /// a temporary file and a rename, so that tests on other threads or in other processes reading
