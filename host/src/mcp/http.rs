@@ -351,8 +351,10 @@ impl Gate {
                 return jsonrpc_error(
                     StatusCode::BAD_REQUEST,
                     serde_json::Value::Null,
-                    ErrorCode::PARSE_ERROR,
-                    format!("Parse error: the request body is not JSON: {e}"),
+                    rmcp::ErrorData::parse_error(
+                        format!("Parse error: the request body is not JSON: {e}"),
+                        None,
+                    ),
                 );
             }
         };
@@ -369,12 +371,14 @@ impl Gate {
             return jsonrpc_error(
                 StatusCode::BAD_REQUEST,
                 probe.id,
-                ErrorCode::INVALID_REQUEST,
-                format!(
-                    "Invalid request: {} needs a session; dsh-host keeps each MCP session's \
-                     tasks apart, so send initialize first and then its Mcp-Session-Id with \
-                     each request",
-                    probe.method
+                rmcp::ErrorData::invalid_request(
+                    format!(
+                        "Invalid request: {} needs a session; dsh-host keeps each MCP session's \
+                         tasks apart, so send initialize first and then its Mcp-Session-Id \
+                         with each request",
+                        probe.method
+                    ),
+                    None,
                 ),
             );
         }
@@ -388,11 +392,14 @@ impl Gate {
             return jsonrpc_error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 probe.id,
-                SESSIONS_EXCEEDED,
-                format!(
-                    "too many MCP sessions: the limit is {} (--http-max-sessions); end one \
-                     (HTTP DELETE) or wait for an idle one to expire",
-                    self.max_sessions
+                rmcp::ErrorData::new(
+                    SESSIONS_EXCEEDED,
+                    format!(
+                        "too many MCP sessions: the limit is {} (--http-max-sessions); end one \
+                         (HTTP DELETE) or wait for an idle one to expire",
+                        self.max_sessions
+                    ),
+                    None,
                 ),
             );
         }
@@ -430,15 +437,15 @@ fn probe(message: serde_json::Value) -> Option<Probe> {
 fn unsupported_version(id: serde_json::Value, requested: &str) -> Response<Body> {
     use rmcp::model::ProtocolVersion;
     let supported = ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE);
-    let error = serde_json::json!({
-        "code": ErrorCode::UNSUPPORTED_PROTOCOL_VERSION.0,
-        "message": format!(
+    let error = rmcp::ErrorData::new(
+        ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
+        format!(
             "Unsupported protocol version {requested}: over HTTP dsh-host serves the revisions \
              with sessions, which keep each client's tasks apart; send initialize with one of them"
         ),
-        "data": { "requested": requested, "supported": supported },
-    });
-    jsonrpc_response(StatusCode::BAD_REQUEST, id, error)
+        Some(serde_json::json!({ "requested": requested, "supported": supported })),
+    );
+    jsonrpc_error(StatusCode::BAD_REQUEST, id, error)
 }
 
 /// `Err` with the reason when the request carries an `Origin` that is neither loopback nor
@@ -551,23 +558,11 @@ fn text_response(status: StatusCode, text: String) -> Response<Body> {
     response
 }
 
+/// A JSON-RPC error response for request `id`, sent with HTTP `status`.
 fn jsonrpc_error(
     status: StatusCode,
     id: serde_json::Value,
-    code: ErrorCode,
-    message: String,
-) -> Response<Body> {
-    jsonrpc_response(
-        status,
-        id,
-        serde_json::json!({ "code": code.0, "message": message }),
-    )
-}
-
-fn jsonrpc_response(
-    status: StatusCode,
-    id: serde_json::Value,
-    error: serde_json::Value,
+    error: rmcp::ErrorData,
 ) -> Response<Body> {
     let body = serde_json::json!({ "jsonrpc": "2.0", "id": id, "error": error });
     let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
