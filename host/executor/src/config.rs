@@ -32,13 +32,13 @@ impl Config {
         if let Some(ms) = self.yield_after_ms {
             positive_ms("yield-after-ms", ms)?;
         }
-        if self.max_command_bytes > crate::long_command::MAX_COMMAND_BYTES {
+        if self.max_command_bytes > crate::bash::long_command::MAX_COMMAND_BYTES {
             return Err(ConfigError {
                 setting: "max-command-bytes",
                 reason: format!(
                     "{} exceeds the largest supported ({})",
                     self.max_command_bytes,
-                    crate::long_command::MAX_COMMAND_BYTES
+                    crate::bash::long_command::MAX_COMMAND_BYTES
                 ),
             });
         }

@@ -4,7 +4,7 @@
 //! runs real processes as the executor contract describes.
 //!
 //! Used on its own, a foreground command and a background task look like this. Each command is
-//! started by a spawn helper; a program that calls [`spawn_helper::dispatch`] first thing in
+//! started by a spawn helper; a program that calls [`helper::dispatch`] first thing in
 //! `main` serves as its own (otherwise a `dsh-spawn-helper` binary must sit next to it).
 //!
 //! ```rust,standalone_crate
@@ -13,7 +13,7 @@
 //!
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     // Before any thread starts: when re-executed as the spawn helper, this is all it does.
-//!     dsh_executor::spawn_helper::dispatch();
+//!     dsh_executor::helper::dispatch();
 //!     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
 //!     runtime.block_on(async {
 //!         let (task_done, mut ended) = tokio::sync::mpsc::unbounded_channel();
@@ -52,34 +52,27 @@ use std::pin::Pin;
 
 use tokio_util::sync::CancellationToken;
 
-mod cgroup;
+// Host side: the executor and what it keeps.
 mod config;
-mod env;
-mod fork;
-mod handoff;
-pub mod hex;
-mod launcher;
-mod lifecycle;
+mod containment;
 mod local;
-mod long_command;
-mod meter;
-mod pidfd;
-mod process;
-mod procfs;
-mod signal;
+mod output;
 mod spawn;
-pub mod spawn_helper;
-mod spill;
-mod stream;
-mod tail;
 mod tasks;
-mod wire;
-mod workdir;
+// Both sides: how bash is invoked, and the wire between the host and a spawn helper.
+mod bash;
+mod protocol;
+// Runs in the spawn helper factory and its helpers, processes of their own.
+pub mod helper;
+pub mod hex;
 
-pub use env::EnvPolicy;
+/// The spawn helper's entry points under the name embedders have used so far.
+pub use helper as spawn_helper;
+
+pub use bash::env::EnvPolicy;
 pub use local::LocalExecutor;
-pub use meter::OutputMeter;
-pub use spill::random_hex;
+pub use output::meter::OutputMeter;
+pub use output::spill::random_hex;
 
 /// A boxed future, so that [`Executor`] stays object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -289,7 +282,7 @@ pub struct Config {
     /// Keep the spill directory and its files at shutdown (normally removed).
     pub keep_spill: bool,
     /// The spawn helper program that starts each command (see [`spawn_helper`]); `None` finds
-    /// it: this executable when it called [`spawn_helper::dispatch`], else a
+    /// it: this executable when it called [`helper::dispatch`], else a
     /// `dsh-spawn-helper` next to this executable or one directory up.
     pub spawn_helper: Option<PathBuf>,
     /// Which of the host's variables commands do not get.

@@ -7,24 +7,21 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
-use crate::cgroup::CgroupRoot;
 use crate::config::duration_ms;
-use crate::handoff::Foreground;
-use crate::launcher::Launcher;
-use crate::lifecycle::{self, Outcome, Stop};
+use crate::containment::cgroup::CgroupRoot;
+use crate::output::spill::SpillDir;
+use crate::output::stream::Output;
+use crate::protocol::Step;
+use crate::spawn::launcher::Launcher;
 use crate::spawn::{Spawned, StartError};
-use crate::spill::SpillDir;
-use crate::stream::Output;
-use crate::tasks::{End, Tasks};
-use crate::wire::Step;
+use crate::tasks::handoff::Foreground;
+use crate::tasks::lifecycle::{self, Outcome, Stop};
+use crate::tasks::table::{End, Tasks};
 use crate::{
     BoxFuture, Config, ConfigError, Containment, ContainmentPreference, ExecError, Executor,
-    Limits, OutputMeter, Read, Request, RunResult, Spec, Task, Yielded, env, long_command, signal,
-    spawn, spawn_helper, spill, workdir,
+    Limits, OutputMeter, Read, Request, RunResult, Spec, Task, Yielded, bash, containment, helper,
+    output, spawn,
 };
-
-/// The shell every command runs in, looked up on PATH.
-const SHELL: &str = "bash";
 
 /// Helpers tried for one command whose request could not be delivered (the ready ones may all
 /// have been killed; the last attempts start new ones).
@@ -46,7 +43,7 @@ struct Shared {
     /// The parent of the per-command cgroups, in cgroup mode.
     cgroups: Option<Arc<CgroupRoot>>,
     spill: Arc<SpillDir>,
-    /// [`SHELL`] as found on PATH when the executor was built (a lookup per command costs a
+    /// [`bash::SHELL`] as found on PATH when the executor was built (a lookup per command costs a
     /// failed `exec` per PATH entry before it); the bare name if it was not found then.
     shell: OsString,
     /// Fresh spawn helpers, one per command.
@@ -82,7 +79,7 @@ impl LocalExecutor {
     ) -> Result<Arc<LocalExecutor>, ConfigError> {
         config.validate()?;
         let helper =
-            spawn_helper::locate(config.spawn_helper.as_deref()).map_err(|reason| ConfigError {
+            helper::locate(config.spawn_helper.as_deref()).map_err(|reason| ConfigError {
                 setting: "spawn-helper",
                 reason,
             })?;
@@ -111,7 +108,11 @@ impl LocalExecutor {
             }
         }
         let spill = SpillDir::with_budget(config.spill_dir.clone(), config.max_spill_total_bytes);
-        let launcher = Launcher::new(helper, env::host_child_env(&config.env), cgroups.clone());
+        let launcher = Launcher::new(
+            helper,
+            bash::env::host_child_env(&config.env),
+            cgroups.clone(),
+        );
         launcher.refill();
         Ok(Arc::new(Self {
             shared: Arc::new(Shared {
@@ -122,7 +123,7 @@ impl LocalExecutor {
                 containment,
                 cgroups,
                 spill,
-                shell: find_on_path(SHELL),
+                shell: bash::find_on_path(bash::SHELL),
                 launcher,
             }),
         }))
@@ -142,7 +143,7 @@ impl LocalExecutor {
     /// Fresh stdout and stderr buffers for one command.
     fn outputs(&self) -> [Arc<Output>; 2] {
         let config = &self.shared.config;
-        let (stdout, stderr) = spill::targets(&self.shared.spill, config.max_spill_bytes);
+        let (stdout, stderr) = output::spill::targets(&self.shared.spill, config.max_spill_bytes);
         [
             Output::new(config.max_output_bytes, stdout),
             Output::new(config.max_output_bytes, stderr),
@@ -153,7 +154,7 @@ impl LocalExecutor {
     /// the helper (a command killed idle helpers): an error means the command did not run.
     async fn spawn(&self, program: &OsStr, spec: &Spec) -> Result<Spawned, ExecError> {
         let cannot = |err: &dyn std::fmt::Display| {
-            ExecError::SpawnFailed(format!("cannot start {SHELL}: {err}"))
+            ExecError::SpawnFailed(format!("cannot start {}: {err}", bash::SHELL))
         };
         let mut attempts = 0;
         loop {
@@ -193,7 +194,7 @@ impl LocalExecutor {
                 Err(StartError::Failed {
                     step: Step::Chdir,
                     err,
-                }) => Err(workdir::unusable(&spec.workdir, &err)),
+                }) => Err(bash::workdir::unusable(&spec.workdir, &err)),
                 Err(
                     StartError::Failed { err, .. }
                     | StartError::Helper(err)
@@ -206,7 +207,7 @@ impl LocalExecutor {
 
     /// Refuses a command longer than the configured limit.
     fn check_command(&self, command: &str) -> Result<(), ExecError> {
-        long_command::check(command, self.shared.config.max_command_bytes)
+        bash::long_command::check(command, self.shared.config.max_command_bytes)
     }
 
     fn timeout_ms(&self, requested: f64) -> Result<f64, ExecError> {
@@ -270,7 +271,7 @@ impl LocalExecutor {
         };
         Ok(RunResult {
             exit_code: outcome.exit.code,
-            signal: outcome.exit.signal.map(signal::name),
+            signal: outcome.exit.signal.map(containment::signal::name),
             timed_out: outcome.stop == Some(Stop::Timeout),
             aborted: outcome.stop == Some(Stop::Abort),
             timeout_ms,
@@ -377,28 +378,8 @@ impl LocalExecutor {
 fn end_of(outcome: &Outcome) -> End {
     End::Exited {
         code: outcome.exit.code,
-        signal: outcome.exit.signal.map(signal::name),
+        signal: outcome.exit.signal.map(containment::signal::name),
     }
-}
-
-/// The first executable `name` in the host's PATH, else `name` itself (to be looked up at spawn).
-fn find_on_path(name: &str) -> OsString {
-    let Some(path) = std::env::var_os("PATH") else {
-        return name.into();
-    };
-    for dir in std::env::split_paths(&path) {
-        if dir.as_os_str().is_empty() || !dir.is_absolute() {
-            // Relative entries depend on each command's workdir: keep the per-spawn lookup.
-            return name.into();
-        }
-        let candidate = dir.join(name);
-        if candidate.is_file()
-            && rustix::fs::access(&candidate, rustix::fs::Access::EXEC_OK).is_ok()
-        {
-            return candidate.into_os_string();
-        }
-    }
-    name.into()
 }
 
 impl Executor for LocalExecutor {
@@ -420,7 +401,7 @@ impl Executor for LocalExecutor {
             (Some(dir), _) => dir,
             (None, Some(cwd)) => cwd.to_string_lossy().into_owned(),
             (None, None) => std::env::current_dir()
-                .map_err(|err| workdir::unusable(".", &err))?
+                .map_err(|err| bash::workdir::unusable(".", &err))?
                 .to_string_lossy()
                 .into_owned(),
         };
@@ -519,7 +500,7 @@ mod tests {
         let exec = LocalExecutor::new(Config::default(), tx).unwrap();
         // A command long enough to go through a memfd fails alike: the outcome pipe is not
         // where the command's descriptor goes.
-        let long = format!("true #{}", "x".repeat(long_command::ARGV_MAX));
+        let long = format!("true #{}", "x".repeat(bash::long_command::ARGV_MAX));
         for command in ["true", &long] {
             let err = exec
                 .run_program(

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::stream::Output;
+use crate::output::stream::Output;
 
 /// Counts the bytes a foreground command has written to stdout and stderr so far. The caller
 /// makes one, hands a clone to [`crate::Executor::run_metered`] and reads it while the run goes

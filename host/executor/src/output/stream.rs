@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::spill::{Spill, SpillTarget};
-use crate::tail::Tail;
+use crate::output::spill::{Spill, SpillTarget};
+use crate::output::tail::Tail;
 use crate::{StreamDelta, StreamOutput};
 
 /// Size of the pump's read buffer, allocated once per stream and reused for every read.
@@ -171,8 +171,8 @@ mod tests {
     use super::*;
 
     fn output(cap: u64, dir: &std::path::Path) -> Arc<Output> {
-        let spill = crate::spill::SpillDir::new(Some(dir.to_path_buf()));
-        Output::new(cap, crate::spill::targets(&spill, 1 << 20).0)
+        let spill = crate::output::spill::SpillDir::new(Some(dir.to_path_buf()));
+        Output::new(cap, crate::output::spill::targets(&spill, 1 << 20).0)
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! A running command's process tree, seen from the host: who is in it, how to stop it, and when
 //! it is gone.
 //!
-//! The tree's root is the command's spawn helper ([`crate::spawn_helper`]), bash's parent. It is
+//! The tree's root is the command's spawn helper ([`crate::helper`]), bash's parent. It is
 //! a child subreaper, so orphans (double forks, `setsid` daemons) are re-parented to it and stay
 //! below it; it says so once no descendant is left, and then either waits for another command
 //! (handed back to the launcher) or exits. In cgroup mode the command's cgroup holds every
@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, PidfdFlags, Signal};
 use tokio_util::sync::CancellationToken;
 
-use crate::cgroup::TaskCgroup;
-use crate::pidfd::exit_of;
-use crate::procfs::{ProcInfo, snapshot, subtree};
+use crate::containment::cgroup::TaskCgroup;
+use crate::containment::pidfd::exit_of;
+use crate::containment::procfs::{ProcInfo, snapshot, subtree};
 
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -194,7 +194,7 @@ impl ProcTree {
 
     /// Whether the helper has not exited yet, asked of its pidfd now.
     fn helper_running(&self) -> bool {
-        crate::pidfd::running(&self.pidfd)
+        crate::containment::pidfd::running(&self.pidfd)
     }
 
     /// The helper exited without having finished its job (saying that no descendant is left):

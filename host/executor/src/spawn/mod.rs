@@ -1,4 +1,4 @@
-//! Starting one command on a fresh spawn helper ([`crate::spawn_helper`]) and following it:
+//! Starting one command on a fresh spawn helper ([`crate::helper`]) and following it:
 //! host → helper (forked by the factory, inside the command's cgroup in cgroup mode; bash's
 //! `$PPID`) → bash (leader of its own session).
 //!
@@ -6,6 +6,8 @@
 //! helper's reports are awaited. A start is never retried, so a command runs at most once; it is
 //! reported as not started only when that is certain (the helper refused the workdir, or bash's
 //! `exec` or the steps before it failed, as the outcome pipe says).
+
+pub(crate) mod launcher;
 
 use std::ffi::OsStr;
 use std::io;
@@ -19,9 +21,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe::Receiver;
 use tokio::sync::oneshot;
 
-use crate::launcher::{Helper, Launcher};
-use crate::process::{Exit, ProcTree};
-use crate::wire::{self, Report, Step};
+use crate::containment::process::{Exit, ProcTree};
+use crate::protocol::{self, Report, Step};
+use crate::spawn::launcher::{Helper, Launcher};
 
 /// How often a start waiting for a report continues the helper (a command may stop it).
 const RESUME_HELPER: Duration = Duration::from_secs(1);
@@ -66,7 +68,7 @@ impl Leader {
             return Exit::from_wait_status(status);
         }
         if let Some(pidfd) = self.pidfd {
-            crate::pidfd::exit_of(pidfd).await;
+            crate::containment::pidfd::exit_of(pidfd).await;
         }
         Exit {
             code: None,
@@ -95,7 +97,7 @@ pub(crate) async fn spawn(
     let (stdout_r, stdout_w) = pipe()?;
     let (stderr_r, stderr_w) = pipe()?;
     let (started_r, started_w) = pipe()?;
-    let frame = wire::Request {
+    let frame = protocol::Request {
         program: program.as_bytes().to_vec(),
         command: command.as_bytes().to_vec(),
         workdir: workdir.as_bytes().to_vec(),
@@ -108,7 +110,8 @@ pub(crate) async fn spawn(
     sock.set_nonblocking(true)
         .map_err(StartError::Undelivered)?;
     let fds = [stdout_w.as_fd(), stderr_w.as_fd(), started_w.as_fd()];
-    let sent = wire::send_with_fds(sock.as_fd(), &frame, &fds).map_err(StartError::Undelivered)?;
+    let sent =
+        protocol::send_with_fds(sock.as_fd(), &frame, &fds).map_err(StartError::Undelivered)?;
     // Only bash keeps the write ends.
     drop((stdout_w, stderr_w, started_w));
     let mut sock = tokio::net::UnixStream::from_std(sock).map_err(StartError::Undelivered)?;
@@ -271,7 +274,7 @@ impl Reports {
             self.sock.readable().await?;
             let mut chunk = [0u8; 512];
             let got = self.sock.try_io(tokio::io::Interest::READABLE, || {
-                let (n, fds) = wire::recv_some(self.sock.as_fd(), &mut chunk)?;
+                let (n, fds) = protocol::recv_some(self.sock.as_fd(), &mut chunk)?;
                 Ok((n, fds.into_iter().next()))
             });
             match got {

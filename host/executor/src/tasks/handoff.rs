@@ -18,10 +18,10 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::lifecycle::{self, Outcome, Stop};
+use crate::output::stream::Output;
 use crate::spawn::Spawned;
-use crate::stream::Output;
-use crate::tasks::Control;
+use crate::tasks::lifecycle::{self, Outcome, Stop};
+use crate::tasks::table::Control;
 use crate::{ExecError, Task};
 
 /// Who the command's end belongs to.

@@ -28,6 +28,8 @@
 //! (then it is its own factory, re-exec'd with [`HELPER_ARG`]) or ships the `dsh-spawn-helper`
 //! binary (see `Config::spawn_helper`).
 
+pub(crate) mod fork;
+
 use std::ffi::{CString, OsString};
 use std::io::{self, Write};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
@@ -36,9 +38,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::fork::{self, BashExec, Forked};
-use crate::long_command;
-use crate::wire::{self, Report};
+use crate::bash::exec::{self, BashExec};
+use crate::bash::long_command;
+use crate::protocol::{self, Report};
+use fork::Forked;
 
 /// The first argument that makes a program [`dispatch`]ing into the helper.
 pub const HELPER_ARG: &str = "__dsh-spawn-helper";
@@ -103,7 +106,7 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
     }
     let baseline = Baseline::read(open_oom_score_adj().as_ref());
     // Read once: every helper forked from here has the same dispositions.
-    let changed_signals = fork::changed_signals();
+    let changed_signals = exec::changed_signals();
     // SAFETY: descriptor 0 is the socket the host passed as our stdin; nothing else owns it.
     let stdin = unsafe { OwnedFd::from_raw_fd(0) };
     // Off descriptor 0, which /dev/null takes: helpers then receive descriptors above stdio.
@@ -139,7 +142,7 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
             continue;
         }
         let mut byte = [0u8; 1];
-        let (sock, cgroup) = match wire::recv_some(control.as_fd(), &mut byte) {
+        let (sock, cgroup) = match protocol::recv_some(control.as_fd(), &mut byte) {
             Ok((0, _)) | Err(_) => return factory_end(&host_pidfd, root),
             Ok((_, fds)) => {
                 let mut fds = fds.into_iter();
@@ -164,7 +167,7 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
             Ok(Forked::Parent { pid, pidfd }) => {
                 drop((sock, cgroup));
                 let reply = Report::Started(pid);
-                if wire::send_report(&control, &reply, Some(pidfd.as_fd())).is_err() {
+                if protocol::send_report(&control, &reply, Some(pidfd.as_fd())).is_err() {
                     return 0;
                 }
             }
@@ -185,7 +188,7 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
 fn factory_end(host_pidfd: &OwnedFd, root: Option<&Path>) -> i32 {
     // A host that lets the factory go kills it (`kill_on_drop`), so a live host is rare here;
     // a dying one turns its pidfd readable within moments of closing its descriptors.
-    if !crate::pidfd::readable_within(host_pidfd, HOST_EXIT_WAIT).unwrap_or(true) {
+    if !crate::containment::pidfd::readable_within(host_pidfd, HOST_EXIT_WAIT).unwrap_or(true) {
         // The host lives and let this factory go: the cgroups are its own business.
         return 0;
     }
@@ -196,7 +199,7 @@ fn factory_end(host_pidfd: &OwnedFd, root: Option<&Path>) -> i32 {
             Ok(Some(_)) => continue,
             Ok(None) if Instant::now() < deadline => {
                 // A helper its command keeps stopping would never see its socket close.
-                for child in crate::procfs::subtree(me) {
+                for child in crate::containment::procfs::subtree(me) {
                     if child.ppid == me
                         && let Some(pid) = rustix::process::Pid::from_raw(child.pid)
                     {
@@ -210,7 +213,7 @@ fn factory_end(host_pidfd: &OwnedFd, root: Option<&Path>) -> i32 {
         }
     }
     if let Some(root) = root {
-        let _ = crate::cgroup::remove_tree(root);
+        let _ = crate::containment::cgroup::remove_tree(root);
     }
     0
 }
@@ -376,7 +379,7 @@ fn serve(
     oom_score_adj: Option<&std::fs::File>,
     changed_signals: &[i32],
 ) -> Served {
-    let (request, fds) = match wire::recv_request(sock) {
+    let (request, fds) = match protocol::recv_request(sock) {
         Ok(Some(got)) => got,
         // The host let the helper go.
         Ok(None) => return Served::End(0),
@@ -388,15 +391,15 @@ fn serve(
     if Baseline::read(oom_score_adj) != *baseline {
         // Changed by someone (a command, this one's earlier or another running meanwhile): bash
         // would inherit it.
-        let _ = wire::send_report(sock, &Report::Declined, None);
+        let _ = protocol::send_report(sock, &Report::Declined, None);
         return Served::End(3);
     }
     let workdir = String::from_utf8_lossy(&request.workdir).into_owned();
-    if let Err(err) = crate::workdir::check(&workdir) {
-        let _ = wire::send_report(sock, &Report::Refused(err.to_string()), None);
+    if let Err(err) = crate::bash::workdir::check(&workdir) {
+        let _ = protocol::send_report(sock, &Report::Refused(err.to_string()), None);
         return Served::NotStarted;
     }
-    let wire::RequestFds {
+    let protocol::RequestFds {
         stdout,
         stderr,
         mut started,
@@ -480,13 +483,13 @@ fn c_string(bytes: Vec<u8>) -> Option<CString> {
 
 fn fail_record(errno: i32) -> [u8; 8] {
     let mut record = [0u8; 8];
-    record[..4].copy_from_slice(&(wire::Step::Setup as u32).to_ne_bytes());
+    record[..4].copy_from_slice(&(protocol::Step::Setup as u32).to_ne_bytes());
     record[4..].copy_from_slice(&errno.to_ne_bytes());
     record
 }
 
 /// Every signal blocked: nothing a command sends its `$PPID` ends the helper but SIGKILL; child
-/// exits are read from a signalfd. bash gets its own defaults back ([`fork::exec_bash`]).
+/// exits are read from a signalfd. bash gets its own defaults back ([`exec::exec_bash`]).
 fn block_signals() {
     // SAFETY: a full set, initialised by sigfillset.
     unsafe {
@@ -603,7 +606,7 @@ fn host_gone(cgroup: Option<OwnedFd>) -> i32 {
     loop {
         // Everything below us, and everything else in the command's cgroup (which holds us
         // too, so no cgroup.kill).
-        let mut targets: Vec<i32> = crate::procfs::subtree(me)
+        let mut targets: Vec<i32> = crate::containment::procfs::subtree(me)
             .into_iter()
             .filter(|p| p.alive)
             .map(|p| p.pid)

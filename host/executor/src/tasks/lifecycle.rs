@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::process::{Exit, ProcTree};
+use crate::containment::process::{Exit, ProcTree};
+use crate::output::stream::{Output, pump};
 use crate::spawn::Spawned;
-use crate::stream::{Output, pump};
 
 /// Why a command was stopped before bash ended on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! (the executor's root) is created when the executor is built, after which a probe starts a
 //! child inside a test cgroup, kills it through `cgroup.kill` and waits for `populated 0`; any
 //! failure means subreaper containment instead, with the reason. A command's bash starts inside
-//! its cgroup (`clone3(CLONE_INTO_CGROUP)`, see [`crate::fork`]), so nothing of the command runs
+//! its cgroup (`clone3(CLONE_INTO_CGROUP)`, see [`crate::helper::fork`]), so nothing of the command runs
 //! outside it. No controller is ever enabled, so the "no internal processes" rule does not apply
 //! and the host may stay in its own cgroup, the parent of the root.
 //!
@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::fork::{self, Forked};
+use crate::helper::fork::{self, Forked};
 
 /// How long the probe waits for its child to die and its cgroup to empty.
 const PROBE_WAIT: Duration = Duration::from_secs(2);
@@ -88,7 +88,7 @@ impl CgroupRoot {
             let dir = base.join(format!(
                 "dsh-{}-{}",
                 std::process::id(),
-                crate::spill::random_hex()
+                crate::output::spill::random_hex()
             ));
             match std::fs::create_dir(&dir) {
                 Ok(()) => break dir,
@@ -215,7 +215,10 @@ fn probe_in(dir: &Path) -> Result<(), String> {
     if killed_directly {
         let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
     }
-    if !matches!(crate::pidfd::readable_within(&pidfd, PROBE_WAIT), Ok(true)) {
+    if !matches!(
+        crate::containment::pidfd::readable_within(&pidfd, PROBE_WAIT),
+        Ok(true)
+    ) {
         let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
         killed_directly = true;
     }
@@ -367,7 +370,7 @@ impl TaskCgroup {
         let mut pending = PendingRemoval(Some((dir, root)));
         runtime.spawn(async move {
             if let Some(helper) = helper {
-                let exit = crate::pidfd::exit_of(helper);
+                let exit = crate::containment::pidfd::exit_of(helper);
                 let _ = tokio::time::timeout(Duration::from_secs(10), exit).await;
             }
             if let Some((dir, _)) = &pending.0 {

@@ -1,4 +1,4 @@
-//! The protocol between the host and a spawn helper ([`crate::spawn_helper`]), over a Unix
+//! The protocol between the host and a spawn helper ([`crate::helper`]), over a Unix
 //! stream socket pair: one request from the host, then the helper's reports.
 //!
 //! Request (host → helper): a frame `[len: u32][program][command][workdir]`, each field

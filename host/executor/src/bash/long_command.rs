@@ -46,7 +46,7 @@ use crate::ExecError;
 pub(crate) const ARGV_MAX: usize = 32 * 4096 - 1;
 
 /// The largest `Config::max_command_bytes`: the longest field a spawn request carries.
-pub(crate) const MAX_COMMAND_BYTES: u64 = crate::wire::MAX_FIELD as u64;
+pub(crate) const MAX_COMMAND_BYTES: u64 = crate::protocol::MAX_FIELD as u64;
 
 /// The descriptor on which bash finds a long command (closed by [`BOOTSTRAP`] before the command
 /// runs). It must stay what the bootstrap names.

@@ -10,7 +10,7 @@
 //! cgroup, and a fresh one is used. Taking back saves a fork and a cgroup per command, about a
 //! sixth of a short command's time (see the README's figures).
 //!
-//! Helpers are forked by the factory ([`crate::spawn_helper`]), which the host exec's once and
+//! Helpers are forked by the factory ([`crate::helper`]), which the host exec's once and
 //! again whenever it has died or refused; forks and checks happen on blocking threads, off the
 //! command's path and never on the async runtime.
 
@@ -22,10 +22,10 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::cgroup::{CgroupRoot, TaskCgroup};
-use crate::pidfd::readable_within;
-use crate::spawn_helper::HELPER_ARG;
-use crate::wire::{self, Report};
+use crate::containment::cgroup::{CgroupRoot, TaskCgroup};
+use crate::containment::pidfd::readable_within;
+use crate::helper::HELPER_ARG;
+use crate::protocol::{self, Report};
 
 /// Helpers kept ready: one command at a time takes none from the runtime thread's path; a burst
 /// of background starts forks the rest on demand.
@@ -52,7 +52,7 @@ impl Helper {
     /// Whether the helper looks fit to take now: alive, and alone in its cgroup, which is not
     /// frozen.
     fn fit(&self) -> bool {
-        crate::pidfd::running(&self.pidfd)
+        crate::containment::pidfd::running(&self.pidfd)
             && self.cgroup.as_ref().is_none_or(|c| c.holds_only(self.pid))
     }
 
@@ -349,7 +349,7 @@ impl Factory {
         let (ours, theirs) = UnixStream::pair()?;
         let mut fds = vec![theirs.as_fd()];
         fds.extend(cgroup);
-        wire::send_with_fds(self.control.as_fd(), &[0], &fds)?;
+        protocol::send_with_fds(self.control.as_fd(), &[0], &fds)?;
         drop(fds);
         drop(theirs);
         let deadline = Instant::now() + FACTORY_ANSWER;
@@ -372,7 +372,7 @@ impl Factory {
                 continue;
             }
             let mut chunk = [0u8; 64];
-            let (n, fds) = match wire::recv_some(self.control.as_fd(), &mut chunk) {
+            let (n, fds) = match protocol::recv_some(self.control.as_fd(), &mut chunk) {
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
                 other => other?,
             };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::stream::Output;
+use crate::output::stream::Output;
 use crate::{ExecError, Read, Task, TaskState};
 
 /// Signals between the table and a task's driver.
@@ -313,7 +313,7 @@ mod tests {
     use super::*;
 
     fn outputs() -> [Arc<Output>; 2] {
-        let (a, b) = crate::spill::targets(&crate::spill::SpillDir::new(None), 10);
+        let (a, b) = crate::output::spill::targets(&crate::output::spill::SpillDir::new(None), 10);
         [Output::new(10, a), Output::new(10, b)]
     }
 
@@ -366,9 +366,9 @@ mod tests {
     #[test]
     fn evicted_tasks_lose_their_spill_files() {
         let parent = tempfile::tempdir().unwrap();
-        let dir = crate::spill::SpillDir::with_budget(Some(parent.path().into()), 1000);
+        let dir = crate::output::spill::SpillDir::with_budget(Some(parent.path().into()), 1000);
         let spilling = || {
-            let (a, b) = crate::spill::targets(&dir, 100);
+            let (a, b) = crate::output::spill::targets(&dir, 100);
             let outputs = [Output::new(4, a), Output::new(4, b)];
             outputs[0].write(b"0123456789");
             outputs
