@@ -1188,6 +1188,112 @@ async fn long_commands_run_as_bash_c_would(mode: Mode) {
     }
 }
 
+both_modes!(bash_is_bash);
+
+/// bash's `argv[0]` is `bash`, not the path it was found at, for short and long commands: `$0`,
+/// `BASH_ARGV0` and the prefix of bash's own messages are as under plain `bash -c`.
+async fn bash_is_bash(mode: Mode) {
+    if mode.unavailable() {
+        return;
+    }
+    let spill = tempfile::tempdir().unwrap();
+    let (exec, _events) = modes::executor_in(mode, config_with(spill.path()));
+    let probe = "echo \"$0 $BASH_ARGV0\"; nonexistent_cmd_xyz";
+    for command in [probe.to_string(), padded(probe, ARGV_MAX + 1)] {
+        let spec = exec
+            .resolve(Request {
+                command,
+                workdir: None,
+                timeout_ms: None,
+                owner: None,
+            })
+            .unwrap();
+        let r = exec.run(spec, CancellationToken::new()).await.unwrap();
+        assert_eq!(
+            (r.stdout.text.as_str(), r.stderr.text.as_str(), r.exit_code),
+            (
+                "bash bash\n",
+                "bash: line 1: nonexistent_cmd_xyz: command not found\n",
+                Some(127)
+            ),
+            "{mode:?}"
+        );
+    }
+    exec.shutdown().await;
+}
+
+both_modes!(long_commands_differ_only_where_bash_makes_them);
+
+/// What bash itself makes differ for a long command (README, "Commands of any size"), pinned so
+/// that a change shows: `eval` names itself in a syntax error, and `eval`ed text never `exec`s
+/// its last command, so a last command's signal death is bash's exit status 128 + N, with
+/// bash's own line about it, where `bash -c` dies of the signal itself.
+async fn long_commands_differ_only_where_bash_makes_them(mode: Mode) {
+    if mode.unavailable() {
+        return;
+    }
+    let spill = tempfile::tempdir().unwrap();
+    let (exec, _events) = modes::executor_in(mode, config_with(spill.path()));
+    let run = |command: String| {
+        let exec = exec.clone();
+        async move {
+            let spec = exec
+                .resolve(Request {
+                    command,
+                    workdir: None,
+                    timeout_ms: None,
+                    owner: None,
+                })
+                .unwrap();
+            exec.run(spec, CancellationToken::new()).await.unwrap()
+        }
+    };
+    let short = run("echo (".into()).await;
+    let long = run(padded("echo (", ARGV_MAX + 1)).await;
+    assert_eq!(
+        (short.exit_code, short.stderr.text.as_str()),
+        (
+            Some(2),
+            "bash: -c: line 1: syntax error near unexpected token `newline'\n\
+             bash: -c: line 1: `echo ('\n"
+        ),
+        "{mode:?}"
+    );
+    assert_eq!(
+        (long.exit_code, long.stderr.text.as_str()),
+        (
+            Some(2),
+            "bash: eval: line 1: syntax error near unexpected token `newline'\n\
+             bash: eval: line 1: `echo ('\n"
+        ),
+        "{mode:?}"
+    );
+    let probe = "sh -c 'kill -SEGV $$'";
+    let short = run(probe.into()).await;
+    assert_eq!(
+        (
+            short.exit_code,
+            short.signal.as_deref(),
+            short.stderr.text.as_str()
+        ),
+        (None, Some("SIGSEGV"), ""),
+        "{mode:?}"
+    );
+    let long = run(padded(probe, ARGV_MAX + 1)).await;
+    assert_eq!(
+        (long.exit_code, long.signal.as_deref()),
+        (Some(139), None),
+        "{mode:?}"
+    );
+    assert!(
+        long.stderr.text.starts_with("bash: line 1: ")
+            && long.stderr.text.contains("Segmentation fault"),
+        "{mode:?}: {:?}",
+        long.stderr.text
+    );
+    exec.shutdown().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The opt-in foreground limit (`yield_after_ms`)
 

@@ -165,14 +165,7 @@ impl LocalExecutor {
                 .take()
                 .await
                 .map_err(|err| cannot(&format!("no spawn helper: {err}")))?;
-            let started = spawn::spawn(
-                &self.shared.launcher,
-                helper,
-                program,
-                &spec.command,
-                &spec.workdir,
-            )
-            .await;
+            let started = spawn::spawn(helper, program, &spec.command, &spec.workdir).await;
             // Once this task next waits (bash is running by then): not on the start's path.
             let launcher = self.shared.launcher.clone();
             tokio::spawn(async move { launcher.refill() });

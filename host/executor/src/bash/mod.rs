@@ -6,10 +6,32 @@ pub(crate) mod exec;
 pub(crate) mod long_command;
 pub(crate) mod workdir;
 
-use std::ffi::OsString;
+use std::ffi::{CStr, OsString, c_char};
 
 /// The shell every command runs in, looked up on PATH.
 pub(crate) const SHELL: &str = "bash";
+
+/// `argv[0]` of every bash: the name, not the path found on PATH (which is only what is exec'd),
+/// so that `$0`, `BASH_ARGV0` and the prefix of bash's own messages (`bash: line 1: …`) are as
+/// under plain `bash -c`.
+pub(crate) const ARGV0: &CStr = c"bash";
+
+/// bash's arguments, null-terminated: `bash -c <command>`; for a command too long to be an
+/// argument (`None`: it travels in a descriptor, see [`long_command`]) `bash -c <BOOTSTRAP>
+/// bash`, which sets `$0` the same way. The pointers are valid while `command` is.
+pub(crate) fn argv(command: Option<&CStr>) -> [*const c_char; 5] {
+    let null = std::ptr::null();
+    match command {
+        Some(command) => [ARGV0.as_ptr(), c"-c".as_ptr(), command.as_ptr(), null, null],
+        None => [
+            ARGV0.as_ptr(),
+            c"-c".as_ptr(),
+            long_command::BOOTSTRAP.as_ptr(),
+            ARGV0.as_ptr(),
+            null,
+        ],
+    }
+}
 
 /// The first executable `name` in the host's PATH, else `name` itself (to be looked up at spawn).
 pub(crate) fn find_on_path(name: &str) -> OsString {

@@ -8,8 +8,8 @@
 //! outside it. No controller is ever enabled, so the "no internal processes" rule does not apply
 //! and the host may stay in its own cgroup, the parent of the root.
 //!
-//! Every command gets a new cgroup, made ahead with its spawn helper and removed once empty;
-//! none is ever reused. A cgroup that has been killed through `cgroup.kill` kills every process
+//! Every command gets a new cgroup, made ahead with its spawn helper (which serves that one
+//! command) and removed once empty; none is ever reused. A cgroup that has been killed through `cgroup.kill` kills every process
 //! later started into it with `CLONE_INTO_CGROUP`, and a command can write its own cgroup's
 //! `cgroup.kill`: "empty" is not "fresh". (Measured here: a spawn into a new cgroup with its
 //! `mkdir` and `rmdir` costs ~0.27 ms more than into a reused one; both are off the command's
@@ -290,59 +290,13 @@ impl TaskCgroup {
         read_whole(&self.files.events).is_ok_and(|text| events_say(&text, b"populated 1"))
     }
 
-    /// Whether the cgroup holds exactly `helper` and is not frozen: what a helper taken for a
-    /// command must find (anything else was put there, or done to it, from outside).
+    /// Whether the cgroup holds exactly `helper` and is not frozen: what a helper made ahead
+    /// must still find when it is taken for a command (anything else was put there, or done to
+    /// it, from outside).
     pub(crate) fn holds_only(&self, helper: i32) -> bool {
         let frozen =
             read_whole(&self.files.events).is_ok_and(|text| events_say(&text, b"frozen 1"));
         !frozen && self.procs() == [helper]
-    }
-
-    /// Whether the cgroup is as it was made, apart from the idle `helper` in it, so that the
-    /// helper may start another command here: nothing else in it, no sub-cgroup, not frozen,
-    /// no controller (so no controller limits), and its core settings at their defaults.
-    /// Reads a few files: blocking.
-    pub(crate) fn as_made(&self, helper: i32) -> Result<(), String> {
-        if !self.holds_only(helper) {
-            return Err("other processes, or a frozen cgroup".to_string());
-        }
-        // Relative to the open directory: no path walk for each file.
-        let read = |name: &str| {
-            rustix::fs::openat(
-                &self.files.dir,
-                name,
-                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-                rustix::fs::Mode::empty(),
-            )
-            .map_err(io::Error::from)
-            .and_then(|fd| read_whole(&std::fs::File::from(fd)))
-            .map(|text| String::from_utf8_lossy(&text).trim().to_string())
-            .map_err(|err| format!("{name}: {err}"))
-        };
-        for (name, default) in [
-            ("cgroup.freeze", "0"),
-            ("cgroup.type", "domain"),
-            ("cgroup.max.depth", "max"),
-            ("cgroup.max.descendants", "max"),
-            ("cgroup.subtree_control", ""),
-            ("cgroup.controllers", ""),
-        ] {
-            let value = read(name)?;
-            if value != default {
-                return Err(format!("{name} is {value:?}"));
-            }
-        }
-        // Pressure accounting may be off for the whole machine, and then the file is missing.
-        if let Ok(value) = read("cgroup.pressure")
-            && value != "1"
-        {
-            return Err(format!("cgroup.pressure is {value:?}"));
-        }
-        let stat = read("cgroup.stat")?;
-        if !stat.lines().any(|l| l == "nr_descendants 0") {
-            return Err("it has sub-cgroups".to_string());
-        }
-        Ok(())
     }
 
     /// Removes a cgroup whose processes are gone (or never were), now.

@@ -89,17 +89,15 @@ pub(crate) struct ProcTree {
 
 impl ProcTree {
     /// Takes over the helper `pid` (whose pidfd is `pidfd`) and the command's cgroup, and
-    /// watches them in the background. `tree_empty` resolves to the helper's socket when the
-    /// helper says it has no descendant left, to `None` if it ends without saying so. A helper
-    /// whose tree ended cleanly is handed to `take_back` with its socket; otherwise it is let
-    /// go and the cgroup removed once it has exited.
-    pub(crate) fn watch<S: Send + 'static>(
+    /// watches them in the background. `tree_empty` resolves to true when the helper says it
+    /// has no descendant left (it then exits), to false if it ends without saying so. The
+    /// cgroup is removed once the helper has exited.
+    pub(crate) fn watch(
         pid: i32,
         pidfd: OwnedFd,
         session: i32,
-        tree_empty: impl std::future::Future<Output = Option<S>> + Send + 'static,
+        tree_empty: impl std::future::Future<Output = bool> + Send + 'static,
         cgroup: Option<Arc<TaskCgroup>>,
-        take_back: impl FnOnce(S) + Send + 'static,
     ) -> Arc<Self> {
         let exited = rustix::io::dup(&pidfd);
         let tree = Arc::new(Self {
@@ -126,12 +124,11 @@ impl ProcTree {
             };
             let tree_empty = async move {
                 let empty = tree_empty.await;
-                let _ = clean_slot.set(empty.is_some());
+                let _ = clean_slot.set(empty);
                 empty
             };
             tokio::pin!(reap, tree_empty);
             let mut reaped = false;
-            let mut idle = None;
             tokio::select! {
                 () = &mut reap => {
                     reaped = true;
@@ -140,13 +137,10 @@ impl ProcTree {
                 }
                 empty = &mut tree_empty => {
                     // Checked too: a process outside the helper's tree may be in the cgroup.
-                    match empty {
-                        Some(sock) if watcher.members().is_empty() => idle = Some(sock),
-                        // The helper exits once its socket is closed.
-                        _ => {
-                            (&mut reap).await;
-                            reaped = true;
-                        }
+                    // A clean end needs no wait for the helper, which is exiting.
+                    if !(empty && watcher.members().is_empty()) {
+                        (&mut reap).await;
+                        reaped = true;
                     }
                 }
             }
@@ -158,21 +152,15 @@ impl ProcTree {
                 pause = (pause * 2).min(GONE_POLL);
             }
             watcher.ended.store(true, Ordering::SeqCst);
-            let taken_back = idle.is_some();
-            match idle {
-                // From here on this tree never looks at the helper or its cgroup again.
-                Some(sock) => take_back(sock),
-                None => {
-                    if let Some(cgroup) = &watcher.cgroup {
-                        // The helper, still in it while it exits, is waited for off this thread.
-                        cgroup.retire(rustix::io::dup(&watcher.pidfd).ok());
-                    }
-                }
+            // From here on this tree never looks at the helper or its cgroup again.
+            if let Some(cgroup) = &watcher.cgroup {
+                // The helper, still in it while it exits, is waited for off this thread.
+                cgroup.retire(rustix::io::dup(&watcher.pidfd).ok());
             }
             let gone = watcher.gone.clone();
             drop(watcher);
             gone.cancel();
-            if !reaped && !taken_back {
+            if !reaped {
                 reap.await;
             }
         });

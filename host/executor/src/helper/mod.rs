@@ -84,8 +84,16 @@ pub(crate) fn dispatches() -> bool {
 /// socket. Its helpers decline a command when their nice value, limits or OOM score are no
 /// longer the ones it started with (a process that found it, or them, changed them): the host
 /// then starts a new factory, from the host's own state.
+///
+/// It leads a session (and process group) of its own, and each helper leads another: no
+/// signal a command sends to a group or session it can name (`kill 0`, the group of `$PPID` or
+/// of the factory) reaches the host, the host's caller or another command's helper.
 fn factory(host: i32, root: Option<&Path>) -> i32 {
     block_signals();
+    if rustix::process::setsid().is_err() {
+        return 1;
+    }
+    let _ = rustix::thread::set_name(FACTORY_NAME);
     // Not dumpable, and neither are the helpers forked from here (bash, exec'd, is again): a
     // command running as the same user cannot trace them or write their memory, so a helper
     // taken back after a command is the helper it was.
@@ -237,11 +245,18 @@ fn occupy_stdio() {
     }
 }
 
-/// Reaps the helpers that have exited.
+/// Reaps the helpers that have exited, and continues at once those that were stopped (a
+/// command can stop its `$PPID`; stopped, the helper could neither reap bash nor report it).
 fn reap_helpers() {
-    while let Ok(Some(_)) =
-        rustix::process::wait(rustix::process::WaitOptions::NOHANG | all_children())
-    {}
+    let options = rustix::process::WaitOptions::NOHANG
+        | rustix::process::WaitOptions::UNTRACED
+        | all_children();
+    while let Ok(Some((pid, status))) = rustix::process::wait(options) {
+        if status.stopped() {
+            // Our unreaped child: the pid is its own.
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
+        }
+    }
 }
 
 fn drain(signals: &OwnedFd) {
@@ -336,29 +351,76 @@ fn open_oom_score_adj() -> Option<std::fs::File> {
 }
 
 /// One helper's life, in a fresh fork of the factory; returns its exit code. It serves one
-/// command after another until the host lets it go (closes its socket) or something it cannot
-/// undo happened to it.
+/// command and exits: the next command gets a helper no command has had as its parent.
 fn helper(
     sock: UnixStream,
     cgroup: Option<OwnedFd>,
     baseline: &Baseline,
     changed_signals: &[i32],
 ) -> i32 {
+    // A session and process group of its own (see `factory`); bash then starts another.
+    if rustix::process::setsid().is_err() {
+        return 1;
+    }
+    name_helper();
     // SIGCONT: host death (through the factory's death) also continues a helper its command
     // stopped, which then sees its socket closed.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::CONT));
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     // Opened while idle, read when a request comes: its own (a path, not the factory's file).
     let oom_score_adj = open_oom_score_adj();
-    loop {
-        match serve(&sock, baseline, oom_score_adj.as_ref(), changed_signals) {
-            Served::Started(bash) => match supervise(&sock, bash) {
-                Supervised::Empty => {}
-                Supervised::HostGone => return host_gone(cgroup),
-            },
-            Served::NotStarted => {}
-            Served::End(code) => return code,
-        }
+    match serve(&sock, baseline, oom_score_adj.as_ref(), changed_signals) {
+        Served::Started(bash) => match supervise(&sock, bash) {
+            Supervised::Empty => 0,
+            Supervised::HostGone => host_gone(cgroup),
+        },
+        Served::NotStarted => 0,
+        Served::End(code) => code,
+    }
+}
+
+/// The factory's `comm` (what `ps` and `pstree` show; at most 15 bytes) and the first word of
+/// its command line.
+const FACTORY_NAME: &std::ffi::CStr = c"dsh-factory";
+/// The first word of the factory's command line (its `argv[0]`, set by the host).
+pub(crate) const FACTORY_ARGV0: &str = "dsh-spawn-factory";
+/// A helper's `comm`.
+const HELPER_NAME: &std::ffi::CStr = c"dsh-helper";
+/// A helper's command line, in place of the factory's it was forked with.
+const HELPER_CMDLINE: &[u8] = b"dsh-spawn-helper";
+
+/// Names this helper: its `comm`, and its command line (the factory's, inherited with the fork,
+/// overwritten in place where the kernel reads it).
+fn name_helper() {
+    let _ = rustix::thread::set_name(HELPER_NAME);
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    // Fields after the command name in parentheses; `arg_start` and `arg_end` are fields 48
+    // and 49 of proc(5), so the 46th and 47th after it.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let (Some(start), Some(end)) = (
+        fields.get(45).and_then(|f| f.parse::<usize>().ok()),
+        fields.get(46).and_then(|f| f.parse::<usize>().ok()),
+    ) else {
+        return;
+    };
+    let Some(len) = end
+        .checked_sub(start)
+        .filter(|&len| len > HELPER_CMDLINE.len())
+    else {
+        return;
+    };
+    // SAFETY: [start, end) holds this process's own argument strings, on its stack, which
+    // nothing in the helper reads (the arguments were parsed before the fork); the bytes are
+    // written within it, and a NUL ends the new line.
+    unsafe {
+        let area = start as *mut u8;
+        std::ptr::write_bytes(area, 0, len);
+        std::ptr::copy_nonoverlapping(HELPER_CMDLINE.as_ptr(), area, HELPER_CMDLINE.len());
     }
 }
 
@@ -434,23 +496,7 @@ fn serve(
             None => return refuse(&started, libc::EINVAL),
         }
     };
-    let null = std::ptr::null();
-    let argv = match &command {
-        Some(command) => [
-            program.as_ptr(),
-            c"-c".as_ptr(),
-            command.as_ptr(),
-            null,
-            null,
-        ],
-        None => [
-            program.as_ptr(),
-            c"-c".as_ptr(),
-            long_command::BOOTSTRAP.as_ptr(),
-            program.as_ptr(),
-            null,
-        ],
-    };
+    let argv = crate::bash::argv(command.as_deref());
     let exec = BashExec {
         program: &program,
         argv: &argv,

@@ -1,14 +1,11 @@
-//! Spawn helpers, made ahead and taken back: each command gets a helper (and, in cgroup mode, the
-//! cgroup made with it) that is as the factory made it, so nothing one command does to its
-//! parent or its cgroup reaches the next.
+//! Spawn helpers, made ahead: each command gets a helper (and, in cgroup mode, the cgroup made
+//! with it) that no command has had as its parent, and the helper serves that one command only,
+//! so nothing one command does to its parent or its cgroup reaches the next.
 //!
-//! A helper whose command has ended comes back only if nothing can have changed it: it said
-//! that no process of its command is left, it is alive, and its cgroup holds only it and is as
-//! it was made ([`TaskCgroup::as_made`]); the helper itself declines a command when its nice
-//! value, limits, OOM score, scheduling or CPU affinity differ from the factory's. Anything
-//! else (the helper killed or lost track, a setting changed) and it is let go, with its
-//! cgroup, and a fresh one is used. Taking back saves a fork and a cgroup per command, about a
-//! sixth of a short command's time (see the README's figures).
+//! A helper made ahead waits in the ready list; when taken it must still be alive and alone in
+//! its cgroup, and it declines the command itself when its nice value, limits, OOM score,
+//! scheduling or CPU affinity differ from the factory's (something found it idle and changed it,
+//! or changed the factory): the host then starts a new factory.
 //!
 //! Helpers are forked by the factory ([`crate::helper`]), which the host exec's once and
 //! again whenever it has died or refused; forks and checks happen on blocking threads, off the
@@ -24,15 +21,12 @@ use std::time::{Duration, Instant};
 
 use crate::containment::cgroup::{CgroupRoot, TaskCgroup};
 use crate::containment::pidfd::readable_within;
-use crate::helper::HELPER_ARG;
+use crate::helper::{FACTORY_ARGV0, HELPER_ARG};
 use crate::protocol::{self, Report};
 
 /// Helpers kept ready: one command at a time takes none from the runtime thread's path; a burst
 /// of background starts forks the rest on demand.
 const READY: usize = 2;
-
-/// Idle helpers kept at most, taken-back ones included.
-const IDLE_MAX: usize = READY + 1;
 
 /// How long the factory may take to answer before it counts as gone (continued meanwhile, in
 /// case a process stopped it).
@@ -89,10 +83,6 @@ pub(crate) struct Launcher {
     ready: Mutex<Vec<Helper>>,
     /// Helpers being forked or checked for the ready list.
     filling: Mutex<usize>,
-    /// Set by [`clear`](Self::clear): helpers are no longer taken back.
-    closed: std::sync::atomic::AtomicBool,
-    /// Hands helpers back to the keeper thread (started with the first).
-    keeper: Mutex<Option<std::sync::mpsc::Sender<Helper>>>,
 }
 
 impl Launcher {
@@ -108,8 +98,6 @@ impl Launcher {
             factory: Mutex::new(None),
             ready: Mutex::new(Vec::new()),
             filling: Mutex::new(0),
-            closed: std::sync::atomic::AtomicBool::new(false),
-            keeper: Mutex::new(None),
         })
     }
 
@@ -133,72 +121,6 @@ impl Launcher {
         tokio::task::spawn_blocking(move || this.start_helper())
             .await
             .map_err(io::Error::other)?
-    }
-
-    /// Takes back the helper of a command that has ended, if nothing can have changed it (see
-    /// the module documentation); otherwise lets it go. The check reads a few cgroup files: it
-    /// runs on the launcher's keeper thread, one for all commands.
-    pub(crate) fn take_back(self: &Arc<Self>, helper: Helper) {
-        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
-            helper.discard();
-            return;
-        }
-        *self.filling.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        let mut keeper = self.keeper.lock().unwrap_or_else(|e| e.into_inner());
-        if keeper.is_none() {
-            *keeper = self.start_keeper();
-        }
-        let refused = match keeper.as_ref() {
-            Some(tx) => tx.send(helper).err().map(|e| e.0),
-            None => Some(helper),
-        };
-        if let Some(helper) = refused {
-            *keeper = None;
-            drop(keeper);
-            helper.discard();
-            *self.filling.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
-        }
-    }
-
-    /// The keeper thread: checks helpers handed back and keeps those fit for another command.
-    /// It ends with the launcher (when the channel's sender goes).
-    fn start_keeper(self: &Arc<Self>) -> Option<std::sync::mpsc::Sender<Helper>> {
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let (tx, rx) = std::sync::mpsc::channel::<Helper>();
-        let launcher = Arc::downgrade(self);
-        let spawned = std::thread::Builder::new()
-            .name("dsh-helper-keeper".to_string())
-            .spawn(move || {
-                // Cgroups of helpers let go are removed by tasks on the runtime.
-                let _runtime = runtime.enter();
-                for helper in rx {
-                    match launcher.upgrade() {
-                        Some(launcher) => launcher.keep_if_fit(helper),
-                        None => helper.discard(),
-                    }
-                }
-            });
-        spawned.ok().map(|_| tx)
-    }
-
-    /// Keeps `helper` among the ready ones if it is fit for another command. Blocking.
-    fn keep_if_fit(&self, helper: Helper) {
-        let check = match &helper.cgroup {
-            _ if !helper.fit() => Err("it exited or is not alone in its cgroup".to_string()),
-            Some(cgroup) => cgroup.as_made(helper.pid),
-            None => Ok(()),
-        };
-        let mut ready = self.ready();
-        match check {
-            Ok(()) if ready.len() < IDLE_MAX => ready.push(helper),
-            Ok(()) => helper.discard(),
-            Err(why) => {
-                tracing::debug!(pid = helper.pid, %why, "a spawn helper is not taken back");
-                helper.discard();
-            }
-        }
-        drop(ready);
-        *self.filling.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
     }
 
     /// Starts helpers in the background until [`READY`] are ready or being started.
@@ -229,7 +151,6 @@ impl Launcher {
     /// cgroups, waiting for helpers being started meanwhile: afterwards no cgroup of this
     /// launcher exists. A later command starts new ones.
     pub(crate) async fn clear(&self) {
-        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
         loop {
             let idle: Vec<Helper> = self.ready().drain(..).collect();
             if !idle.is_empty() {
@@ -314,6 +235,7 @@ impl Launcher {
         let (ours, theirs) = UnixStream::pair()?;
         let mut command = tokio::process::Command::new(&self.program);
         command
+            .arg0(FACTORY_ARGV0)
             .arg(HELPER_ARG)
             .arg(std::process::id().to_string())
             .args(self.cgroups.as_ref().map(|root| root.dir()))

@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 
 use crate::containment::process::{Exit, ProcTree};
 use crate::protocol::{self, Report, Step};
-use crate::spawn::launcher::{Helper, Launcher};
+use crate::spawn::launcher::Helper;
 
 /// How often a start waiting for a report continues the helper (a command may stop it).
 const RESUME_HELPER: Duration = Duration::from_secs(1);
@@ -77,10 +77,9 @@ impl Leader {
     }
 }
 
-/// Starts `<program> -c <command>` in `workdir` on `helper`, which goes back to `launcher` once
-/// the command has ended cleanly.
+/// Starts bash (`program`, as found on PATH) with `command` in `workdir` on `helper`, which
+/// serves this one command.
 pub(crate) async fn spawn(
-    launcher: &Arc<Launcher>,
     helper: Helper,
     program: &OsStr,
     command: &str,
@@ -143,14 +142,10 @@ pub(crate) async fn spawn(
     let mut reports = Reports::new(sock);
     let (bash, bash_pidfd) = match with_resume(reports.next(), resume).await {
         Ok(Some(Report::Refused(message))) => {
-            // It started nothing and waits for another request.
-            if let Ok(sock) = reports.sock.into_std() {
-                launcher.take_back(Helper {
-                    pid,
-                    pidfd,
-                    sock,
-                    cgroup,
-                });
+            // It started nothing, and exits.
+            drop(reports);
+            if let Some(cgroup) = cgroup {
+                cgroup.retire(Some(pidfd));
             }
             return Err(StartError::Workdir(message));
         }
@@ -177,11 +172,9 @@ pub(crate) async fn spawn(
 
     let (leader_tx, leader_rx) = oneshot::channel();
     // The helper reports bash's status, then that its tree is empty, so the tree need not wait
-    // for the helper's own exit. Dropping the reports (and so the socket) makes the helper kill
-    // the tree: the watcher holds them until the end, and then hands the socket back with the
-    // helper.
+    // for the helper's own exit (it exits right after). Dropping the reports (and so the
+    // socket) before that makes the helper kill the tree: the watcher holds them until the end.
     let resume_pidfd = rustix::io::dup(&pidfd).ok();
-    let idle_pidfd = rustix::io::dup(&pidfd).ok();
     let tree_empty = async move {
         let resume = || {
             if let Some(pidfd) = &resume_pidfd {
@@ -196,31 +189,13 @@ pub(crate) async fn spawn(
                         let _ = tx.send(status);
                     }
                 }
-                // Nothing may follow: the helper now waits for another request.
-                Ok(Some(Report::TreeEmpty)) if reports.buf.is_empty() => {
-                    return reports.sock.into_std().ok();
-                }
-                _ => return None,
+                // Nothing may follow.
+                Ok(Some(Report::TreeEmpty)) => return reports.buf.is_empty(),
+                _ => return false,
             }
         }
     };
-    let launcher = launcher.clone();
-    let helper_cgroup = cgroup.clone();
-    let take_back = move |sock| match idle_pidfd {
-        Some(pidfd) => launcher.take_back(Helper {
-            pid,
-            pidfd,
-            sock,
-            cgroup: helper_cgroup,
-        }),
-        None => {
-            drop(sock);
-            if let Some(cgroup) = helper_cgroup {
-                cgroup.retire(None);
-            }
-        }
-    };
-    let tree = ProcTree::watch(pid, pidfd, bash, tree_empty, cgroup, take_back);
+    let tree = ProcTree::watch(pid, pidfd, bash, tree_empty, cgroup);
     Ok(Spawned {
         tree,
         stdout,
