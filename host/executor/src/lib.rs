@@ -332,8 +332,8 @@ pub enum ContainmentPreference {
 
 /// The containment in force: how a command's process tree is found, stopped and awaited.
 ///
-/// In both modes each command is started by its own, freshly exec'd spawn helper (a child
-/// subreaper that is `$PPID` of the command and is never reused), so orphans stay in the tree,
+/// In both modes each command is started by its own spawn helper, freshly forked by the helper
+/// factory (a child subreaper that is `$PPID` of the command and serves no other), so orphans stay in the tree,
 /// signals aimed at `$PPID` miss the host, and nothing done to `$PPID` reaches a later command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Containment {

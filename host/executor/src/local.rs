@@ -177,7 +177,7 @@ impl LocalExecutor {
                 }
                 Err(StartError::Declined) if attempts < SPAWN_ATTEMPTS => {
                     tracing::warn!(
-                        "a spawn helper's nice value, limits or OOM score were changed from \
+                        "a spawn helper's nice value, limits, OOM score or timer slack were changed from \
                          outside; starting a new factory"
                     );
                     self.shared.launcher.reset();

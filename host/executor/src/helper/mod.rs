@@ -1,15 +1,18 @@
-//! The spawn helpers: small single-threaded processes that start bash and stay its parent until
-//! nothing of the command is left; one helper serves one command at a time.
+//! The spawn helper factory and its helpers: small single-threaded processes of their own (this
+//! module runs in them, never in the host, and uses no async runtime). A helper starts bash for
+//! one command and stays its parent until nothing of the command is left, then exits.
 //!
 //! Why a process of its own:
 //! - bash's `$PPID` must not be the host (`kill -TERM $PPID` must hit the command, not the host),
-//!   and whatever a command does to its parent must not reach the next command: a helper serves
-//!   another command only if the host finds it unchanged (`launcher`: alive, alone in
-//!   an unchanged cgroup) and it finds itself unchanged (nice value, limits, OOM score,
-//!   scheduling, I/O priority and CPU affinity as the factory's; it declines the command
-//!   otherwise). It blocks every signal it can, so a signal leaves no trace but death (SIGKILL)
-//!   or a pause (SIGSTOP, which the host undoes); it is not dumpable, so a command running as the
-//!   same user cannot trace it or write its memory;
+//!   and whatever a command does to its parent must not reach another command: a helper serves
+//!   one command only, and a helper made ahead declines its command when it finds itself changed
+//!   while idle (nice value, limits, OOM score, scheduling, I/O priority and CPU affinity not the
+//!   factory's). It blocks every signal it can, so a signal leaves no trace but death (SIGKILL)
+//!   or a pause (SIGSTOP, which the factory undoes at once); it is not dumpable, so a command
+//!   running as the same user cannot trace it or write its memory;
+//! - the factory and each helper lead a session and process group of their own, so no group or
+//!   session a command can name (`kill 0`, the group of `$PPID` or of the factory) holds the
+//!   host, its caller or another command's helper;
 //! - it is a child subreaper, so what the command orphans (double forks, `setsid` daemons) stays
 //!   in the tree the host can see;
 //! - it reports bash's wait status and then that no descendant is left;
@@ -22,7 +25,8 @@
 //! for `bash -c true` itself). No command is a child of the factory or holds a descriptor of it.
 //! When a helper declines, the host starts a new factory (the state the helper found changed
 //! may be the factory's own, which its forks inherit). The host keeps a few helpers ready
-//! (the `launcher` module), so neither a fork nor a `mkdir` is on a command's path.
+//! ([`crate::spawn::launcher`]), so neither a fork nor a `mkdir` is on a command's path. `ps`
+//! shows the factory as `dsh-factory` and a helper as `dsh-helper`.
 //!
 //! Embedding: a program that uses the executor either calls [`dispatch`] first thing in `main`
 //! (then it is its own factory, re-exec'd with [`HELPER_ARG`]) or ships the `dsh-spawn-helper`
@@ -95,8 +99,7 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
     }
     let _ = rustix::thread::set_name(FACTORY_NAME);
     // Not dumpable, and neither are the helpers forked from here (bash, exec'd, is again): a
-    // command running as the same user cannot trace them or write their memory, so a helper
-    // taken back after a command is the helper it was.
+    // command running as the same user cannot trace them or write their memory.
     if rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .is_err()
     {
@@ -265,7 +268,7 @@ fn drain(signals: &OwnedFd) {
 }
 
 /// What a fork inherits that a command could change from outside: nice value, resource limits,
-/// OOM score adjustment, scheduling policy and priority, I/O priority, CPU affinity.
+/// OOM score adjustment, scheduling policy and priority, I/O priority, CPU affinity, timer slack.
 #[derive(Debug, PartialEq, Eq)]
 struct Baseline {
     nice: i32,
@@ -275,6 +278,8 @@ struct Baseline {
     scheduling: [i64; 3],
     /// The CPUs this process may run on.
     affinity: Vec<usize>,
+    /// The timer slack, in nanoseconds (`/proc/PID/timerslack_ns` changes it from outside).
+    timer_slack: Option<u64>,
 }
 
 impl Baseline {
@@ -316,6 +321,7 @@ impl Baseline {
         Self {
             scheduling: scheduling(),
             affinity,
+            timer_slack: rustix::thread::current_timer_slack().ok(),
             nice: rustix::process::getpriority_process(None).unwrap_or(0),
             limits,
             oom_score_adj: oom_score_adj
