@@ -734,6 +734,61 @@ fn the_server_is_not_a_target_of_its_commands() {
     assert!(mcp.child.try_wait().unwrap().is_none(), "the server exited");
 }
 
+/// No process group or session a command can name holds the server, the process that started
+/// it (whose group the server shares, as when a client spawns its server without a group of its
+/// own) or another task: `kill 0`, the group and the session of `$PPID`, the group of the
+/// factory that forked `$PPID`, with TERM and KILL, in both containment modes. Each hits at most
+/// the command and its own helper; the server serves the next call. (`kill -1` is left out: as
+/// root it signals every process of the machine. The host's own group is left out too: a
+/// command that looks the host's pid up deliberately can signal it, as the README says.)
+#[test]
+fn no_group_or_session_a_command_can_name_holds_the_server_or_its_caller() {
+    use std::os::unix::process::CommandExt;
+    let factory = "f=$(ps -o ppid= -p $PPID | tr -d ' ')";
+    let attacks = [
+        "kill -TERM 0; echo after".to_string(),
+        "kill -KILL 0".to_string(),
+        "kill -TERM -- -$(ps -o pgid= -p $PPID | tr -d ' '); echo after".to_string(),
+        "kill -KILL -- -$(ps -o pgid= -p $PPID | tr -d ' ')".to_string(),
+        "kill -HUP -- -$(ps -o sid= -p $PPID | tr -d ' '); echo after".to_string(),
+        format!("{factory}; kill -TERM -- -$(ps -o pgid= -p $f | tr -d ' '); echo after"),
+        format!("{factory}; kill -KILL -- -$(ps -o pgid= -p $f | tr -d ' '); echo after"),
+    ];
+    for containment in ["auto", "subreaper"] {
+        let mut caller = Command::new("sleep")
+            .arg("60")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let group = caller.id() as i32;
+        let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache");
+        let args = ["--grace-ms", "200", "--containment", containment];
+        let mut mcp = Mcp(mcp_child::spawn_with(args, &cache, |c| {
+            c.process_group(group);
+        }));
+        mcp.initialize();
+        let dir = tempfile::tempdir().unwrap();
+        let task = start_sleeper_task(&mut mcp, &dir.path().join("pid"));
+        for attack in &attacks {
+            // Whatever becomes of the command itself.
+            let _ = mcp.bash(attack);
+            let what = format!("{containment}: `{attack}`");
+            assert!(
+                mcp.child.try_wait().unwrap().is_none(),
+                "{what} ended the server"
+            );
+            assert!(
+                caller.try_wait().unwrap().is_none(),
+                "{what} ended the caller"
+            );
+            assert!(alive(task), "{what} ended another task");
+            assert_eq!(texts(&mcp.bash("echo next")), ["next\n"], "{what}");
+        }
+        let _ = caller.kill();
+        let _ = caller.wait();
+    }
+}
+
 #[test]
 fn a_background_server_in_the_foreground_returns_with_the_marker() {
     let dir = tempfile::tempdir().unwrap();

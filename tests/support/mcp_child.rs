@@ -27,7 +27,18 @@ pub struct McpChild {
 
 /// Starts `dsh-host mcp <args>` with its compiled-component cache in `cache_dir`.
 pub fn spawn(args: impl IntoIterator<Item = impl AsRef<OsStr>>, cache_dir: &Path) -> McpChild {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dsh-host"))
+    spawn_with(args, cache_dir, |_| {})
+}
+
+/// [`spawn`], with `configure` applied to the command first (a process group, say).
+pub fn spawn_with(
+    args: impl IntoIterator<Item = impl AsRef<OsStr>>,
+    cache_dir: &Path,
+    configure: impl FnOnce(&mut Command),
+) -> McpChild {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dsh-host"));
+    configure(&mut command);
+    let mut child = command
         .arg("mcp")
         .args(args)
         .env("DSH_CACHE_DIR", cache_dir)
