@@ -46,6 +46,11 @@ both_modes!(
     umask_is_the_hosts,
     no_signal_is_blocked_or_ignored,
     a_killed_parent_ends_only_its_own_command,
+    timer_slack_is_the_hosts,
+    what_a_command_does_to_the_factory_reaches_no_later_command,
+    no_command_has_a_parent_another_had,
+    a_stopped_parent_costs_no_time,
+    helpers_and_the_factory_have_names,
 );
 both_modes!(sync: helpers_started_ahead_are_not_poisoned_by_a_command);
 
@@ -1005,4 +1010,162 @@ async fn helpers_started_ahead_child() {
         ))
         .await;
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// (g) The parent and the factory: fresh, unchanged, continued, named
+
+fn host_timer_slack() -> String {
+    std::fs::read_to_string("/proc/self/timerslack_ns")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// A command sets its parent's timer slack to 50 ms (after which each `sleep 0.001` of a command
+/// that inherited it takes 50 ms): later commands, and their parents, have the host's.
+async fn timer_slack_is_the_hosts(mode: Mode) {
+    let Some(mut h) = harness(mode) else {
+        return;
+    };
+    let slack = host_timer_slack();
+    let expected = format!("{slack}\n{slack}\n");
+    let check = "cat /proc/$$/timerslack_ns /proc/$PPID/timerslack_ns";
+    let what = "timer slack (its own, its parent's)";
+    h.assert_prints(check, &expected, what, "nothing").await;
+    let poison = "echo 50000000 > /proc/$PPID/timerslack_ns && cat /proc/$PPID/timerslack_ns";
+    let r = h.run(poison).await;
+    assert_eq!(r.stdout.text, "50000000\n", "{mode:?} mode: {r:?}");
+    h.assert_prints(
+        check,
+        &expected,
+        what,
+        "a command set its parent's timer slack to 50 ms",
+    )
+    .await;
+    let (done, stdout) = h.run_background(poison).await;
+    assert_eq!((done.exit_code, stdout.as_str()), (Some(0), "50000000\n"));
+    h.assert_prints(
+        check,
+        &expected,
+        what,
+        "a task set its parent's timer slack to 50 ms",
+    )
+    .await;
+}
+
+/// A command finds the factory that forked its parent (`$PPID`'s parent) and changes what every
+/// helper forked from it afterwards would inherit: nice value, open-file limits, OOM score and
+/// timer slack. Later commands still have the host's values (a helper that finds itself changed
+/// declines, and the host starts a new factory).
+async fn what_a_command_does_to_the_factory_reaches_no_later_command(mode: Mode) {
+    let Some(mut h) = harness(mode) else {
+        return;
+    };
+    let (soft, hard) = host_nofile();
+    let expected = format!(
+        "{}\n{soft}\n{hard}\n{}\n{}\n",
+        host_nice(),
+        host_oom_score_adj(),
+        host_timer_slack()
+    );
+    let check = "nice; ulimit -Sn; ulimit -Hn; cat /proc/$$/oom_score_adj /proc/$$/timerslack_ns";
+    let what = "nice value, open-file limits, oom_score_adj or timer slack";
+    let factory = "f=$(ps -o ppid= -p $PPID | tr -d ' '); test \"$(cat /proc/$f/comm)\" = \
+                   dsh-factory";
+    for change in [
+        "renice -n 10 -p $f >/dev/null",
+        "prlimit --nofile=64:64 --pid $f",
+        "echo 900 > /proc/$f/oom_score_adj",
+        "echo 50000000 > /proc/$f/timerslack_ns",
+    ] {
+        let r = h.run(&format!("{factory} && {change}")).await;
+        assert_eq!(r.exit_code, Some(0), "{mode:?} mode, `{change}`: {r:?}");
+        // More commands than helpers are kept ready: some are forked after the change.
+        for _ in 0..HEALTH_RUNS {
+            let after = format!("a command changed the factory: `{change}`");
+            h.assert_prints(check, &expected, what, &after).await;
+        }
+    }
+}
+
+/// Every command's `$PPID` is a process no command had as its parent before.
+async fn no_command_has_a_parent_another_had(mode: Mode) {
+    let Some(mut h) = harness(mode) else {
+        return;
+    };
+    let mut parents = std::collections::BTreeSet::new();
+    for i in 0..2 * HEALTH_RUNS {
+        let ppid = if i % 2 == 0 {
+            h.run("echo $PPID").await.stdout.text
+        } else {
+            h.run_background("echo $PPID").await.1
+        };
+        assert!(
+            parents.insert(ppid.clone()),
+            "{mode:?} mode: command {i} has the parent {ppid:?} an earlier command had"
+        );
+    }
+}
+
+/// A command that stops its parent (`kill -STOP $PPID`) ends as promptly as any other, and
+/// leaves nothing behind: the factory continues the helper the moment it stops. (Before, the
+/// host continued it once a second: every such command took a second more.)
+async fn a_stopped_parent_costs_no_time(mode: Mode) {
+    let Some(mut h) = harness(mode) else {
+        return;
+    };
+    let command = "echo $PPID; kill -STOP $PPID; echo after";
+    let mut fastest = Duration::MAX;
+    for _ in 0..3 {
+        let started = Instant::now();
+        let r = h.run(command).await;
+        fastest = fastest.min(started.elapsed());
+        let lines: Vec<&str> = r.stdout.text.lines().collect();
+        assert_eq!(lines.get(1), Some(&"after"), "{mode:?} mode: {r:?}");
+        assert_eq!(r.exit_code, Some(0), "{mode:?} mode: {r:?}");
+        // The helper exits (and bash was reaped) right after: no zombie, nothing stopped.
+        let helper: i32 = lines[0].parse().unwrap();
+        let since = Instant::now();
+        while stopped(helper).is_some() {
+            assert!(
+                since.elapsed() < PROMPT,
+                "{mode:?} mode: the helper is left"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    assert!(
+        fastest < Duration::from_millis(500),
+        "{mode:?} mode: a command that stops its parent took at least {fastest:?}"
+    );
+    let started = Instant::now();
+    let (done, stdout) = h.run_background(command).await;
+    assert_eq!(
+        (done.exit_code, stdout.lines().nth(1)),
+        (Some(0), Some("after"))
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "{mode:?} mode: a task that stops its parent took {:?}",
+        started.elapsed()
+    );
+}
+
+/// `ps` tells an operator what each process is: a helper's `comm` is `dsh-helper` and its command
+/// line `dsh-spawn-helper`; the factory's are `dsh-factory` and `dsh-spawn-factory …`.
+async fn helpers_and_the_factory_have_names(mode: Mode) {
+    let Some(h) = harness(mode) else {
+        return;
+    };
+    let r = h
+        .run(
+            "f=$(ps -o ppid= -p $PPID | tr -d ' '); for p in $PPID $f; do cat /proc/$p/comm; \
+             tr '\\0' '\\n' < /proc/$p/cmdline | head -n 1; done",
+        )
+        .await;
+    assert_eq!(
+        r.stdout.text, "dsh-helper\ndsh-spawn-helper\ndsh-factory\ndsh-spawn-factory\n",
+        "{mode:?} mode: {r:?}"
+    );
 }
