@@ -194,6 +194,9 @@ fn mcp_subreaper() {
 // ---------------------------------------------------------------------------------------------
 // Steps and their generation
 
+/// KILL to the process group of `$PPID` (its helper's own).
+const KILL_PARENT_GROUP9: &str = "kill -9 -- -$(ps -o pgid= -p $PPID | tr -d ' ')";
+
 /// How a process escapes its command's process group or parent.
 #[derive(Clone, Copy, Debug)]
 enum Route {
@@ -224,10 +227,19 @@ enum SelfSignal {
     KillParent9,
     /// `kill -STOP $PPID`, then exit 3.
     StopParentThenExit,
+    /// `kill -STOP $PPID`, then `echo after`: prompt, since the factory continues the helper.
+    StopParentThenEcho,
     /// `kill 0`
     KillGroup,
     /// `kill -9 0`
     KillGroup9,
+    /// TERM to the process group of `$PPID` (its helper's own: TERM is blocked there), then carry
+    /// on.
+    TermParentGroup,
+    /// KILL to the process group of `$PPID`: as `KillParent9`.
+    KillParentGroup9,
+    /// KILL to the process group of the factory that forked `$PPID`, then carry on.
+    KillFactoryGroup9,
 }
 
 /// A background command.
@@ -250,6 +262,8 @@ enum Bg {
     TermParent,
     StopParentThenExit,
     KillGroup,
+    /// KILL to the process group of `$PPID`: as `KillParent9`.
+    KillParentGroup9,
     /// Starts escapees, prints `done-<id>`, then exits (or sleeps until killed when `linger`).
     Escapees {
         routes: Vec<Route>,
@@ -349,6 +363,7 @@ fn bg_strategy() -> impl Strategy<Value = Bg> {
         1 => Just(Bg::TermParent),
         1 => Just(Bg::StopParentThenExit),
         1 => Just(Bg::KillGroup),
+        1 => Just(Bg::KillParentGroup9),
         2 => (routes(), any::<bool>()).prop_map(|(routes, linger)| Bg::Escapees { routes, linger }),
         1 => prop_oneof![Just(3000u32), Just(8000u32)].prop_map(|lines| Bg::BigSeq { lines }),
     ]
@@ -363,6 +378,10 @@ fn self_signal() -> impl Strategy<Value = SelfSignal> {
         Just(SelfSignal::StopParentThenExit),
         Just(SelfSignal::KillGroup),
         Just(SelfSignal::KillGroup9),
+        Just(SelfSignal::StopParentThenEcho),
+        Just(SelfSignal::TermParentGroup),
+        Just(SelfSignal::KillParentGroup9),
+        Just(SelfSignal::KillFactoryGroup9),
     ]
 }
 
@@ -2063,7 +2082,9 @@ impl TaskModel {
             Bg::Seq { .. } | Bg::BigSeq { .. } | Bg::TermParent => Some(Status::Completed(0)),
             Bg::Long { .. } | Bg::Escapees { linger: true, .. } => None,
             Bg::Exit { code } => Some(Status::Completed(i32::from(*code))),
-            Bg::KillSelf9 | Bg::KillParent9 => Some(Status::Killed(Some("SIGKILL".into()))),
+            Bg::KillSelf9 | Bg::KillParent9 | Bg::KillParentGroup9 => {
+                Some(Status::Killed(Some("SIGKILL".into())))
+            }
             Bg::StopParentThenExit => Some(Status::Completed(3)),
             Bg::KillGroup => Some(Status::Killed(Some("SIGTERM".into()))),
             Bg::Escapees { linger: false, .. } => Some(Status::Completed(0)),
@@ -2528,6 +2549,40 @@ impl Sut {
                 TimeoutArg::Default,
                 FgExpect::Signal { signal: "SIGKILL" },
             ),
+            SelfSignal::StopParentThenEcho => (
+                "kill -STOP $PPID; echo after",
+                TimeoutArg::Default,
+                FgExpect::Exact {
+                    stdout: "after\n".into(),
+                    stderr: String::new(),
+                    code: 0,
+                },
+            ),
+            SelfSignal::TermParentGroup => (
+                "kill -TERM -- -$(ps -o pgid= -p $PPID | tr -d ' '); sleep 0.2; echo alive",
+                TimeoutArg::Default,
+                FgExpect::Exact {
+                    stdout: "alive\n".into(),
+                    stderr: String::new(),
+                    code: 0,
+                },
+            ),
+            SelfSignal::KillParentGroup9 => (
+                "kill -9 -- -$(ps -o pgid= -p $PPID | tr -d ' '); for i in {1..300000}; do :; \
+                 done; echo after",
+                TimeoutArg::Default,
+                FgExpect::Signal { signal: "SIGKILL" },
+            ),
+            SelfSignal::KillFactoryGroup9 => (
+                "f=$(ps -o ppid= -p $PPID | tr -d ' '); kill -9 -- -$(ps -o pgid= -p $f | tr -d \
+                 ' '); sleep 0.2; echo alive",
+                TimeoutArg::Default,
+                FgExpect::Exact {
+                    stdout: "alive\n".into(),
+                    stderr: String::new(),
+                    code: 0,
+                },
+            ),
         };
         self.fg_step(|_| (body.to_string(), timeout, expect));
     }
@@ -2624,6 +2679,11 @@ impl Sut {
                 none,
             ),
             Bg::StopParentThenExit => ("kill -STOP $PPID; exit 3".into(), none.clone(), none),
+            Bg::KillParentGroup9 => (
+                format!("{KILL_PARENT_GROUP9}; for i in {{1..300000}}; do :; done; echo after"),
+                none.clone(),
+                none,
+            ),
             Bg::KillGroup => ("kill 0; echo never".into(), none.clone(), none),
             Bg::Escapees { routes, linger } => {
                 let mut body = Self::escapee_script(routes, pid_file);
