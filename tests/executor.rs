@@ -1059,6 +1059,54 @@ async fn shutdown_kills_and_awaits_tasks_and_sends_no_events() {
     assert!(h.exec.start(h.spec("true")).await.is_err());
 }
 
+/// A task's slot is free once its completion can be seen anywhere: a start made the moment a
+/// completion arrives (its event, or `read_output` saying it finished) is never refused, with
+/// every other slot taken, over many rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_right_after_a_seen_completion_is_never_refused() {
+    const LIMIT: usize = 3;
+    let mut h = harness(|c| c.max_tasks = LIMIT);
+    let mut running = Vec::new();
+    for _ in 0..LIMIT {
+        running.push(h.start("sleep 0.0$RANDOM").await);
+    }
+    for round in 0..150 {
+        if round % 2 == 0 {
+            // Seen through its event.
+            let done = h.next_event().await;
+            running.retain(|t| t.id != done.id);
+        } else {
+            // Seen through a read, before its event is taken.
+            let finished = loop {
+                let found = running.iter().position(|t| {
+                    h.exec.read_output(&t.id).unwrap().task.state != TaskState::Running
+                });
+                match found {
+                    Some(i) => break running.remove(i),
+                    None => tokio::time::sleep(Duration::from_millis(1)).await,
+                }
+            };
+            let done = h.next_event().await;
+            if done.id != finished.id {
+                // Another one ended too and was reported first: its slot is free as well.
+                running.retain(|t| t.id != done.id);
+                running.push(finished);
+                let again = h.next_event().await;
+                running.retain(|t| t.id != again.id);
+            }
+        }
+        let started = h.exec.start(h.spec("sleep 0.0$RANDOM")).await;
+        let task = started.unwrap_or_else(|err| {
+            panic!(
+                "round {round}: refused with {} seen running: {err}",
+                running.len()
+            )
+        });
+        running.push(task);
+    }
+    h.exec.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn running_limit_refuses_without_change_and_finished_tasks_are_retained() {
     let mut h = harness(|c| {
