@@ -21,7 +21,7 @@
 //!
 //! fn main() -> anyhow::Result<()> {
 //!     // Before any thread starts: commands are started through this program as spawn helper.
-//!     dsh_host::executor::spawn_helper::dispatch();
+//!     dsh_host::executor::helper::dispatch();
 //!     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
 //!     runtime.block_on(async {
 //!         let (task_done, ended) = tokio::sync::mpsc::unbounded_channel();

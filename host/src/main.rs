@@ -4,7 +4,7 @@ use dsh_host::config_file::with_config_file;
 
 fn main() {
     // First: when started as a command's spawn helper, this process is that and nothing else.
-    dsh_executor::spawn_helper::dispatch();
+    dsh_executor::helper::dispatch();
     // Parse before anything else: a bad flag exits 2 with clap's message naming it.
     let args = match with_config_file(std::env::args_os().collect()) {
         Ok(args) => args,

@@ -4,8 +4,8 @@
 //! (the executor's root) is created when the executor is built, after which a probe starts a
 //! child inside a test cgroup, kills it through `cgroup.kill` and waits for `populated 0`; any
 //! failure means subreaper containment instead, with the reason. A command's bash starts inside
-//! its cgroup (`clone3(CLONE_INTO_CGROUP)`, see [`crate::helper::fork`]), so nothing of the command runs
-//! outside it. No controller is ever enabled, so the "no internal processes" rule does not apply
+//! its cgroup (`clone3(CLONE_INTO_CGROUP)`, see [`crate::helper::fork`]), so nothing of the
+//! command runs outside it. No controller is ever enabled, so the "no internal processes" rule does not apply
 //! and the host may stay in its own cgroup, the parent of the root.
 //!
 //! Every command gets a new cgroup, made ahead with its spawn helper (which serves that one

@@ -3,8 +3,8 @@
 //!
 //! The tree's root is the command's spawn helper ([`crate::helper`]), bash's parent. It is
 //! a child subreaper, so orphans (double forks, `setsid` daemons) are re-parented to it and stay
-//! below it; it says so once no descendant is left, and exits. In cgroup mode the command's cgroup holds every
-//! process of the command as well, escapees included.
+//! below it; it says so once no descendant is left, and exits. In cgroup mode the command's
+//! cgroup holds every process of the command as well, escapees included.
 //!
 //! What can outlive the helper is what it lost when the command killed it (`kill -9 $PPID`):
 //! in cgroup mode the cgroup still holds it; in subreaper mode orphans then go to init, and the

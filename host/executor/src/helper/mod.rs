@@ -724,7 +724,7 @@ pub(crate) fn locate(configured: Option<&std::path::Path>) -> Result<OsString, S
         }
     }
     Err(format!(
-        "no spawn helper: {} does not call dsh_executor::spawn_helper::dispatch() and no \
+        "no spawn helper: {} does not call dsh_executor::helper::dispatch() and no \
          dsh-spawn-helper was found next to it; set the spawn helper's path",
         exe.display()
     ))

@@ -4,7 +4,7 @@
 //!
 //! A helper made ahead waits in the ready list; when taken it must still be alive and alone in
 //! its cgroup, and it declines the command itself when its nice value, limits, OOM score,
-//! scheduling or CPU affinity differ from the factory's (something found it idle and changed it,
+//! scheduling, CPU affinity or timer slack differ from the factory's (something found it idle and changed it,
 //! or changed the factory): the host then starts a new factory.
 //!
 //! Helpers are forked by the factory ([`crate::helper`]), which the host exec's once and
