@@ -1158,6 +1158,12 @@ fn padded(probe: &str, len: usize) -> String {
     command
 }
 
+/// Runs `command` in the foreground with the executor's defaults, to its end.
+async fn run_to_end(exec: &LocalExecutor, command: String) -> RunResult {
+    let spec = exec::spec(exec, &command);
+    exec.run(spec, CancellationToken::new()).await.unwrap()
+}
+
 both_modes!(long_commands_run_as_bash_c_would);
 
 /// A command longer than one `exec` argument runs as `bash -c` would run it: each probe gives
@@ -1170,13 +1176,7 @@ async fn long_commands_run_as_bash_c_would(mode: Mode) {
     }
     let spill = tempfile::tempdir().unwrap();
     let (exec, _events) = modes::executor_in(mode, config_with(spill.path()));
-    let run = |command: String| {
-        let exec = exec.clone();
-        async move {
-            let spec = exec::spec(exec.as_ref(), &command);
-            exec.run(spec, CancellationToken::new()).await.unwrap()
-        }
-    };
+    let run = |command: String| run_to_end(&exec, command);
 
     // Both sides of the limit, and the largest command the default limit accepts: bash gets the
     // whole text (its length as bash sees it), and only a short one is on bash's command line.
@@ -1248,15 +1248,7 @@ async fn bash_is_bash(mode: Mode) {
     let (exec, _events) = modes::executor_in(mode, config_with(spill.path()));
     let probe = "echo \"$0 $BASH_ARGV0\"; nonexistent_cmd_xyz";
     for command in [probe.to_string(), padded(probe, ARGV_MAX + 1)] {
-        let spec = exec
-            .resolve(Request {
-                command,
-                workdir: None,
-                timeout_ms: None,
-                owner: None,
-            })
-            .unwrap();
-        let r = exec.run(spec, CancellationToken::new()).await.unwrap();
+        let r = run_to_end(&exec, command).await;
         assert_eq!(
             (r.stdout.text.as_str(), r.stderr.text.as_str(), r.exit_code),
             (
@@ -1282,20 +1274,7 @@ async fn long_commands_differ_only_where_bash_makes_them(mode: Mode) {
     }
     let spill = tempfile::tempdir().unwrap();
     let (exec, _events) = modes::executor_in(mode, config_with(spill.path()));
-    let run = |command: String| {
-        let exec = exec.clone();
-        async move {
-            let spec = exec
-                .resolve(Request {
-                    command,
-                    workdir: None,
-                    timeout_ms: None,
-                    owner: None,
-                })
-                .unwrap();
-            exec.run(spec, CancellationToken::new()).await.unwrap()
-        }
-    };
+    let run = |command: String| run_to_end(&exec, command);
     let short = run("echo (".into()).await;
     let long = run(padded("echo (", ARGV_MAX + 1)).await;
     assert_eq!(
