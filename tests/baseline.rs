@@ -1095,11 +1095,13 @@ async fn no_command_has_a_parent_another_had(mode: Mode) {
         return;
     };
     let mut parents = std::collections::BTreeSet::new();
+    // The parent's pid and start time: a pid alone may come round again.
+    let parent = "echo $PPID $(cut -d ' ' -f 22 /proc/$PPID/stat)";
     for i in 0..2 * HEALTH_RUNS {
         let ppid = if i % 2 == 0 {
-            h.run("echo $PPID").await.stdout.text
+            h.run(parent).await.stdout.text
         } else {
-            h.run_background("echo $PPID").await.1
+            h.run_background(parent).await.1
         };
         assert!(
             parents.insert(ppid.clone()),
@@ -1139,16 +1141,19 @@ async fn a_stopped_parent_costs_no_time(mode: Mode) {
         fastest < Duration::from_millis(500),
         "{mode:?} mode: a command that stops its parent took at least {fastest:?}"
     );
-    let started = Instant::now();
-    let (done, stdout) = h.run_background(command).await;
-    assert_eq!(
-        (done.exit_code, stdout.lines().nth(1)),
-        (Some(0), Some("after"))
-    );
+    let mut fastest = Duration::MAX;
+    for _ in 0..3 {
+        let started = Instant::now();
+        let (done, stdout) = h.run_background(command).await;
+        fastest = fastest.min(started.elapsed());
+        assert_eq!(
+            (done.exit_code, stdout.lines().nth(1)),
+            (Some(0), Some("after"))
+        );
+    }
     assert!(
-        started.elapsed() < Duration::from_millis(900),
-        "{mode:?} mode: a task that stops its parent took {:?}",
-        started.elapsed()
+        fastest < Duration::from_millis(500),
+        "{mode:?} mode: a task that stops its parent took at least {fastest:?}"
     );
 }
 

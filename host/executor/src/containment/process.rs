@@ -64,7 +64,7 @@ const STUCK_HELPER: Duration = Duration::from_secs(3);
 /// The process tree of one command.
 #[derive(Debug)]
 pub(crate) struct ProcTree {
-    /// The spawn helper: root of the tree, our child.
+    /// The spawn helper: root of the tree, a child of the factory.
     pid: i32,
     /// The helper's pidfd.
     pidfd: OwnedFd,

@@ -1,5 +1,6 @@
 //! The spawn helper factory and its helpers: small single-threaded processes of their own (this
-//! module runs in them, never in the host, and uses no async runtime). A helper starts bash for
+//! module runs in them and uses no async runtime; of it, only [`fork::fork_into`] also serves the
+//! host, for its cgroup probe). A helper starts bash for
 //! one command and stays its parent until nothing of the command is left, then exits.
 //!
 //! Why a process of its own:
@@ -434,7 +435,7 @@ fn name_helper() {
 enum Served {
     /// bash runs, with this pid.
     Started(i32),
-    /// Nothing was started; the helper can take another request.
+    /// Nothing was started; the helper exits.
     NotStarted,
     /// The helper ends, with this exit code.
     End(i32),
@@ -457,8 +458,8 @@ fn serve(
         }
     };
     if Baseline::read(oom_score_adj) != *baseline {
-        // Changed by someone (a command, this one's earlier or another running meanwhile): bash
-        // would inherit it.
+        // Changed by someone while it was idle (a command that found it, or the factory, by
+        // pid): bash would inherit it.
         let _ = protocol::send_report(sock, &Report::Declined, None);
         return Served::End(3);
     }
