@@ -336,6 +336,21 @@ enum Step {
     Pause {
         ms: u16,
     },
+    /// With every slot but one taken, a short task takes the last; the moment its completion is
+    /// seen (its status in a read, or its task-done event / notice), another start must not be
+    /// refused.
+    StartAfterEnd {
+        seen_by: SeenBy,
+    },
+}
+
+/// How a client sees a task's completion.
+#[derive(Clone, Copy, Debug)]
+enum SeenBy {
+    /// Its status in `read_output` / `bash_output`.
+    Read,
+    /// Its task-done event (executor) or completion notice (MCP).
+    Event,
 }
 
 fn routes() -> impl Strategy<Value = Vec<Route>> {
@@ -431,6 +446,8 @@ fn step_strategy(tasks_started: bool) -> BoxedStrategy<Step> {
         ]
         .prop_map(Step::Unknown),
         2 => (50u16..=400).prop_map(|ms| Step::Pause { ms }),
+        2 => prop_oneof![Just(SeenBy::Read), Just(SeenBy::Event)]
+            .prop_map(|seen_by| Step::StartAfterEnd { seen_by }),
     ]
     .boxed()
 }
@@ -468,7 +485,7 @@ impl ReferenceStateMachine for Model {
 
     fn apply(mut state: ModelState, step: &Step) -> ModelState {
         let starts = match step {
-            Step::Start(_) | Step::FillTasks => 1,
+            Step::Start(_) | Step::FillTasks | Step::StartAfterEnd { .. } => 1,
             Step::Concurrent(ops) => ops.iter().filter(|o| matches!(o, ConcOp::Start(_))).count(),
             _ => 0,
         };
@@ -2450,6 +2467,7 @@ impl Sut {
                 self.run_ops(vec![(op, Pending::Unknown(kind))]);
             }
             Step::Pause { ms } => std::thread::sleep(Duration::from_millis(u64::from(ms))),
+            Step::StartAfterEnd { seen_by } => self.start_after_end(seen_by),
         }
         let ran = started.elapsed();
         self.check();
@@ -2761,6 +2779,82 @@ impl Sut {
                 MAX_TASKS + 1
             ),
         );
+    }
+
+    /// Tasks running as the client last saw them.
+    fn running_seen(&self) -> usize {
+        self.tasks.iter().filter(|t| !t.status.terminal()).count()
+    }
+
+    /// [`Step::StartAfterEnd`]: long tasks take every slot but one (running tasks are killed
+    /// first where none is free), a short task takes the last; the moment its completion is seen
+    /// as `seen_by` says, one more task is started, which the limit must not refuse:
+    /// `settle_start` holds a refusal against the running count the client was told. The long
+    /// tasks this step started are killed at its end.
+    fn start_after_end(&mut self, seen_by: SeenBy) {
+        while self.running_seen() >= MAX_TASKS {
+            let Some(i) = self.tasks.iter().position(|t| !t.status.terminal()) else {
+                break;
+            };
+            let kill = (Op::Kill(self.tasks[i].id.clone()), Pending::Kill(Some(i)));
+            self.run_ops(vec![kill]);
+        }
+        let mut fillers = Vec::new();
+        while self.running_seen() < MAX_TASKS - 1 {
+            let before = self.tasks.len();
+            let start = self.start_op(Bg::Long { trap: false });
+            self.run_ops(vec![start]);
+            if self.tasks.len() == before {
+                // Refused, which `settle_start` has judged.
+                return;
+            }
+            fillers.push(before);
+        }
+        let short = self.tasks.len();
+        let start = self.start_op(Bg::Exit { code: 0 });
+        self.run_ops(vec![start]);
+        if self.tasks.len() == short {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let seen = match seen_by {
+                SeenBy::Read => {
+                    let read = (
+                        Op::Read(self.tasks[short].id.clone()),
+                        Pending::Read(Some(short)),
+                    );
+                    self.run_ops(vec![read]);
+                    self.tasks[short].status.terminal()
+                }
+                SeenBy::Event => {
+                    self.drain_events();
+                    self.tasks[short].events > 0
+                }
+            };
+            if seen {
+                break;
+            }
+            if Instant::now() > deadline {
+                self.violation(
+                    "forward-only",
+                    format!(
+                        "the completion of {} (`exit 0`) was not seen ({seen_by:?}) within 20 s",
+                        self.tasks[short].id
+                    ),
+                );
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // At once: the slot of a task the client has seen complete is free.
+        let start = self.start_op(Bg::Exit { code: 0 });
+        self.run_ops(vec![start]);
+        for i in fillers {
+            if !self.tasks[i].status.terminal() {
+                let kill = (Op::Kill(self.tasks[i].id.clone()), Pending::Kill(Some(i)));
+                self.run_ops(vec![kill]);
+            }
+        }
     }
 
     fn vanished_workdir(&mut self, background: bool) {
