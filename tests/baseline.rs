@@ -472,11 +472,16 @@ fn host_nofile() -> (String, String) {
     (values[0].to_string(), values[1].to_string())
 }
 
-fn host_oom_score_adj() -> String {
-    std::fs::read_to_string("/proc/self/oom_score_adj")
+/// This process's `/proc/self/<name>`, trimmed.
+fn own_proc_value(name: &str) -> String {
+    std::fs::read_to_string(format!("/proc/self/{name}"))
         .unwrap()
         .trim()
         .to_string()
+}
+
+fn host_oom_score_adj() -> String {
+    own_proc_value("oom_score_adj")
 }
 
 /// A command renices its parent and itself, lowers its parent's limit of open files and raises
@@ -1016,10 +1021,7 @@ async fn helpers_started_ahead_child() {
 // (g) The parent and the factory: fresh, unchanged, continued, named
 
 fn host_timer_slack() -> String {
-    std::fs::read_to_string("/proc/self/timerslack_ns")
-        .unwrap()
-        .trim()
-        .to_string()
+    own_proc_value("timerslack_ns")
 }
 
 /// A command sets its parent's timer slack to 50 ms (after which each `sleep 0.001` of a command

@@ -2479,7 +2479,7 @@ impl Sut {
                 self.current,
                 started.elapsed() - ran,
                 self.tasks.len(),
-                self.tasks.iter().filter(|t| !t.status.terminal()).count()
+                self.running_seen()
             );
         }
     }
@@ -2918,7 +2918,7 @@ impl Sut {
             .filter(|(_, p)| matches!(p, Pending::Kill(_)))
             .count();
         let (ops, pendings): (Vec<Op>, Vec<Pending>) = ops.into_iter().unzip();
-        self.running_before = self.tasks.iter().filter(|t| !t.status.terminal()).count();
+        self.running_before = self.running_seen();
         for pending in &pendings {
             if let Pending::Kill(Some(i)) = pending {
                 self.tasks[*i].kill_pending = true;
@@ -3134,12 +3134,7 @@ impl Sut {
             self.violation("shape", format!("{out:?}"))
         };
         // A kill in the same step may have come after this start: count what ran before it.
-        let running = self
-            .tasks
-            .iter()
-            .filter(|t| !t.status.terminal())
-            .count()
-            .max(self.running_before);
+        let running = self.running_seen().max(self.running_before);
         let stuck = self
             .tasks
             .iter()
@@ -3508,7 +3503,7 @@ impl Sut {
             };
             self.settle_read(i, result);
         }
-        let running = self.tasks.iter().filter(|t| !t.status.terminal()).count();
+        let running = self.running_seen();
         if running > MAX_TASKS {
             self.violation(
                 "task-limit",

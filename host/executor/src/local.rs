@@ -177,8 +177,9 @@ impl LocalExecutor {
                 }
                 Err(StartError::Declined) if attempts < SPAWN_ATTEMPTS => {
                     tracing::warn!(
-                        "a spawn helper's nice value, limits, OOM score or timer slack were changed from \
-                         outside; starting a new factory"
+                        "a spawn helper's inherited settings (nice value, limits, OOM score, \
+                         scheduling, affinity or timer slack) were changed from outside; starting \
+                         a new factory"
                     );
                     self.shared.launcher.reset();
                     continue;
