@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use dsh_executor::{Config, Containment, ContainmentPreference, EnvPolicy, LocalExecutor};
+use dsh_executor::{
+    Config, Containment, ContainmentPreference, EnvPolicy, LocalExecutor, NetworkMode, Sandbox,
+    SandboxConfig, SandboxMode, TierPreference,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::{ComponentSource, HostOptions, ToolDefinition, ToolHost};
@@ -147,6 +150,39 @@ pub enum ContainmentArg {
     Subreaper,
 }
 
+/// `--sandbox`: how much of the filesystem a command may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SandboxArg {
+    /// No sandbox: commands have the host's full authority.
+    Off,
+    /// Nothing writable but a private TMPDIR and devices like /dev/null.
+    ReadOnly,
+    /// Also the --cwd tree (else the host's cwd), /tmp and each --sandbox-allow-write.
+    WorkspaceWrite,
+}
+
+/// `--sandbox-network`: what a sandboxed command may reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SandboxNetworkArg {
+    /// No network at all.
+    Off,
+    /// A loopback interface of its own (its own local servers), nothing else.
+    Loopback,
+    /// The host's network.
+    On,
+}
+
+/// `--sandbox-tier`: which enforcement the sandbox may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SandboxTierArg {
+    /// Namespaces where the machine allows them, else Landlock and seccomp only.
+    Auto,
+    /// Require user, mount and network namespaces.
+    Namespaces,
+    /// Landlock and seccomp only.
+    Landlock,
+}
+
 /// The executor's and the component's settings, shared by every subcommand.
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
@@ -207,6 +243,23 @@ pub struct CommonArgs {
     /// Repeatable.
     #[arg(long = "env-allow", global = true, value_name = "NAME", value_parser = env_name)]
     pub env_allow: Vec<String>,
+    /// Confine every command (enforced by the kernel; the host refuses to start where it
+    /// cannot be): `read-only` or `workspace-write`. Secrets (~/.ssh, ~/.aws, ...) are never
+    /// readable; see the README's "Sandbox" section.
+    #[arg(long, global = true, value_enum, default_value_t = SandboxArg::Off)]
+    pub sandbox: SandboxArg,
+    /// What a sandboxed command may reach on the network.
+    #[arg(long, global = true, value_enum, default_value_t = SandboxNetworkArg::Off)]
+    pub sandbox_network: SandboxNetworkArg,
+    /// Another directory a workspace-write sandbox lets commands write. Repeatable.
+    #[arg(long = "sandbox-allow-write", global = true, value_name = "DIR")]
+    pub sandbox_allow_write: Vec<PathBuf>,
+    /// Another path (absolute) no sandboxed command may read. Repeatable.
+    #[arg(long = "sandbox-deny-read", global = true, value_name = "PATH")]
+    pub sandbox_deny_read: Vec<PathBuf>,
+    /// Which enforcement the sandbox uses.
+    #[arg(long, global = true, value_enum, default_value_t = SandboxTierArg::Auto)]
+    pub sandbox_tier: SandboxTierArg,
     /// Read these settings from a TOML file: each key is one of these flags, or of `mcp`'s,
     /// without its dashes (`timeout-ms = 120000`, `env-deny = ["*_PAT"]`, `http = "8765"`).
     /// Flags on the command line win; repeatable ones add to the file's.
@@ -307,7 +360,37 @@ impl CommonArgs {
             ContainmentArg::Auto => ContainmentPreference::Auto,
             ContainmentArg::Subreaper => ContainmentPreference::Subreaper,
         };
+        c.sandbox = self.sandbox_config();
         c
+    }
+
+    /// The sandbox these flags ask for; the configuration file is among the denied reads.
+    fn sandbox_config(&self) -> SandboxConfig {
+        let mut deny_read = self.sandbox_deny_read.clone();
+        if let Some(file) = &self.config
+            && let Ok(file) = std::path::absolute(file)
+        {
+            deny_read.push(file);
+        }
+        SandboxConfig {
+            mode: match self.sandbox {
+                SandboxArg::Off => SandboxMode::Off,
+                SandboxArg::ReadOnly => SandboxMode::ReadOnly,
+                SandboxArg::WorkspaceWrite => SandboxMode::WorkspaceWrite,
+            },
+            network: match self.sandbox_network {
+                SandboxNetworkArg::Off => NetworkMode::Off,
+                SandboxNetworkArg::Loopback => NetworkMode::Loopback,
+                SandboxNetworkArg::On => NetworkMode::On,
+            },
+            allow_write: self.sandbox_allow_write.clone(),
+            deny_read,
+            tier: match self.sandbox_tier {
+                SandboxTierArg::Auto => TierPreference::Auto,
+                SandboxTierArg::Namespaces => TierPreference::Namespaces,
+                SandboxTierArg::Landlock => TierPreference::Landlock,
+            },
+        }
     }
 
     /// The component to load (`--component`, else the embedded one) and the default cache.
@@ -453,6 +536,7 @@ fn doctor_report(local: &LocalExecutor, env: &EnvPolicy) -> String {
         |p| p.display().to_string(),
     );
     out.push_str(&format!("spill directory: {spill}\n"));
+    out.push_str(&sandbox_report(local.sandbox().as_ref()));
     let cache = crate::engine::default_cache_dir()
         .map_or_else(|| "(disabled)".to_string(), |p| p.display().to_string());
     out.push_str(&format!("component cache: {cache}\n"));
@@ -464,6 +548,34 @@ fn doctor_report(local: &LocalExecutor, env: &EnvPolicy) -> String {
     };
     out.push_str(&format!("variables withheld from commands: {withheld}\n"));
     out
+}
+
+/// The doctor's lines on the sandbox: mode, tier, writable roots, denied reads, network.
+fn sandbox_report(sandbox: Option<&Sandbox>) -> String {
+    let Some(sandbox) = sandbox else {
+        return "sandbox: off (commands have this user's full authority)\n".to_string();
+    };
+    let list = |paths: &[PathBuf]| {
+        if paths.is_empty() {
+            "  (none)\n".to_string()
+        } else {
+            paths
+                .iter()
+                .map(|p| format!("  {}\n", p.display()))
+                .collect()
+        }
+    };
+    format!(
+        "sandbox: {}\nsandbox tier: {} (Landlock ABI {})\nwritable roots (besides a private \
+         TMPDIR per command under {}):\n{}denied reads:\n{}sandbox network: {}\n",
+        sandbox.mode,
+        sandbox.tier,
+        sandbox.landlock_abi,
+        sandbox.tmp_base.display(),
+        list(&sandbox.writable),
+        list(&sandbox.deny_read),
+        sandbox.network
+    )
 }
 
 /// Write to stdout; a reader that went away (`| head`) is not an error worth a panic.

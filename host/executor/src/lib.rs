@@ -62,6 +62,7 @@ mod tasks;
 // Both sides: how bash is invoked, and the wire between the host and a spawn helper.
 mod bash;
 mod protocol;
+pub mod sandbox;
 // Runs in the spawn helper factory and its helpers, processes of their own.
 pub mod helper;
 pub mod hex;
@@ -73,6 +74,7 @@ pub use bash::env::EnvPolicy;
 pub use local::LocalExecutor;
 pub use output::meter::OutputMeter;
 pub use output::spill::random_hex;
+pub use sandbox::{NetworkMode, Sandbox, SandboxConfig, SandboxMode, Tier, TierPreference};
 
 /// A boxed future, so that [`Executor`] stays object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -295,6 +297,9 @@ pub struct Config {
     /// every slot is taken at that moment, the command stays in the foreground (its timeout
     /// still applies).
     pub yield_after_ms: Option<f64>,
+    /// The sandbox every command runs in (off by default): see [`sandbox`]. A mode the machine
+    /// cannot enforce makes [`LocalExecutor::new`] fail, naming what is missing.
+    pub sandbox: SandboxConfig,
 }
 
 impl Default for Config {
@@ -316,6 +321,7 @@ impl Default for Config {
             spawn_helper: None,
             env: EnvPolicy::default(),
             yield_after_ms: None,
+            sandbox: SandboxConfig::default(),
         }
     }
 }

@@ -12,6 +12,7 @@ use crate::containment::cgroup::CgroupRoot;
 use crate::output::spill::SpillDir;
 use crate::output::stream::Output;
 use crate::protocol::Step;
+use crate::sandbox::{Sandbox, SandboxMode};
 use crate::spawn::launcher::Launcher;
 use crate::spawn::{Spawned, StartError};
 use crate::tasks::handoff::Foreground;
@@ -48,6 +49,9 @@ struct Shared {
     shell: OsString,
     /// Fresh spawn helpers, one per command.
     launcher: Arc<Launcher>,
+    /// The sandbox in force, and its policy as each request carries it (empty for none).
+    sandbox: Option<Sandbox>,
+    policy: Vec<u8>,
 }
 
 impl Shared {
@@ -107,6 +111,11 @@ impl LocalExecutor {
                 tracing::debug!(%containment, reason = %reason, "process containment")
             }
         }
+        let sandbox = sandbox_for(&config, &helper)?;
+        let policy = sandbox
+            .as_ref()
+            .map(|sandbox| sandbox.policy().encode())
+            .unwrap_or_default();
         let spill = SpillDir::with_budget(config.spill_dir.clone(), config.max_spill_total_bytes);
         let launcher = Launcher::new(
             helper,
@@ -125,6 +134,8 @@ impl LocalExecutor {
                 spill,
                 shell: bash::find_on_path(bash::SHELL),
                 launcher,
+                sandbox,
+                policy,
             }),
         }))
     }
@@ -132,6 +143,11 @@ impl LocalExecutor {
     /// The containment in force, e.g. for `dsh-host doctor` or a startup log line.
     pub fn containment(&self) -> Containment {
         self.shared.containment.clone()
+    }
+
+    /// The sandbox in force, if any (e.g. for `dsh-host doctor`).
+    pub fn sandbox(&self) -> Option<Sandbox> {
+        self.shared.sandbox.clone()
     }
 
     /// This executor's spill directory, once a command has spilled (until it is removed at
@@ -165,7 +181,14 @@ impl LocalExecutor {
                 .take()
                 .await
                 .map_err(|err| cannot(&format!("no spawn helper: {err}")))?;
-            let started = spawn::spawn(helper, program, &spec.command, &spec.workdir).await;
+            let started = spawn::spawn(
+                helper,
+                program,
+                &spec.command,
+                &spec.workdir,
+                &self.shared.policy,
+            )
+            .await;
             // Once this task next waits (bash is running by then): not on the start's path.
             let launcher = self.shared.launcher.clone();
             tokio::spawn(async move { launcher.refill() });
@@ -185,6 +208,10 @@ impl LocalExecutor {
                     continue;
                 }
                 Err(StartError::Workdir(message)) => Err(ExecError::WorkdirUnusable(message)),
+                Err(StartError::Failed {
+                    step: Step::Sandbox,
+                    err,
+                }) => Err(cannot(&format!("the sandbox could not be applied: {err}"))),
                 Err(StartError::Failed {
                     step: Step::Chdir,
                     err,
@@ -368,6 +395,31 @@ impl LocalExecutor {
     }
 }
 
+/// The sandbox `config` asks for, after a preflight of what the machine supports; an error
+/// (naming what is missing and the flag that changes it) when it cannot be enforced.
+fn sandbox_for(config: &Config, helper: &OsStr) -> Result<Option<Sandbox>, ConfigError> {
+    if config.sandbox.mode == SandboxMode::Off {
+        return Ok(None);
+    }
+    let support = crate::sandbox::preflight::probe(std::path::Path::new(helper));
+    let cwd = match &config.cwd {
+        Some(cwd) => cwd.clone(),
+        None => std::env::current_dir().map_err(|err| ConfigError {
+            setting: "sandbox",
+            reason: format!("no working directory to make writable: {err}"),
+        })?,
+    };
+    let sandbox =
+        Sandbox::resolve(&config.sandbox, &cwd, &[], &support).map_err(|err| ConfigError {
+            setting: "sandbox",
+            reason: err.0,
+        })?;
+    if let Some(sandbox) = &sandbox {
+        tracing::debug!(mode = %sandbox.mode, tier = %sandbox.tier, "sandbox");
+    }
+    Ok(sandbox)
+}
+
 /// How a task's command ended, for the table.
 fn end_of(outcome: &Outcome) -> End {
     End::Exited {
@@ -462,6 +514,9 @@ impl Executor for LocalExecutor {
             self.shared.launcher.clear().await;
             if let Some(root) = &self.shared.cgroups {
                 root.release();
+            }
+            if let Some(sandbox) = &self.shared.sandbox {
+                let _ = std::fs::remove_dir_all(&sandbox.tmp_base);
             }
             if !self.shared.config.keep_spill
                 && let Err(err) = self.shared.spill.remove()

@@ -33,6 +33,8 @@ pub(crate) struct BashExec<'a> {
     /// [`crate::bash::long_command::COMMAND_FD`] (and `argv` runs the bootstrap that reads it). No
     /// other descriptor used after `report` may be there.
     pub(crate) command: Option<BorrowedFd<'a>>,
+    /// The sandbox to apply right before the exec, if any.
+    pub(crate) sandbox: Option<&'a crate::sandbox::apply::Prepared>,
 }
 
 /// In the forked child: a new session, every signal back to its default and unblocked, dies
@@ -105,6 +107,12 @@ pub(crate) fn exec_bash(setup: &BashExec<'_>) -> ! {
         && let Err(err) = crate::bash::long_command::install(command)
     {
         fail(Step::Setup, err);
+    }
+    // Last, so that nothing above runs confined: the namespaces, Landlock, then seccomp.
+    if let Some(sandbox) = setup.sandbox
+        && let Err(err) = sandbox.apply(setup.parent)
+    {
+        fail(Step::Sandbox, err);
     }
     // SAFETY: `program` and `argv` are valid, null-terminated, prepared before the fork;
     // execvp returns only on failure.

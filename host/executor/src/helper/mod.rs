@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 use crate::bash::exec::{self, BashExec};
 use crate::bash::long_command;
 use crate::protocol::{self, Report};
+use crate::sandbox::prepare::Confined;
 use fork::Forked;
 
 /// The first argument that makes a program [`dispatch`]ing into the helper.
@@ -59,8 +60,14 @@ static DISPATCHES: AtomicBool = AtomicBool::new(false);
 pub fn dispatch() {
     let mut args = std::env::args_os().skip(1);
     if args.next().is_some_and(|a| a == HELPER_ARG) {
-        let host = args
-            .next()
+        let first = args.next();
+        if first
+            .as_ref()
+            .is_some_and(|a| a == crate::sandbox::preflight::PROBE_ARG)
+        {
+            std::process::exit(crate::sandbox::preflight::run_probe());
+        }
+        let host = first
             .and_then(|a| a.into_string().ok())
             .and_then(|a| a.parse::<i32>().ok());
         // In cgroup mode, the executor's cgroup root: the factory cleans it up if the host dies.
@@ -377,10 +384,25 @@ fn helper(
     // Opened while idle, read when a request comes: its own (a path, not the factory's file).
     let oom_score_adj = open_oom_score_adj();
     match serve(&sock, baseline, oom_score_adj.as_ref(), changed_signals) {
-        Served::Started(bash) => match supervise(&sock, bash) {
-            Supervised::Empty => 0,
-            Supervised::HostGone => host_gone(cgroup),
-        },
+        Served::Started(bash, confined) => {
+            let restore = || {
+                if let Some(confined) = &confined {
+                    confined.restore();
+                }
+            };
+            let code = match supervise(&sock, bash, restore) {
+                Supervised::Empty => 0,
+                Supervised::HostGone => {
+                    let code = host_gone(cgroup);
+                    restore();
+                    code
+                }
+            };
+            if let Some(confined) = &confined {
+                confined.clean();
+            }
+            code
+        }
         Served::NotStarted => 0,
         Served::End(code) => code,
     }
@@ -433,8 +455,8 @@ fn name_helper() {
 
 /// What became of one request.
 enum Served {
-    /// bash runs, with this pid.
-    Started(i32),
+    /// bash runs, with this pid, sandboxed as the request asked.
+    Started(i32, Option<Confined>),
     /// Nothing was started; the helper exits.
     NotStarted,
     /// The helper ends, with this exit code.
@@ -463,8 +485,8 @@ fn serve(
         let _ = protocol::send_report(sock, &Report::Declined, None);
         return Served::End(3);
     }
-    let workdir = String::from_utf8_lossy(&request.workdir).into_owned();
-    if let Err(err) = crate::bash::workdir::check(&workdir) {
+    let workdir_text = String::from_utf8_lossy(&request.workdir).into_owned();
+    if let Err(err) = crate::bash::workdir::check(&workdir_text) {
         let _ = protocol::send_report(sock, &Report::Refused(err.to_string()), None);
         return Served::NotStarted;
     }
@@ -503,6 +525,25 @@ fn serve(
             None => return refuse(&started, libc::EINVAL),
         }
     };
+    let confined =
+        match crate::sandbox::policy::Policy::decode(&request.sandbox).and_then(|policy| {
+            policy
+                .map(|policy| Confined::prepare(&policy, Path::new(&workdir_text)))
+                .transpose()
+        }) {
+            Ok(confined) => confined,
+            Err(err) => {
+                eprintln!("dsh-spawn-helper: sandbox: {err}");
+                let _ = rustix::io::write(
+                    &started,
+                    &fail_record_at(
+                        protocol::Step::Sandbox,
+                        err.raw_os_error().unwrap_or(libc::EIO),
+                    ),
+                );
+                return Served::NotStarted;
+            }
+        };
     let argv = crate::bash::argv(command.as_deref());
     let exec = BashExec {
         program: &program,
@@ -515,11 +556,12 @@ fn serve(
         changed_signals,
         report: sock.as_fd(),
         command: command_fd.as_ref().map(AsFd::as_fd),
+        sandbox: confined.as_ref().map(|c| &c.prepared),
     };
     match fork::spawn_bash(&exec) {
         // bash reported itself (Started) before its exec; only it keeps the command's pipes and
         // the outcome pipe, which drop here.
-        Ok((bash, _pidfd)) => Served::Started(bash),
+        Ok((bash, _pidfd)) => Served::Started(bash, confined),
         Err(err) => {
             let _ = rustix::io::write(
                 &started,
@@ -535,8 +577,12 @@ fn c_string(bytes: Vec<u8>) -> Option<CString> {
 }
 
 fn fail_record(errno: i32) -> [u8; 8] {
+    fail_record_at(protocol::Step::Setup, errno)
+}
+
+fn fail_record_at(step: protocol::Step, errno: i32) -> [u8; 8] {
     let mut record = [0u8; 8];
-    record[..4].copy_from_slice(&(protocol::Step::Setup as u32).to_ne_bytes());
+    record[..4].copy_from_slice(&(step as u32).to_ne_bytes());
     record[4..].copy_from_slice(&errno.to_ne_bytes());
     record
 }
@@ -576,7 +622,8 @@ enum Supervised {
 }
 
 /// Reaps until no descendant is left, reporting bash's status and then that the tree is empty.
-fn supervise(sock: &UnixStream, bash: i32) -> Supervised {
+/// `before_empty` runs once nothing is left, before the host is told (the sandbox's after-care).
+fn supervise(sock: &UnixStream, bash: i32, before_empty: impl Fn()) -> Supervised {
     let signals = match child_signals() {
         Ok(fd) => Some(fd),
         Err(err) => {
@@ -602,6 +649,7 @@ fn supervise(sock: &UnixStream, bash: i32) -> Supervised {
                 Err(rustix::io::Errno::INTR) => {}
                 Err(_) => {
                     // ECHILD: nothing is left.
+                    before_empty();
                     news.extend(Report::TreeEmpty.encode());
                     empty = true;
                     break;

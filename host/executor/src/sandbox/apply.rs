@@ -1,0 +1,83 @@
+//! bash's side of the sandbox: applying what the spawn helper prepared, right before `exec`.
+//! Raw system calls only, on memory prepared before the fork.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use super::namespaces::NsSetup;
+
+/// Everything one sandboxed command's start applies, prepared by the helper.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    /// Entered first, in the namespace tier.
+    pub(crate) namespaces: Option<NsSetup>,
+    /// The Landlock layers, in order.
+    pub(crate) landlock: Vec<OwnedFd>,
+    /// The seccomp filters, in order, installed last.
+    pub(crate) filters: Vec<seccompiler::BpfProgram>,
+}
+
+impl Prepared {
+    /// Whether bash must be started with an ordinary fork (see [`super::namespaces`]).
+    pub(crate) fn needs_fork(&self) -> bool {
+        self.namespaces.is_some()
+    }
+
+    /// Applies the sandbox to the calling process, which must be a child of `parent`.
+    pub(crate) fn apply(&self, parent: i32) -> io::Result<()> {
+        if let Some(namespaces) = &self.namespaces {
+            namespaces.enter().map_err(|(_, err)| err)?;
+            // A new user namespace changes the credentials, which clears the death signal.
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+            if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(parent) {
+                // SAFETY: the parent died: end at once, as a fork child may.
+                unsafe { libc::_exit(127) };
+            }
+        }
+        no_new_privs()?;
+        for layer in &self.landlock {
+            // SAFETY: a ruleset descriptor, no flags.
+            if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, layer.as_raw_fd(), 0u32) }
+                != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        for filter in &self.filters {
+            install_filter(filter)?;
+        }
+        Ok(())
+    }
+}
+
+/// `PR_SET_NO_NEW_PRIVS`: what Landlock and an unprivileged seccomp filter require, and what
+/// keeps a set-user-ID program from gaining what the sandbox withholds.
+pub(crate) fn no_new_privs() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Installs one compiled seccomp filter on the calling thread.
+pub(crate) fn install_filter(filter: &[seccompiler::sock_filter]) -> io::Result<()> {
+    let program = libc::sock_fprog {
+        len: filter.len() as u16,
+        // The same C structure (`struct sock_filter`), as seccompiler and libc each declare it.
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: a valid program that outlives the call.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0u32,
+            std::ptr::addr_of!(program),
+        )
+    };
+    if done != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,0 +1,196 @@
+//! The Landlock rulesets of one command, made by the spawn helper before it forks bash (bash's
+//! side only restricts itself with them, [`super::apply`]). Two layers, each handling its own
+//! rights, so that each stays simple:
+//!
+//! - the read layer handles reading, listing and executing: everything is allowed but the denied
+//!   paths. Landlock only grants, so "all but these" is spelled out: every directory is listable,
+//!   and reading and executing are granted beneath every entry of `/` except the one leading to a
+//!   denied path, recursively along that path, the denied path itself getting nothing. Made per
+//!   command, so a secret created since the last command is denied too.
+//! - the write layer handles every kind of change (writing, truncating, creating, removing,
+//!   linking, renaming): granted beneath the writable roots, the command's private `TMPDIR` and
+//!   a few devices only. Where the network is off, it also handles TCP bind and connect, with no
+//!   port granted; and it scopes signals and abstract Unix sockets to the command's own domain,
+//!   so that no command signals the host, its helper or another command.
+
+use std::collections::BTreeSet;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
+};
+
+/// Devices every command may write (and truncate, as `> /dev/null` does).
+const DEVICES: [&str; 6] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+
+/// The kernel's Landlock ABI version.
+pub(crate) fn abi() -> io::Result<u32> {
+    const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
+    // SAFETY: the documented version query: no ruleset, size 0, the version flag.
+    let version = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if version < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(version as u32)
+}
+
+fn error(what: &str, err: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("Landlock {what}: {err}"))
+}
+
+fn created(ruleset: RulesetCreated) -> io::Result<OwnedFd> {
+    Option::<OwnedFd>::from(ruleset).ok_or_else(|| error("ruleset", "not created"))
+}
+
+/// Opens `path` itself (a symlink stays a symlink) for a rule.
+fn open_path(path: &Path) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::open(
+        path,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?)
+}
+
+/// The read layer: everything readable, listable and executable but `deny` (paths that do not
+/// exist are skipped; the others are resolved through symlinks first), with `grant` readable
+/// again even where it lies under a denied path.
+pub(crate) fn read_layer(abi: u32, deny: &[PathBuf], grant: &[PathBuf]) -> io::Result<OwnedFd> {
+    let abi = ABI::from(abi as i32);
+    let read = AccessFs::from_read(abi);
+    let file = AccessFs::ReadFile | AccessFs::Execute;
+    let denied: BTreeSet<PathBuf> = deny
+        .iter()
+        .filter_map(|path| std::fs::canonicalize(path).ok())
+        .filter(|path| path != Path::new("/"))
+        .collect();
+    // Every proper ancestor of a denied path: walked, not granted.
+    let mut ancestors = BTreeSet::new();
+    for path in &denied {
+        let mut up = path.parent();
+        while let Some(dir) = up {
+            ancestors.insert(dir.to_path_buf());
+            up = dir.parent();
+        }
+    }
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(read)
+        .map_err(|e| error("read layer", e))?
+        .create()
+        .map_err(|e| error("read layer", e))?
+        // Listing is allowed everywhere: a denied directory's names, not its contents.
+        .add_rule(PathBeneath::new(
+            open_path(Path::new("/"))?,
+            AccessFs::ReadDir,
+        ))
+        .map_err(|e| error("rule for /", e))?;
+    if denied.is_empty() {
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(open_path(Path::new("/"))?, read))
+            .map_err(|e| error("rule for /", e))?;
+    }
+    let mut stack: Vec<PathBuf> = if denied.is_empty() {
+        Vec::new()
+    } else {
+        vec![PathBuf::from("/")]
+    };
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if denied.contains(&path) {
+                continue;
+            }
+            if ancestors.contains(&path) {
+                stack.push(path);
+                continue;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            // A symlink is reached through its target, which has a rule of its own.
+            if kind.is_symlink() {
+                continue;
+            }
+            let Ok(fd) = open_path(&path) else {
+                continue;
+            };
+            let access = if kind.is_dir() { read } else { file };
+            ruleset = ruleset
+                .add_rule(PathBeneath::new(fd, access))
+                .map_err(|e| error(&format!("rule for {}", path.display()), e))?;
+        }
+    }
+    for path in grant {
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(open_path(path)?, read))
+            .map_err(|e| error(&format!("rule for {}", path.display()), e))?;
+    }
+    created(ruleset)
+}
+
+/// The write layer: changes allowed beneath `writable` and to [`DEVICES`] only; TCP bind and
+/// connect refused where `network_off`; signals and abstract Unix sockets scoped to the domain.
+pub(crate) fn write_layer(
+    abi: u32,
+    writable: &[PathBuf],
+    network_off: bool,
+) -> io::Result<OwnedFd> {
+    let abi_level = ABI::from(abi as i32);
+    // Device ioctls are not a change to the filesystem: left unhandled.
+    let write = AccessFs::from_write(abi_level) & !BitFlags::from(AccessFs::IoctlDev);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(write)
+        .map_err(|e| error("write layer", e))?;
+    if network_off && abi >= 4 {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi_level))
+            .map_err(|e| error("network rules", e))?;
+    }
+    if abi >= 6 {
+        ruleset = ruleset
+            .scope(Scope::from_all(abi_level))
+            .map_err(|e| error("scopes", e))?;
+    }
+    let mut ruleset = ruleset.create().map_err(|e| error("write layer", e))?;
+    for root in writable {
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(open_path(root)?, write))
+            .map_err(|e| error(&format!("rule for {}", root.display()), e))?;
+    }
+    let device = AccessFs::WriteFile | AccessFs::Truncate;
+    for path in DEVICES {
+        // Resolved: /dev/tty and the like may be symlinks elsewhere.
+        let Ok(fd) = rustix::fs::open(
+            path,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        ) else {
+            continue;
+        };
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(fd, device))
+            .map_err(|e| error(&format!("rule for {path}"), e))?;
+    }
+    created(ruleset)
+}

@@ -1,0 +1,328 @@
+//! The sandbox: what a command may read, write and reach, enforced by the kernel in the spawn
+//! path (an extension of the executor contract, off unless configured).
+//!
+//! - [`SandboxConfig`] is what the operator asks for; [`Sandbox::resolve`] turns it into the
+//!   policy in force after a [`preflight`] of what the machine supports, refusing a mode that
+//!   cannot be enforced (nothing ever runs unconfined silently).
+//! - The policy travels to the spawn helper with each request ([`policy`]); the helper prepares
+//!   the Landlock rulesets ([`landlock`]), the seccomp filters ([`seccomp`]) and, in the
+//!   namespace tier, the mount and network setup ([`namespaces`]) before it forks bash
+//!   ([`prepare`]); bash's side of the fork only applies them ([`apply`]), right before `exec`.
+//! - Inside writable roots, git's hooks and configuration stay protected ([`protect`]): bound
+//!   read-only in the namespace tier, checked and restored after the command in the Landlock tier.
+//!
+//! Everything a command starts inherits the sandbox; nothing in it can lift it (a Landlock domain
+//! only narrows, and the seccomp filter refuses new namespaces, `ptrace` and io_uring).
+
+pub(crate) mod apply;
+pub(crate) mod landlock;
+pub(crate) mod namespaces;
+pub(crate) mod policy;
+pub(crate) mod preflight;
+pub(crate) mod prepare;
+pub(crate) mod protect;
+pub(crate) mod seccomp;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+pub use preflight::Support;
+
+/// How much of the filesystem a command may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SandboxMode {
+    /// No sandbox: commands have the host's full authority.
+    #[default]
+    Off,
+    /// Everything readable but the denied paths; nothing writable but a private temporary
+    /// directory (`TMPDIR`) and harmless devices (`/dev/null` and the like).
+    ReadOnly,
+    /// As `ReadOnly`, plus the session's working directory tree, `/tmp` and the configured
+    /// extra directories; git's hooks and configuration inside them stay protected.
+    WorkspaceWrite,
+}
+
+/// What a sandboxed command may reach on the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NetworkMode {
+    /// Nothing: no socket of any family but Unix.
+    #[default]
+    Off,
+    /// Its own loopback interface only (a network namespace of its own): local servers it
+    /// starts, nothing of the host's or beyond.
+    Loopback,
+    /// The host's network, unrestricted.
+    On,
+}
+
+/// Which enforcement the sandbox may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TierPreference {
+    /// The namespace tier where the machine allows it, else the Landlock tier.
+    #[default]
+    Auto,
+    /// Require the namespace tier.
+    Namespaces,
+    /// The Landlock tier only, even where namespaces are available.
+    Landlock,
+}
+
+/// The enforcement in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// Landlock and seccomp, plus a user, mount and network namespace per command: protected
+    /// subpaths bound read-only, a loopback-only network where asked.
+    Namespaces,
+    /// Landlock and seccomp only: protected subpaths checked and restored after the command;
+    /// no loopback-only network.
+    Landlock,
+}
+
+/// What the operator asks of the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SandboxConfig {
+    /// `--sandbox`.
+    pub mode: SandboxMode,
+    /// `--sandbox-network`.
+    pub network: NetworkMode,
+    /// `--sandbox-allow-write`: more writable directories (workspace-write only).
+    pub allow_write: Vec<PathBuf>,
+    /// `--sandbox-deny-read`: more paths no command may read, besides [`default_denied`].
+    pub deny_read: Vec<PathBuf>,
+    /// `--sandbox-tier`.
+    pub tier: TierPreference,
+}
+
+/// The sandbox in force.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    /// The mode (never [`SandboxMode::Off`]).
+    pub mode: SandboxMode,
+    /// The tier enforcing it.
+    pub tier: Tier,
+    /// The network a command may reach.
+    pub network: NetworkMode,
+    /// Directories a command may write beneath (besides its private `TMPDIR` and devices),
+    /// canonical.
+    pub writable: Vec<PathBuf>,
+    /// Paths no command may read, as configured (each resolved when a command starts, so that
+    /// one created later is denied too).
+    pub deny_read: Vec<PathBuf>,
+    /// Where each command's private temporary directory is made.
+    pub tmp_base: PathBuf,
+    /// The Landlock ABI of the kernel.
+    pub landlock_abi: u32,
+}
+
+/// The oldest Landlock ABI the sandbox can be enforced with: 3 (Linux 6.2) is the first that
+/// controls truncation, without which `truncate(2)` could change any file.
+pub const MIN_LANDLOCK_ABI: u32 = 3;
+
+/// The secrets no sandboxed command may read, under `home`.
+pub fn default_denied(home: &Path) -> Vec<PathBuf> {
+    [
+        ".ssh",
+        ".aws",
+        ".azure",
+        ".config/gcloud",
+        ".kube",
+        ".docker/config.json",
+        ".gnupg",
+        ".netrc",
+        ".git-credentials",
+        ".config/gh",
+        ".npmrc",
+        ".pypirc",
+        ".cargo/credentials",
+        ".cargo/credentials.toml",
+        // The host's own configuration and cache.
+        ".config/dsh-host",
+        ".cache/dsh-host",
+    ]
+    .iter()
+    .map(|p| home.join(p))
+    .collect()
+}
+
+/// Why a sandbox cannot be had.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SandboxError(pub String);
+
+impl Sandbox {
+    /// The policy for `config`, given what the machine supports; `cwd` is the session's working
+    /// directory (the workspace), `extra_denied` the host's own files (configuration, spill
+    /// directory). `None` for [`SandboxMode::Off`].
+    pub fn resolve(
+        config: &SandboxConfig,
+        cwd: &Path,
+        extra_denied: &[PathBuf],
+        support: &Support,
+    ) -> Result<Option<Sandbox>, SandboxError> {
+        if config.mode == SandboxMode::Off {
+            return Ok(None);
+        }
+        let mode_flag = format!("--sandbox {}", config.mode);
+        let off = "--sandbox off runs commands unconfined";
+        let abi = match &support.landlock {
+            Ok(abi) if *abi >= MIN_LANDLOCK_ABI => *abi,
+            Ok(abi) => {
+                return Err(SandboxError(format!(
+                    "{mode_flag} needs Landlock ABI {MIN_LANDLOCK_ABI} (Linux 6.2) or later; this \
+                     kernel has ABI {abi} ({off})"
+                )));
+            }
+            Err(why) => {
+                return Err(SandboxError(format!(
+                    "{mode_flag} needs Landlock, which is unavailable: {why} ({off})"
+                )));
+            }
+        };
+        if let Err(why) = &support.seccomp {
+            return Err(SandboxError(format!(
+                "{mode_flag} needs seccomp filters, which are unavailable: {why} ({off})"
+            )));
+        }
+        let tier = match (config.tier, &support.namespaces) {
+            (TierPreference::Landlock, _) => Tier::Landlock,
+            (_, Ok(())) => Tier::Namespaces,
+            (TierPreference::Auto, Err(_)) => Tier::Landlock,
+            (TierPreference::Namespaces, Err(why)) => {
+                return Err(SandboxError(format!(
+                    "--sandbox-tier namespaces needs user, mount and network namespaces, which \
+                     are unavailable: {why} (--sandbox-tier landlock or auto uses Landlock and \
+                     seccomp only)"
+                )));
+            }
+        };
+        if config.network == NetworkMode::Loopback && tier != Tier::Namespaces {
+            let why = match &support.namespaces {
+                Err(why) => format!("namespaces are unavailable: {why}"),
+                Ok(()) => "--sandbox-tier landlock leaves them out".to_string(),
+            };
+            return Err(SandboxError(format!(
+                "--sandbox-network loopback needs a network namespace per command, and {why} \
+                 (--sandbox-network off or on works without)"
+            )));
+        }
+        let canonical = |flag: &str, dir: &Path| -> Result<PathBuf, SandboxError> {
+            let real = std::fs::canonicalize(dir)
+                .map_err(|err| SandboxError(format!("{flag} {}: {err}", dir.display())))?;
+            if !real.is_dir() {
+                return Err(SandboxError(format!(
+                    "{flag} {}: not a directory",
+                    dir.display()
+                )));
+            }
+            Ok(real)
+        };
+        let mut writable = Vec::new();
+        match config.mode {
+            SandboxMode::WorkspaceWrite => {
+                writable.push(canonical("--cwd", cwd)?);
+                writable.push(canonical("/tmp", Path::new("/tmp"))?);
+                for dir in &config.allow_write {
+                    writable.push(canonical("--sandbox-allow-write", dir)?);
+                }
+            }
+            SandboxMode::ReadOnly => {
+                if let Some(dir) = config.allow_write.first() {
+                    return Err(SandboxError(format!(
+                        "--sandbox-allow-write {} needs --sandbox workspace-write",
+                        dir.display()
+                    )));
+                }
+            }
+            SandboxMode::Off => unreachable!("handled above"),
+        }
+        writable.dedup();
+        let tmp_base = tmp_base()?;
+        let mut deny_read: Vec<PathBuf> = std::env::var_os("HOME")
+            .map(|home| default_denied(Path::new(&home)))
+            .unwrap_or_default();
+        for path in &config.deny_read {
+            if !path.is_absolute() {
+                return Err(SandboxError(format!(
+                    "--sandbox-deny-read {}: expected an absolute path",
+                    path.display()
+                )));
+            }
+            deny_read.push(path.clone());
+        }
+        deny_read.extend(extra_denied.iter().cloned());
+        // Other commands' private temporary directories.
+        deny_read.push(tmp_base.clone());
+        Ok(Some(Sandbox {
+            mode: config.mode,
+            tier,
+            network: config.network,
+            writable,
+            deny_read,
+            tmp_base,
+            landlock_abi: abi,
+        }))
+    }
+
+    /// The policy as the spawn helper gets it with each request.
+    pub(crate) fn policy(&self) -> policy::Policy {
+        policy::Policy {
+            mode: self.mode,
+            tier: self.tier,
+            network: self.network,
+            writable: self.writable.clone(),
+            deny_read: self.deny_read.clone(),
+            tmp_base: self.tmp_base.clone(),
+        }
+    }
+}
+
+/// The directory each command's private `TMPDIR` is made in: one per host process, `0700`,
+/// outside `/tmp` where possible (`/var/tmp`), so that a command that may write `/tmp` cannot
+/// reach another command's. Removed at shutdown.
+fn tmp_base() -> Result<PathBuf, SandboxError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let parent = [Path::new("/var/tmp").to_path_buf(), std::env::temp_dir()]
+        .into_iter()
+        .find(|dir| rustix::fs::access(dir, rustix::fs::Access::WRITE_OK).is_ok())
+        .ok_or_else(|| SandboxError("no writable /var/tmp or temporary directory".into()))?;
+    let random = crate::hex::random_token(6)
+        .map_err(|err| SandboxError(format!("no randomness for the sandbox: {err}")))?;
+    let dir = parent.join(format!("dsh-sandbox-{}-{random}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|err| SandboxError(format!("{}: {err}", dir.display())))?;
+    std::fs::canonicalize(&dir).map_err(|err| SandboxError(format!("{}: {err}", dir.display())))
+}
+
+impl fmt::Display for SandboxMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SandboxMode::Off => "off",
+            SandboxMode::ReadOnly => "read-only",
+            SandboxMode::WorkspaceWrite => "workspace-write",
+        })
+    }
+}
+
+impl fmt::Display for NetworkMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NetworkMode::Off => "off",
+            NetworkMode::Loopback => "loopback",
+            NetworkMode::On => "on",
+        })
+    }
+}
+
+impl fmt::Display for Tier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Tier::Namespaces => "namespaces (Landlock, seccomp, user + mount + network namespaces)",
+            Tier::Landlock => {
+                "landlock (Landlock and seccomp; protected paths checked and restored after each \
+                 command)"
+            }
+        })
+    }
+}

@@ -1,0 +1,146 @@
+//! The sandbox policy as it travels to the spawn helper in each request: the mode, tier and
+//! network as one byte each, then the writable roots, the denied paths and the temporary base,
+//! each list `[count: u32]` of `[len: u32][bytes]`.
+
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use super::{NetworkMode, SandboxMode, Tier};
+
+/// What the helper needs to confine one command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Policy {
+    pub(crate) mode: SandboxMode,
+    pub(crate) tier: Tier,
+    pub(crate) network: NetworkMode,
+    pub(crate) writable: Vec<PathBuf>,
+    pub(crate) deny_read: Vec<PathBuf>,
+    pub(crate) tmp_base: PathBuf,
+}
+
+impl Policy {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = vec![
+            match self.mode {
+                SandboxMode::Off => 0,
+                SandboxMode::ReadOnly => 1,
+                SandboxMode::WorkspaceWrite => 2,
+            },
+            match self.tier {
+                Tier::Namespaces => 0,
+                Tier::Landlock => 1,
+            },
+            match self.network {
+                NetworkMode::Off => 0,
+                NetworkMode::Loopback => 1,
+                NetworkMode::On => 2,
+            },
+        ];
+        for list in [
+            &self.writable,
+            &self.deny_read,
+            &vec![self.tmp_base.clone()],
+        ] {
+            out.extend_from_slice(&(list.len() as u32).to_ne_bytes());
+            for path in list {
+                let bytes = path.as_os_str().as_bytes();
+                out.extend_from_slice(&(bytes.len() as u32).to_ne_bytes());
+                out.extend_from_slice(bytes);
+            }
+        }
+        out
+    }
+
+    /// `None` for an empty field (no sandbox).
+    pub(crate) fn decode(bytes: &[u8]) -> io::Result<Option<Policy>> {
+        let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        let [mode, tier, network, rest @ ..] = bytes else {
+            return Err(bad("a sandbox policy is cut short"));
+        };
+        let mode = match mode {
+            1 => SandboxMode::ReadOnly,
+            2 => SandboxMode::WorkspaceWrite,
+            _ => return Err(bad("a sandbox policy has no mode")),
+        };
+        let tier = match tier {
+            0 => Tier::Namespaces,
+            1 => Tier::Landlock,
+            _ => return Err(bad("a sandbox policy has an unknown tier")),
+        };
+        let network = match network {
+            0 => NetworkMode::Off,
+            1 => NetworkMode::Loopback,
+            2 => NetworkMode::On,
+            _ => return Err(bad("a sandbox policy has an unknown network mode")),
+        };
+        let mut rest = rest;
+        let u32_at = |rest: &mut &[u8]| -> io::Result<usize> {
+            if rest.len() < 4 {
+                return Err(bad("a sandbox policy is cut short"));
+            }
+            let (head, tail) = rest.split_at(4);
+            *rest = tail;
+            Ok(u32::from_ne_bytes(head.try_into().expect("4 bytes")) as usize)
+        };
+        let mut lists = Vec::new();
+        for _ in 0..3 {
+            let count = u32_at(&mut rest)?;
+            let mut list = Vec::new();
+            for _ in 0..count {
+                let len = u32_at(&mut rest)?;
+                if len > rest.len() {
+                    return Err(bad("a sandbox path runs past its policy"));
+                }
+                let (path, tail) = rest.split_at(len);
+                rest = tail;
+                list.push(PathBuf::from(std::ffi::OsStr::from_bytes(path)));
+            }
+            lists.push(list);
+        }
+        if !rest.is_empty() {
+            return Err(bad("trailing bytes after a sandbox policy"));
+        }
+        let mut tmp = lists.pop().expect("three lists");
+        let deny_read = lists.pop().expect("three lists");
+        let writable = lists.pop().expect("three lists");
+        let tmp_base = tmp
+            .pop()
+            .filter(|_| tmp.is_empty())
+            .ok_or_else(|| bad("a sandbox policy needs one temporary base"))?;
+        Ok(Some(Policy {
+            mode,
+            tier,
+            network,
+            writable,
+            deny_read,
+            tmp_base,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_survives_the_wire_and_a_cut_one_is_refused() {
+        let policy = Policy {
+            mode: SandboxMode::WorkspaceWrite,
+            tier: Tier::Landlock,
+            network: NetworkMode::Loopback,
+            writable: vec!["/w".into(), "/tmp".into()],
+            deny_read: vec!["/root/.ssh".into()],
+            tmp_base: "/var/tmp/x".into(),
+        };
+        let bytes = policy.encode();
+        assert_eq!(Policy::decode(&bytes).unwrap(), Some(policy));
+        assert_eq!(Policy::decode(&[]).unwrap(), None);
+        for cut in 1..bytes.len() {
+            assert!(Policy::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+}

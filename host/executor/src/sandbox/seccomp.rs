@@ -1,0 +1,160 @@
+//! The seccomp filters of a sandboxed command, compiled (with `seccompiler`) by the spawn helper
+//! before it forks bash; bash's side only installs them ([`super::apply`]), last, after the
+//! namespaces and Landlock are in place.
+//!
+//! They refuse what could lift or bypass the sandbox, for the command and everything it starts:
+//! new namespaces (`unshare`, `setns`, `clone` with a namespace flag; `clone3`, whose flags
+//! a filter cannot read, reports "not implemented" so that the C library falls back to `clone`),
+//! mounting, `ptrace` and `process_vm_*` (reading or writing another process), io_uring (whose
+//! operations no filter sees), BPF, kernel modules, `kexec`, `reboot` and swap. Where the
+//! network is off, sockets of every family but Unix. On x86_64, the x32 system call numbers,
+//! which would reach the same calls under other numbers.
+
+use std::collections::BTreeMap;
+use std::io;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+use super::NetworkMode;
+
+#[cfg(target_arch = "x86_64")]
+const ARCH: TargetArch = TargetArch::x86_64;
+#[cfg(target_arch = "aarch64")]
+const ARCH: TargetArch = TargetArch::aarch64;
+
+/// Calls no sandboxed command may make.
+const REFUSED: &[i64] = &[
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_move_mount,
+    libc::SYS_open_tree,
+    libc::SYS_fsopen,
+    libc::SYS_fsmount,
+    libc::SYS_fsconfig,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+    libc::SYS_bpf,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_reboot,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+];
+
+/// Every namespace flag `clone` takes.
+const NAMESPACE_FLAGS: [i32; 8] = [
+    libc::CLONE_NEWNS,
+    libc::CLONE_NEWCGROUP,
+    libc::CLONE_NEWUTS,
+    libc::CLONE_NEWIPC,
+    libc::CLONE_NEWUSER,
+    libc::CLONE_NEWPID,
+    libc::CLONE_NEWNET,
+    0x80, // CLONE_NEWTIME
+];
+
+fn compile(
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    action: SeccompAction,
+) -> io::Result<BpfProgram> {
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, ARCH)
+        .map_err(|e| io::Error::other(format!("seccomp filter: {e}")))?;
+    BpfProgram::try_from(filter).map_err(|e| io::Error::other(format!("seccomp filter: {e}")))
+}
+
+fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> io::Result<SeccompCondition> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
+        .map_err(|e| io::Error::other(format!("seccomp condition: {e}")))
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> io::Result<SeccompRule> {
+    SeccompRule::new(conditions).map_err(|e| io::Error::other(format!("seccomp rule: {e}")))
+}
+
+/// The filters for a command with `network`, in the order they are installed.
+pub(crate) fn filters(network: NetworkMode) -> io::Result<Vec<BpfProgram>> {
+    let mut refused: BTreeMap<i64, Vec<SeccompRule>> =
+        REFUSED.iter().map(|&call| (call, Vec::new())).collect();
+    let clone_rules = NAMESPACE_FLAGS
+        .iter()
+        .map(|&flag| {
+            rule(vec![condition(
+                0,
+                SeccompCmpOp::MaskedEq(flag as u32 as u64),
+                flag as u32 as u64,
+            )?])
+        })
+        .collect::<io::Result<Vec<_>>>()?;
+    refused.insert(libc::SYS_clone, clone_rules);
+    let mut programs = vec![
+        compile(refused, SeccompAction::Errno(libc::EPERM as u32))?,
+        compile(
+            BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+            SeccompAction::Errno(libc::ENOSYS as u32),
+        )?,
+    ];
+    if network == NetworkMode::Off {
+        let not_unix = rule(vec![condition(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])?;
+        programs.push(compile(
+            BTreeMap::from([(libc::SYS_socket, vec![not_unix])]),
+            SeccompAction::Errno(libc::EACCES as u32),
+        )?);
+    }
+    #[cfg(target_arch = "x86_64")]
+    programs.push(no_x32());
+    Ok(programs)
+}
+
+/// A filter that allows everything (the probe's).
+pub(crate) fn allow_all() -> BpfProgram {
+    compile(BTreeMap::new(), SeccompAction::KillProcess).unwrap_or_default()
+}
+
+/// Refuses every x32 system call (numbers with bit 30 set) with ENOSYS.
+#[cfg(target_arch = "x86_64")]
+fn no_x32() -> BpfProgram {
+    const X32_BIT: u32 = 0x4000_0000;
+    const NR: u32 = 0; // offsetof(struct seccomp_data, nr)
+    const ARCH_OFFSET: u32 = 4;
+    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    let stmt = |code: u32, k: u32| seccompiler::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jump = |code: u32, k: u32, jt: u8, jf: u8| seccompiler::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    use libc::{BPF_ABS, BPF_JEQ, BPF_JGE, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
+    vec![
+        stmt(BPF_LD | BPF_W | BPF_ABS, ARCH_OFFSET),
+        jump(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+        stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_KILL_PROCESS),
+        stmt(BPF_LD | BPF_W | BPF_ABS, NR),
+        jump(BPF_JMP | BPF_JGE | BPF_K, X32_BIT, 0, 1),
+        stmt(
+            BPF_RET | BPF_K,
+            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        ),
+        stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW),
+    ]
+}
