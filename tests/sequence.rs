@@ -67,7 +67,7 @@ use std::time::{Duration, Instant};
 
 use dsh_executor::{
     Config, Containment, ContainmentPreference, ExecError, Executor, LocalExecutor, Request,
-    RunResult, Task, TaskState,
+    RunResult, SandboxConfig, SandboxMode, Task, TaskState, TierPreference,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config as RunnerConfig, RngSeed, TestError, TestRunner};
@@ -134,24 +134,30 @@ enum Mode {
 struct Combo {
     via: Via,
     mode: Mode,
+    /// The sandbox tier commands run in (`--sandbox workspace-write`), if any.
+    sandbox: Option<&'static str>,
 }
 
 impl Combo {
     fn name(self) -> &'static str {
-        match (self.via, self.mode) {
-            (Via::Executor, Mode::Cgroup) => "executor_cgroup",
-            (Via::Executor, Mode::Subreaper) => "executor_subreaper",
-            (Via::Mcp, Mode::Cgroup) => "mcp_cgroup",
-            (Via::Mcp, Mode::Subreaper) => "mcp_subreaper",
+        match (self.via, self.mode, self.sandbox) {
+            (Via::Executor, Mode::Cgroup, None) => "executor_cgroup",
+            (Via::Executor, Mode::Subreaper, None) => "executor_subreaper",
+            (Via::Mcp, Mode::Cgroup, None) => "mcp_cgroup",
+            (Via::Mcp, Mode::Subreaper, None) => "mcp_subreaper",
+            (Via::Executor, _, Some(_)) => "executor_cgroup_sandboxed",
+            (Via::Mcp, _, Some(_)) => "mcp_subreaper_sandboxed",
         }
     }
 
     fn index(self) -> u64 {
-        match (self.via, self.mode) {
-            (Via::Executor, Mode::Cgroup) => 1,
-            (Via::Executor, Mode::Subreaper) => 2,
-            (Via::Mcp, Mode::Cgroup) => 3,
-            (Via::Mcp, Mode::Subreaper) => 4,
+        match (self.via, self.mode, self.sandbox) {
+            (Via::Executor, Mode::Cgroup, None) => 1,
+            (Via::Executor, Mode::Subreaper, None) => 2,
+            (Via::Mcp, Mode::Cgroup, None) => 3,
+            (Via::Mcp, Mode::Subreaper, None) => 4,
+            (Via::Executor, _, Some(_)) => 5,
+            (Via::Mcp, _, Some(_)) => 6,
         }
     }
 }
@@ -164,6 +170,7 @@ fn executor_cgroup() {
     run_combo(Combo {
         via: Via::Executor,
         mode: Mode::Cgroup,
+        sandbox: None,
     });
 }
 
@@ -172,6 +179,7 @@ fn executor_subreaper() {
     run_combo(Combo {
         via: Via::Executor,
         mode: Mode::Subreaper,
+        sandbox: None,
     });
 }
 
@@ -180,6 +188,7 @@ fn mcp_cgroup() {
     run_combo(Combo {
         via: Via::Mcp,
         mode: Mode::Cgroup,
+        sandbox: None,
     });
 }
 
@@ -188,6 +197,27 @@ fn mcp_subreaper() {
     run_combo(Combo {
         via: Via::Mcp,
         mode: Mode::Subreaper,
+        sandbox: None,
+    });
+}
+
+/// Commands in a workspace-write sandbox, namespace tier (the sandbox must change nothing else).
+#[test]
+fn executor_cgroup_sandboxed() {
+    run_combo(Combo {
+        via: Via::Executor,
+        mode: Mode::Cgroup,
+        sandbox: Some("namespaces"),
+    });
+}
+
+/// Commands in a workspace-write sandbox, Landlock tier, through `dsh-host mcp`.
+#[test]
+fn mcp_subreaper_sandboxed() {
+    run_combo(Combo {
+        via: Via::Mcp,
+        mode: Mode::Subreaper,
+        sandbox: Some("landlock"),
     });
 }
 
@@ -2188,6 +2218,18 @@ impl Sut {
                     Mode::Cgroup => ContainmentPreference::Auto,
                     Mode::Subreaper => ContainmentPreference::Subreaper,
                 },
+                sandbox: SandboxConfig {
+                    mode: if combo.sandbox.is_some() {
+                        SandboxMode::WorkspaceWrite
+                    } else {
+                        SandboxMode::Off
+                    },
+                    tier: match combo.sandbox {
+                        Some("landlock") => TierPreference::Landlock,
+                        _ => TierPreference::Namespaces,
+                    },
+                    ..SandboxConfig::default()
+                },
                 ..Config::default()
             })),
             Via::Mcp => {
@@ -2214,6 +2256,11 @@ impl Sut {
                 ]);
                 if combo.mode == Mode::Subreaper {
                     args.extend(["--containment".to_string(), "subreaper".to_string()]);
+                }
+                if let Some(tier) = combo.sandbox {
+                    args.extend(
+                        ["--sandbox", "workspace-write", "--sandbox-tier", tier].map(String::from),
+                    );
                 }
                 Driver::Mcp(McpDriver::new(&args).unwrap_or_else(|e| {
                     panic!(

@@ -1,0 +1,608 @@
+//! The sandbox, black-box through `dsh-host call`.
+
+#[path = "support/sandbox.rs"]
+mod sandbox;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sandbox::{SECRET, TIERS, User, World, flags, holds};
+
+const MODES: [&str; 2] = ["read-only", "workspace-write"];
+
+/// Every (user, mode, tier) combination.
+fn each(mut case: impl FnMut(User, &str, &str)) {
+    for user in User::ALL {
+        for mode in MODES {
+            for tier in TIERS {
+                case(user, mode, tier);
+            }
+        }
+    }
+}
+
+#[test]
+fn writes_outside_the_roots_fail_and_inside_work() {
+    each(|user, mode, tier| {
+        let world = World::new(user);
+        let keep = world.outside.join("keep.txt");
+        let made = world.work.join("made.txt");
+        let command = format!(
+            "echo changed > '{}'; echo made > '{}'; echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"; \
+             echo dev > /dev/null && echo devnull-ok",
+            keep.display(),
+            made.display()
+        );
+        let out = world.call(&flags(mode, tier), &command).ran();
+        let case = format!("{user:?} {mode} {tier}: {}", out.text);
+        assert!(holds(&keep, "original\n"), "{case}");
+        assert!(
+            out.text
+                .contains(&format!("{}: Permission denied", keep.display())),
+            "{case}"
+        );
+        assert!(
+            out.text.contains("t\ndevnull-ok\n"),
+            "TMPDIR and /dev/null: {case}"
+        );
+        match mode {
+            "workspace-write" => assert!(holds(&made, "made\n"), "{case}"),
+            _ => assert!(!made.exists(), "{case}"),
+        }
+        // The same command unsandboxed changes the file: the check above can fail.
+        if mode == "read-only" && tier == "namespaces" {
+            world.call(&[], &command).ran();
+            assert!(holds(&keep, "changed\n"), "{user:?} unsandboxed");
+        }
+    });
+}
+
+#[test]
+fn a_planted_secret_is_unreadable_with_eacces() {
+    each(|user, mode, tier| {
+        let world = World::new(user);
+        let out = world
+            .call(
+                &flags(mode, tier),
+                "cat ~/.ssh/id_ed25519; python3 -c 'open(\"'$HOME'/.ssh/id_ed25519\").read()' 2>&1 \
+                 | tail -1; cat /etc/hostname >/dev/null && echo other-reads-ok",
+            )
+            .ran();
+        let case = format!("{user:?} {mode} {tier}: {}", out.text);
+        assert!(!out.text.contains(SECRET), "{case}");
+        assert!(
+            out.text.contains("id_ed25519: Permission denied"),
+            "EACCES, not a masked error: {case}"
+        );
+        assert!(out.text.contains("PermissionError"), "{case}");
+        assert!(out.text.contains("other-reads-ok"), "{case}");
+    });
+    // Unsandboxed, the planted key is read: the test can fail.
+    let world = World::new(User::Nobody);
+    assert!(
+        world
+            .call(&[], "cat ~/.ssh/id_ed25519")
+            .ran()
+            .text
+            .contains(SECRET)
+    );
+}
+
+#[test]
+fn an_extra_denied_path_is_unreadable() {
+    for tier in TIERS {
+        let world = World::new(User::Root);
+        let file = world.outside.join("keep.txt");
+        let path = file.display().to_string();
+        let mut f = flags("read-only", tier);
+        f.extend(["--sandbox-deny-read", &path]);
+        let out = world.call(&f, &format!("cat '{path}'")).ran();
+        assert!(
+            out.text.contains("Permission denied"),
+            "{tier}: {}",
+            out.text
+        );
+        assert!(!out.text.contains("original"), "{tier}: {}", out.text);
+        let out = world
+            .call(&flags("read-only", tier), &format!("cat '{path}'"))
+            .ran();
+        assert!(out.text.contains("original"), "{tier}: {}", out.text);
+    }
+}
+
+/// A workspace holding a repository with one commit and a sample hook.
+fn repository(world: &World) {
+    let git = |args: &str| {
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "git -c safe.directory='*' -c user.email=t@t -c user.name=t {args} >/dev/null && chown -R {u}:{u} .",
+                u = world.user.uid()
+            ))
+            .current_dir(&world.work)
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args}");
+    };
+    git("init -q .");
+    std::fs::write(world.work.join(".gitmodules"), "").unwrap();
+    git("add .gitmodules");
+    git("commit -qm first");
+}
+
+#[test]
+fn git_hooks_and_config_stay_protected_while_a_commit_works() {
+    for user in User::ALL {
+        for tier in TIERS {
+            let world = World::new(user);
+            repository(&world);
+            let hook = world.work.join(".git/hooks/pre-commit");
+            let config = world.work.join(".git/config");
+            let config_before = std::fs::read_to_string(&config).unwrap();
+            let out = world
+                .call(
+                    &flags("workspace-write", tier),
+                    "printf '#!/bin/sh\\ntrue\\n' > .git/hooks/pre-commit; \
+                     chmod +x .git/hooks/pre-commit; echo '[core]' >> .git/config; \
+                     echo '[submodule]' >> .gitmodules; \
+                     echo work > file.txt && git add file.txt && \
+                     git -c user.email=t@t -c user.name=t commit -qm second && echo committed; \
+                     git log --oneline | wc -l",
+                )
+                .ran();
+            let case = format!("{user:?} {tier}: {}", out.text);
+            assert!(out.text.contains("committed\n2\n"), "{case}");
+            assert!(!hook.exists(), "{case}");
+            assert_eq!(
+                std::fs::read_to_string(&config).unwrap(),
+                config_before,
+                "{case}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(world.work.join(".gitmodules")).unwrap(),
+                "",
+                "{case}"
+            );
+            if tier == "namespaces" {
+                // Bound read-only: the write itself fails.
+                assert!(out.text.contains("Read-only file system"), "{case}");
+            }
+        }
+    }
+    // Unsandboxed, the hook is written: the checks above can fail.
+    let world = World::new(User::Root);
+    repository(&world);
+    world.call(&[], "echo x > .git/hooks/pre-commit").ran();
+    assert!(world.work.join(".git/hooks/pre-commit").exists());
+}
+
+#[test]
+fn git_init_add_commit_works_in_a_fresh_workspace() {
+    for user in User::ALL {
+        for tier in TIERS {
+            let world = World::new(user);
+            let out = world
+                .call(
+                    &flags("workspace-write", tier),
+                    "git init -q . && echo a > a && git add a && \
+                     git -c user.email=t@t -c user.name=t commit -qm one && git log --oneline | wc -l",
+                )
+                .ran();
+            assert!(out.text.starts_with("1\n"), "{user:?} {tier}: {}", out.text);
+        }
+    }
+}
+
+#[test]
+fn a_workdir_symlink_to_etc_does_not_widen_writes() {
+    for tier in TIERS {
+        let world = World::new(User::Root);
+        std::os::unix::fs::symlink("/etc", world.work.join("etc-link")).unwrap();
+        std::os::unix::fs::symlink(&world.outside, world.work.join("out-link")).unwrap();
+        let out = world
+            .call(
+                &flags("workspace-write", tier),
+                "echo x > etc-link/dsh-sandbox-probe; echo x > out-link/keep.txt; \
+                 cd etc-link && echo x > dsh-sandbox-probe2",
+            )
+            .ran();
+        let case = format!("{tier}: {}", out.text);
+        assert!(
+            !std::path::Path::new("/etc/dsh-sandbox-probe").exists(),
+            "{case}"
+        );
+        assert!(
+            !std::path::Path::new("/etc/dsh-sandbox-probe2").exists(),
+            "{case}"
+        );
+        assert!(
+            holds(&world.outside.join("keep.txt"), "original\n"),
+            "{case}"
+        );
+        assert_eq!(out.text.matches("Permission denied").count(), 3, "{case}");
+    }
+}
+
+const CONNECT: &str = "python3 -c 'import socket; socket.create_connection((\"127.0.0.2\", 9), timeout=2)' 2>&1 | tail -1";
+
+#[test]
+fn network_off_refuses_every_connection() {
+    // A listener of the test's own: nothing may reach it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    each(|user, mode, tier| {
+        let world = World::new(user);
+        let command = format!(
+            "{CONNECT}; python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), \
+             timeout=2)' 2>&1 | tail -1"
+        );
+        let out = world.call(&flags(mode, tier), &command).ran();
+        assert_eq!(
+            out.text
+                .matches("PermissionError: [Errno 13] Permission denied")
+                .count(),
+            2,
+            "{user:?} {mode} {tier}: {}",
+            out.text
+        );
+    });
+    assert!(listener.accept().is_err(), "a sandboxed command connected");
+    // With the network on, the connection arrives: the test can fail.
+    let world = World::new(User::Nobody);
+    let mut f = flags("read-only", "landlock");
+    f.extend(["--sandbox-network", "on"]);
+    world
+        .call(
+            &f,
+            &format!(
+                "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}))'"
+            ),
+        )
+        .ran();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while listener.accept().is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "no connection with the network on"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn loopback_lets_a_command_reach_its_own_server_only() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let host_port = listener.local_addr().unwrap().port();
+    for user in User::ALL {
+        let world = World::new(user);
+        let mut f = flags("workspace-write", "namespaces");
+        f.extend(["--sandbox-network", "loopback"]);
+        let out = world
+            .call(
+                &f,
+                &format!(
+                    "python3 -m http.server 18123 --bind 127.0.0.1 >/dev/null 2>&1 & \
+                     for i in $(seq 50); do python3 -c 'import socket; \
+                     socket.create_connection((\"127.0.0.1\", 18123))' 2>/dev/null && break; \
+                     sleep 0.1; done; python3 -c 'import urllib.request; \
+                     print(urllib.request.urlopen(\"http://127.0.0.1:18123/\").status)'; \
+                     python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", \
+                     {host_port}), timeout=2)' 2>&1 | tail -1; kill %1"
+                ),
+            )
+            .ran();
+        let case = format!("{user:?}: {}", out.text);
+        assert!(out.text.starts_with("200\n"), "{case}");
+        assert!(
+            out.text.contains("ConnectionRefusedError"),
+            "the host's port: {case}"
+        );
+    }
+    assert!(
+        listener.accept().is_err(),
+        "a loopback-sandboxed command reached the host"
+    );
+}
+
+#[test]
+fn no_line_or_change_for_commands_that_only_mention_a_denial() {
+    for tier in TIERS {
+        let world = World::new(User::Nobody);
+        let out = world
+            .call(
+                &flags("workspace-write", tier),
+                "echo 'Permission denied: sandbox'; mkdir locked && chmod 000 locked && ls locked; exit 1",
+            )
+            .ran();
+        assert_eq!(
+            out.text,
+            "Permission denied: sandbox\n[stderr]\nls: cannot open directory 'locked': Permission \
+             denied\n[exit code: 1]\n",
+            "{tier}"
+        );
+    }
+}
+
+#[test]
+fn timeouts_and_escapees_still_take_the_whole_tree() {
+    for tier in TIERS {
+        let world = World::new(User::Root);
+        let marker = format!("dsh-sbx-{}-{tier}", std::process::id());
+        let args = serde_json::json!({
+            "command": format!(
+                "setsid sh -c 'exec -a {marker}-a sleep 300' & (sh -c 'exec -a {marker}-b sleep 300' &) ; sleep 300"
+            ),
+            "description": "escapees",
+            "timeoutMs": 1500,
+        })
+        .to_string();
+        let mut all = vec!["call", "bash", &args];
+        let f = flags("workspace-write", tier);
+        all.extend_from_slice(&f);
+        let out = world.host(&all).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("timed out"), "{tier}: {text}");
+        let left = Command::new("pgrep")
+            .args(["-f", &marker])
+            .output()
+            .unwrap();
+        assert!(
+            left.stdout.is_empty(),
+            "{tier}: left running: {}",
+            String::from_utf8_lossy(&left.stdout)
+        );
+    }
+}
+
+/// `dsh-host mcp` on stdio, initialized.
+struct Mcp {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::io::BufReader<std::process::ChildStdout>,
+    id: u64,
+}
+
+impl Mcp {
+    fn start(world: &World, args: &[&str]) -> Mcp {
+        let mut all = vec!["mcp"];
+        all.extend_from_slice(args);
+        let mut child = world
+            .host(&all)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut mcp = Mcp {
+            child,
+            stdin,
+            lines,
+            id: 0,
+        };
+        mcp.request(
+            "initialize",
+            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}}),
+        );
+        let note = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        writeln!(mcp.stdin, "{note}").unwrap();
+        mcp
+    }
+
+    fn request(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        self.id += 1;
+        let msg = serde_json::json!({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params});
+        writeln!(self.stdin, "{msg}").unwrap();
+        loop {
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut self.lines, &mut line).unwrap();
+            assert!(!line.is_empty(), "the server ended");
+            let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if value["id"] == self.id {
+                return value;
+            }
+        }
+    }
+
+    fn bash(&mut self, command: &str) -> String {
+        let out = self.request(
+            "tools/call",
+            serde_json::json!({"name": "bash", "arguments": {"command": command, "description": "x"}}),
+        );
+        out["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+impl Drop for Mcp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_sandboxed_command_cannot_poison_the_next() {
+    for tier in TIERS {
+        let world = World::new(User::Root);
+        let mut mcp = Mcp::start(
+            &world,
+            &["--sandbox", "workspace-write", "--sandbox-tier", tier],
+        );
+        // The first command tries to leave something for the next: a file in its TMPDIR, its
+        // parent stopped, the parent's limits and nice value.
+        mcp.bash(
+            "echo left > \"$TMPDIR/left\"; echo \"$TMPDIR\" > tmpdir.txt; kill -STOP $PPID; \
+             prlimit --pid $PPID --nofile=5:5; renice -n 10 -p $PPID",
+        );
+        let first_tmp = std::fs::read_to_string(world.work.join("tmpdir.txt")).unwrap();
+        let next = mcp.bash("echo \"$TMPDIR\"; ls -A \"$TMPDIR\"; ulimit -n; nice");
+        let case = format!("{tier}: {next}");
+        assert_ne!(next.lines().next().unwrap(), first_tmp.trim(), "{case}");
+        assert!(
+            !std::path::Path::new(first_tmp.trim()).exists(),
+            "the first TMPDIR: {case}"
+        );
+        let mut lines = next.lines().skip(1);
+        assert_ne!(lines.next(), Some("5"), "{case}");
+        assert_eq!(lines.next(), Some("0"), "{case}");
+    }
+}
+
+/// Starts `argv` as the user `argv[1]` in a user namespace that may hold no further user
+/// namespace (`max_user_namespaces` 0); unprivileged there, it can make no mount or network
+/// namespace either. The parent writes the child's maps (only a process outside may map more
+/// than its own user).
+const WITHOUT_NAMESPACES: &str = r#"
+import ctypes, os, sys
+uid = int(sys.argv[1]); argv = sys.argv[2:]
+libc = ctypes.CDLL(None, use_errno=True)
+r, w = os.pipe(); r2, w2 = os.pipe()
+pid = os.fork()
+if pid == 0:
+    if libc.unshare(0x10000000) != 0: os._exit(90)
+    os.write(w, b"x"); os.read(r2, 1)
+    with open("/proc/sys/user/max_user_namespaces", "w") as f: f.write("0")
+    os.setgroups([]); os.setresgid(uid, uid, uid); os.setresuid(uid, uid, uid)
+    os.execvp(argv[0], argv)
+os.read(r, 1)
+for m in ("uid_map", "gid_map"):
+    with open(f"/proc/{pid}/{m}", "w") as f: f.write(f"0 0 1\n{uid} {uid} 1\n")
+os.write(w2, b"x")
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
+
+/// `dsh-host args` as the world's user where namespaces are unavailable for real.
+fn without_namespaces(world: &World, args: &[&str]) -> std::process::Output {
+    let template = world.host(args);
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c")
+        .arg(WITHOUT_NAMESPACES)
+        .arg(world.user.uid().to_string())
+        .arg(env!("CARGO_BIN_EXE_dsh-host"))
+        .args(args)
+        .arg("--cwd")
+        .arg(&world.work)
+        .current_dir(&world.work);
+    for (key, value) in template.get_envs() {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn without_namespaces_loopback_and_the_namespace_tier_refuse_and_off_still_runs() {
+    let world = World::new(User::Nobody);
+    let call = serde_json::json!({"command": "echo ran", "description": "x"}).to_string();
+    let refused = |args: &[&str], needle: &str| {
+        let mut all = vec!["call", "bash", &call];
+        all.extend_from_slice(args);
+        let out = without_namespaces(&world, &all);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing ran");
+    };
+    refused(
+        &[
+            "--sandbox",
+            "workspace-write",
+            "--sandbox-network",
+            "loopback",
+        ],
+        "--sandbox-network loopback needs a network namespace per command, and namespaces are \
+         unavailable: unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET): No space left on device \
+         (os error 28) (--sandbox-network off or on works without)",
+    );
+    refused(
+        &["--sandbox", "read-only", "--sandbox-tier", "namespaces"],
+        "--sandbox-tier namespaces needs user, mount and network namespaces",
+    );
+    // Auto falls back to the Landlock tier, and says so.
+    let out = without_namespaces(&world, &["doctor", "--sandbox", "workspace-write"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("sandbox tier: landlock"), "{text}");
+    for args in [&["--sandbox", "off"][..], &["--sandbox", "workspace-write"]] {
+        let mut all = vec!["call", "bash", &call];
+        all.extend_from_slice(args);
+        let out = without_namespaces(&world, &all);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n", "{args:?}");
+    }
+    // Outside that namespace, the same loopback request starts: the refusal above is the
+    // machine's, not the flags'.
+    let mut f = flags("workspace-write", "auto");
+    f.extend(["--sandbox-network", "loopback"]);
+    assert_eq!(world.call(&f, "echo ran").ran().text, "ran\n");
+}
+
+#[test]
+fn bad_sandbox_flags_are_clear_errors() {
+    let world = World::new(User::Root);
+    for (args, needle) in [
+        (
+            &["--sandbox", "read-only", "--sandbox-allow-write", "/tmp"][..],
+            "--sandbox-allow-write /tmp needs --sandbox workspace-write",
+        ),
+        (
+            &[
+                "--sandbox",
+                "workspace-write",
+                "--sandbox-allow-write",
+                "/no/such/dir",
+            ],
+            "--sandbox-allow-write /no/such/dir: No such file or directory",
+        ),
+        (
+            &["--sandbox", "read-only", "--sandbox-deny-read", "relative"],
+            "--sandbox-deny-read relative: expected an absolute path",
+        ),
+        (
+            &["--sandbox", "sideways"],
+            "invalid value 'sideways' for '--sandbox <SANDBOX>'",
+        ),
+    ] {
+        let out = world.call(args, "echo ran");
+        assert_eq!(out.code, Some(2), "{args:?}: {out:?}");
+        assert!(out.stderr.contains(needle), "{args:?}: {}", out.stderr);
+        assert!(out.text.is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn doctor_shows_mode_tier_roots_denied_reads_and_network() {
+    let world = World::new(User::Root);
+    let out = world
+        .host(&[
+            "doctor",
+            "--sandbox",
+            "workspace-write",
+            "--sandbox-network",
+            "loopback",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let work = std::fs::canonicalize(&world.work).unwrap();
+    for needle in [
+        "sandbox: workspace-write\n".to_string(),
+        "sandbox tier: namespaces".to_string(),
+        format!("  {}\n  /tmp\n", work.display()),
+        format!("  {}/.ssh\n", world.home.display()),
+        "sandbox network: loopback\n".to_string(),
+    ] {
+        assert!(text.contains(&needle), "{needle:?} in {text}");
+    }
+    let out = world.host(&["doctor"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("sandbox: off"));
+}

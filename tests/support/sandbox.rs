@@ -1,0 +1,163 @@
+//! Running `dsh-host call` under a sandbox, as root or as an unprivileged user, in a scratch
+//! workspace with a HOME of its own that holds planted secrets.
+
+#![allow(dead_code)]
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The unprivileged user the tests run as (`nobody` on Debian).
+pub const NOBODY: u32 = 65534;
+
+/// Who runs the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum User {
+    Root,
+    /// Through `setpriv --reuid --regid --clear-groups`.
+    Nobody,
+}
+
+impl User {
+    pub const ALL: [User; 2] = [User::Root, User::Nobody];
+
+    pub fn uid(self) -> u32 {
+        match self {
+            User::Root => 0,
+            User::Nobody => NOBODY,
+        }
+    }
+}
+
+/// The sandbox tiers (`--sandbox-tier`).
+pub const TIERS: [&str; 2] = ["namespaces", "landlock"];
+
+/// A scratch world: `home` (with `~/.ssh/id_ed25519` planted), `work` (the workspace, `--cwd`)
+/// and `outside` (a directory no sandbox may write), all owned by `user`.
+pub struct World {
+    _dir: tempfile::TempDir,
+    pub user: User,
+    pub home: PathBuf,
+    pub work: PathBuf,
+    pub outside: PathBuf,
+    cache: PathBuf,
+}
+
+pub const SECRET: &str = "PLANTED-PRIVATE-KEY";
+
+impl World {
+    pub fn new(user: User) -> World {
+        // Under the target dir's temporary area rather than /tmp, which a workspace-write
+        // sandbox makes writable.
+        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("sandbox-worlds");
+        std::fs::create_dir_all(&base).unwrap();
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = tempfile::tempdir_in(&base).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let home = dir.path().join("home");
+        let work = dir.path().join("work");
+        let outside = dir.path().join("outside");
+        let cache = dir.path().join("cache");
+        for d in [&home, &work, &outside, &cache, &home.join(".ssh")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(home.join(".ssh/id_ed25519"), SECRET).unwrap();
+        std::fs::write(outside.join("keep.txt"), "original\n").unwrap();
+        // The shared compiled-component cache, copied so that each world starts warm.
+        let shared = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache");
+        if let Ok(entries) = std::fs::read_dir(&shared) {
+            for entry in entries.flatten() {
+                let _ = std::fs::copy(entry.path(), cache.join(entry.file_name()));
+            }
+        }
+        let uid = user.uid();
+        let status = Command::new("chown")
+            .arg("-R")
+            .arg(format!("{uid}:{uid}"))
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "chown of the scratch world");
+        World {
+            _dir: dir,
+            user,
+            home,
+            work,
+            outside,
+            cache,
+        }
+    }
+
+    /// `dsh-host` with this world's HOME, cache and workspace, as its user.
+    pub fn host(&self, args: &[&str]) -> Command {
+        let exe = env!("CARGO_BIN_EXE_dsh-host");
+        let mut cmd = match self.user {
+            User::Root => Command::new(exe),
+            User::Nobody => {
+                let meta = std::fs::metadata(exe).unwrap();
+                assert!(
+                    meta.mode() & 0o001 != 0,
+                    "{exe} must be executable by others for the unprivileged tests"
+                );
+                let mut cmd = Command::new("setpriv");
+                cmd.args([
+                    format!("--reuid={NOBODY}"),
+                    format!("--regid={NOBODY}"),
+                    "--clear-groups".to_string(),
+                    exe.to_string(),
+                ]);
+                cmd
+            }
+        };
+        cmd.args(args)
+            .arg("--cwd")
+            .arg(&self.work)
+            .current_dir(&self.work)
+            .env("HOME", &self.home)
+            .env("DSH_CACHE_DIR", &self.cache)
+            .env_remove("DSH_LOG")
+            .env_remove("XDG_CACHE_HOME");
+        cmd
+    }
+
+    /// One `bash` call with `flags`; the result text and whether it was an error.
+    pub fn call(&self, flags: &[&str], command: &str) -> Called {
+        let args = serde_json::json!({"command": command, "description": "sandbox test"});
+        let mut all = vec!["call", "bash"];
+        let args = args.to_string();
+        all.push(&args);
+        all.extend_from_slice(flags);
+        let out = self.host(&all).output().expect("dsh-host runs");
+        Called {
+            text: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            code: out.status.code(),
+        }
+    }
+}
+
+/// What a call printed.
+#[derive(Debug)]
+pub struct Called {
+    pub text: String,
+    pub stderr: String,
+    pub code: Option<i32>,
+}
+
+impl Called {
+    /// The call ran (exit status 0 or 1 with a result), else a panic naming the host's error.
+    pub fn ran(self) -> Called {
+        assert!(self.code == Some(0), "the call did not run: {self:?}");
+        self
+    }
+}
+
+/// The flags of one sandbox mode in one tier.
+pub fn flags<'a>(mode: &'a str, tier: &'a str) -> Vec<&'a str> {
+    vec!["--sandbox", mode, "--sandbox-tier", tier]
+}
+
+/// Whether `path` still holds `text`.
+pub fn holds(path: &Path, text: &str) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|t| t == text)
+}
