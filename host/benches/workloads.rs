@@ -71,6 +71,9 @@ fn main() {
     if wanted("spawn") {
         spawn_overhead(scale, &cache, &mut report);
     }
+    if wanted("sandbox") {
+        sandbox_overhead(scale, &cache, work.path(), &mut report);
+    }
     if wanted("big") {
         big_output(scale, &cache, work.path(), &mut report);
     }
@@ -202,6 +205,67 @@ fn spawn_overhead(scale: &Scale, cache: &Path, report: &mut Report) {
         mcp,
         median(rust),
         1.15,
+    );
+}
+
+/// A `bash` call in each sandbox tier (workspace-write, network off) against the same call
+/// unsandboxed, through `dsh-host mcp`, interleaved in blocks in one run.
+fn sandbox_overhead(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
+    let cwd = work.display().to_string();
+    let mut servers = [
+        McpServer::start(cache, &["--cwd", &cwd]),
+        McpServer::start(
+            cache,
+            &[
+                "--cwd",
+                &cwd,
+                "--sandbox",
+                "workspace-write",
+                "--sandbox-tier",
+                "landlock",
+            ],
+        ),
+        McpServer::start(
+            cache,
+            &[
+                "--cwd",
+                &cwd,
+                "--sandbox",
+                "workspace-write",
+                "--sandbox-tier",
+                "namespaces",
+            ],
+        ),
+    ];
+    let mut times: [Vec<Duration>; 3] = Default::default();
+    for _ in 0..scale.rounds {
+        for (server, times) in servers.iter_mut().zip(times.iter_mut()) {
+            for _ in 0..BLOCK {
+                let t = Instant::now();
+                let r = server.call(
+                    "bash",
+                    json!({"command": "true", "description": "Run true"}),
+                );
+                times.push(t.elapsed());
+                assert_eq!(r["content"][0]["text"], "(no output)", "{r}");
+            }
+        }
+    }
+    for server in servers {
+        server.stop();
+    }
+    let [plain, landlock, namespaces] = times.map(median);
+    report.ratio(
+        "`bash` true, Landlock + seccomp sandbox ÷ unsandboxed (both via MCP)",
+        landlock,
+        plain,
+        1.10,
+    );
+    report.ratio(
+        "`bash` true, namespace-tier sandbox ÷ unsandboxed (both via MCP)",
+        namespaces,
+        plain,
+        1.5,
     );
 }
 

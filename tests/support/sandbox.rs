@@ -136,6 +136,25 @@ impl World {
     }
 }
 
+impl World {
+    /// [`World::call`] with more tool arguments (`workdir`, say) merged into the call's.
+    pub fn call_with(&self, flags: &[&str], command: &str, extra: serde_json::Value) -> Called {
+        let mut args = serde_json::json!({"command": command, "description": "sandbox test"});
+        if let (Some(args), Some(extra)) = (args.as_object_mut(), extra.as_object()) {
+            args.extend(extra.clone());
+        }
+        let args = args.to_string();
+        let mut all = vec!["call", "bash", &args];
+        all.extend_from_slice(flags);
+        let out = self.host(&all).output().expect("dsh-host runs");
+        Called {
+            text: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            code: out.status.code(),
+        }
+    }
+}
+
 /// What a call printed.
 #[derive(Debug)]
 pub struct Called {

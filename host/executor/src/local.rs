@@ -49,9 +49,8 @@ struct Shared {
     shell: OsString,
     /// Fresh spawn helpers, one per command.
     launcher: Arc<Launcher>,
-    /// The sandbox in force, and its policy as each request carries it (empty for none).
+    /// The sandbox in force (its policy goes to the helper factory once, at its start).
     sandbox: Option<Sandbox>,
-    policy: Vec<u8>,
 }
 
 impl Shared {
@@ -112,16 +111,16 @@ impl LocalExecutor {
             }
         }
         let sandbox = sandbox_for(&config, &helper)?;
-        let policy = sandbox
-            .as_ref()
-            .map(|sandbox| sandbox.policy().encode())
-            .unwrap_or_default();
         let spill = SpillDir::with_budget(config.spill_dir.clone(), config.max_spill_total_bytes);
-        let launcher = Launcher::new(
-            helper,
-            bash::env::host_child_env(&config.env),
-            cgroups.clone(),
-        );
+        let mut env = bash::env::host_child_env(&config.env);
+        if let Some(sandbox) = &sandbox {
+            // For the factory only, which takes it out of its environment at once.
+            env.push((
+                crate::sandbox::policy::POLICY_ENV.into(),
+                crate::hex::hex(&sandbox.policy().encode()).into(),
+            ));
+        }
+        let launcher = Launcher::new(helper, env, cgroups.clone());
         launcher.refill();
         Ok(Arc::new(Self {
             shared: Arc::new(Shared {
@@ -135,7 +134,6 @@ impl LocalExecutor {
                 shell: bash::find_on_path(bash::SHELL),
                 launcher,
                 sandbox,
-                policy,
             }),
         }))
     }
@@ -181,14 +179,7 @@ impl LocalExecutor {
                 .take()
                 .await
                 .map_err(|err| cannot(&format!("no spawn helper: {err}")))?;
-            let started = spawn::spawn(
-                helper,
-                program,
-                &spec.command,
-                &spec.workdir,
-                &self.shared.policy,
-            )
-            .await;
+            let started = spawn::spawn(helper, program, &spec.command, &spec.workdir).await;
             // Once this task next waits (bash is running by then): not on the start's path.
             let launcher = self.shared.launcher.clone();
             tokio::spawn(async move { launcher.refill() });

@@ -1,7 +1,7 @@
 //! The protocol between the host and a spawn helper ([`crate::helper`]), over a Unix
 //! stream socket pair: one request from the host, then the helper's reports.
 //!
-//! Request (host → helper): a frame `[len: u32][program][command][workdir][sandbox]`, each field
+//! Request (host → helper): a frame `[len: u32][program][command][workdir]`, each field
 //! `[len: u32][bytes]`, with the descriptors `stdout`, `stderr` and `started` passed along
 //! (`SCM_RIGHTS`) on its first byte.
 //!
@@ -42,8 +42,6 @@ pub(crate) struct Request {
     pub(crate) program: Vec<u8>,
     pub(crate) command: Vec<u8>,
     pub(crate) workdir: Vec<u8>,
-    /// The sandbox policy ([`crate::sandbox::policy`]); empty for none.
-    pub(crate) sandbox: Vec<u8>,
 }
 
 /// The descriptors a request carries, in this order.
@@ -58,7 +56,7 @@ pub(crate) struct RequestFds<T> {
 impl Request {
     /// The request as one frame.
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let fields = [&self.program, &self.command, &self.workdir, &self.sandbox];
+        let fields = [&self.program, &self.command, &self.workdir];
         let body: usize = fields.iter().map(|f| 4 + f.len()).sum();
         let mut frame = Vec::with_capacity(4 + body);
         frame.extend_from_slice(&len_u32(body).to_ne_bytes());
@@ -85,7 +83,6 @@ impl Request {
             program: field()?,
             command: field()?,
             workdir: field()?,
-            sandbox: field()?,
         };
         if !rest.is_empty() {
             return Err(bad("trailing bytes after a request"));
@@ -339,14 +336,12 @@ mod tests {
             program: b"/bin/bash".to_vec(),
             command: vec![b'x'; 70_000],
             workdir: b"/tmp".to_vec(),
-            sandbox: b"policy".to_vec(),
         };
         let frame = request.encode();
         let decoded = Request::decode(&frame[4..]).unwrap();
         assert_eq!(decoded.program, request.program);
         assert_eq!(decoded.command, request.command);
         assert_eq!(decoded.workdir, request.workdir);
-        assert_eq!(decoded.sandbox, request.sandbox);
         assert!(Request::decode(&frame[4..frame.len() - 1]).is_err());
     }
 

@@ -108,9 +108,9 @@ pub(crate) fn exec_bash(setup: &BashExec<'_>) -> ! {
     {
         fail(Step::Setup, err);
     }
-    // Last, so that nothing above runs confined: the namespaces, Landlock, then seccomp.
+    // Last, so that nothing above runs confined: Landlock, then seccomp.
     if let Some(sandbox) = setup.sandbox
-        && let Err(err) = sandbox.apply(setup.parent)
+        && let Err(err) = sandbox.apply()
     {
         fail(Step::Sandbox, err);
     }

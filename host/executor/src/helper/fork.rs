@@ -142,10 +142,7 @@ pub(crate) fn join(dir: BorrowedFd<'_>) -> io::Result<()> {
 /// memory is safe, and the caller does not run until the child has exec'd or exited. Where
 /// `DSH_SPAWN_FORK=1` (tests), an ordinary fork instead.
 pub(crate) fn spawn_bash(setup: &BashExec<'_>) -> io::Result<(i32, OwnedFd)> {
-    // A sandbox with namespaces needs a child that shares no memory (see `sandbox::namespaces`).
-    let fork = std::env::var_os("DSH_SPAWN_FORK").is_some_and(|v| v == "1")
-        || setup.sandbox.is_some_and(|s| s.needs_fork());
-    let pid = if fork {
+    let pid = if std::env::var_os("DSH_SPAWN_FORK").is_some_and(|v| v == "1") {
         // SAFETY: the callers are single-threaded; the child execs or exits.
         match unsafe { fork_into(None)? } {
             Forked::Child => exec_bash(setup),

@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 use crate::bash::exec::{self, BashExec};
 use crate::bash::long_command;
 use crate::protocol::{self, Report};
+use crate::sandbox::policy::Policy;
 use crate::sandbox::prepare::Confined;
 use fork::Forked;
 
@@ -123,6 +124,11 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
     if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(host) {
         return 1;
     }
+    // The sandbox policy, for every helper to prepare from (see `sandbox::policy`).
+    let Ok(policy) = crate::sandbox::policy::take_from_env() else {
+        eprintln!("dsh-spawn-helper: unreadable sandbox policy");
+        return 1;
+    };
     let baseline = Baseline::read(open_oom_score_adj().as_ref());
     // Read once: every helper forked from here has the same dispositions.
     let changed_signals = exec::changed_signals();
@@ -162,7 +168,7 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
         }
         let mut byte = [0u8; 1];
         let (sock, cgroup) = match protocol::recv_some(control.as_fd(), &mut byte) {
-            Ok((0, _)) | Err(_) => return factory_end(&host_pidfd, root),
+            Ok((0, _)) | Err(_) => return factory_end(&host_pidfd, root, policy.as_ref()),
             Ok((_, fds)) => {
                 let mut fds = fds.into_iter();
                 match fds.next() {
@@ -178,7 +184,7 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
                 drop(control);
                 drop(signals);
                 drop(host_pidfd);
-                let code = helper(sock, cgroup, &baseline, &changed_signals);
+                let code = helper(sock, cgroup, &baseline, &changed_signals, policy.as_ref());
                 // Nothing to flush or clean up: the process just ends.
                 // SAFETY: _exit ends the process at once.
                 unsafe { libc::_exit(code) }
@@ -204,7 +210,7 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
 /// `getppid` may still name a host that is already dying. Had that been taken for a live host,
 /// the factory would leave at once, and a helper its command keeps stopped would never be
 /// continued to see its own socket closed (its tree would live on).
-fn factory_end(host_pidfd: &OwnedFd, root: Option<&Path>) -> i32 {
+fn factory_end(host_pidfd: &OwnedFd, root: Option<&Path>, policy: Option<&Policy>) -> i32 {
     // A host that lets the factory go kills it (`kill_on_drop`), so a live host is rare here;
     // a dying one turns its pidfd readable within moments of closing its descriptors.
     if !crate::containment::pidfd::readable_within(host_pidfd, HOST_EXIT_WAIT).unwrap_or(true) {
@@ -233,6 +239,10 @@ fn factory_end(host_pidfd: &OwnedFd, root: Option<&Path>) -> i32 {
     }
     if let Some(root) = root {
         let _ = crate::containment::cgroup::remove_tree(root);
+    }
+    // The host's sandbox temporary base, which its shutdown would have removed.
+    if let Some(policy) = policy {
+        let _ = std::fs::remove_dir_all(&policy.tmp_base);
     }
     0
 }
@@ -371,6 +381,7 @@ fn helper(
     cgroup: Option<OwnedFd>,
     baseline: &Baseline,
     changed_signals: &[i32],
+    policy: Option<&Policy>,
 ) -> i32 {
     // A session and process group of its own (see `factory`); bash then starts another.
     if rustix::process::setsid().is_err() {
@@ -381,9 +392,22 @@ fn helper(
     // stopped, which then sees its socket closed.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::CONT));
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+    // The sandbox, prepared while idle (its failure is the command's).
+    let confined = policy.map(Confined::prepare);
+    if confined.is_some() {
+        // Entering a user namespace clears the death signal.
+        let _ =
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::CONT));
+    }
     // Opened while idle, read when a request comes: its own (a path, not the factory's file).
     let oom_score_adj = open_oom_score_adj();
-    match serve(&sock, baseline, oom_score_adj.as_ref(), changed_signals) {
+    match serve(
+        &sock,
+        baseline,
+        oom_score_adj.as_ref(),
+        changed_signals,
+        confined,
+    ) {
         Served::Started(bash, confined) => {
             let restore = || {
                 if let Some(confined) = &confined {
@@ -469,6 +493,7 @@ fn serve(
     baseline: &Baseline,
     oom_score_adj: Option<&std::fs::File>,
     changed_signals: &[i32],
+    confined: Option<io::Result<Confined>>,
 ) -> Served {
     let (request, fds) = match protocol::recv_request(sock) {
         Ok(Some(got)) => got,
@@ -525,25 +550,20 @@ fn serve(
             None => return refuse(&started, libc::EINVAL),
         }
     };
-    let confined =
-        match crate::sandbox::policy::Policy::decode(&request.sandbox).and_then(|policy| {
-            policy
-                .map(|policy| Confined::prepare(&policy, Path::new(&workdir_text)))
-                .transpose()
-        }) {
-            Ok(confined) => confined,
-            Err(err) => {
-                eprintln!("dsh-spawn-helper: sandbox: {err}");
-                let _ = rustix::io::write(
-                    &started,
-                    &fail_record_at(
-                        protocol::Step::Sandbox,
-                        err.raw_os_error().unwrap_or(libc::EIO),
-                    ),
-                );
-                return Served::NotStarted;
-            }
-        };
+    let confined = match confined.transpose().and_then(|mut confined| {
+        if let Some(confined) = &mut confined {
+            confined.for_workdir(Path::new(&workdir_text))?;
+        }
+        Ok(confined)
+    }) {
+        Ok(confined) => confined,
+        Err(err) => {
+            eprintln!("dsh-spawn-helper: sandbox: {err}");
+            let errno = err.raw_os_error().unwrap_or(libc::EIO);
+            let _ = rustix::io::write(&started, &fail_record_at(protocol::Step::Sandbox, errno));
+            return Served::NotStarted;
+        }
+    };
     let argv = crate::bash::argv(command.as_deref());
     let exec = BashExec {
         program: &program,

@@ -4,13 +4,9 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use super::namespaces::NsSetup;
-
 /// Everything one sandboxed command's start applies, prepared by the helper.
 #[derive(Debug)]
 pub(crate) struct Prepared {
-    /// Entered first, in the namespace tier.
-    pub(crate) namespaces: Option<NsSetup>,
     /// The Landlock layers, in order.
     pub(crate) landlock: Vec<OwnedFd>,
     /// The seccomp filters, in order, installed last.
@@ -18,22 +14,9 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
-    /// Whether bash must be started with an ordinary fork (see [`super::namespaces`]).
-    pub(crate) fn needs_fork(&self) -> bool {
-        self.namespaces.is_some()
-    }
-
-    /// Applies the sandbox to the calling process, which must be a child of `parent`.
-    pub(crate) fn apply(&self, parent: i32) -> io::Result<()> {
-        if let Some(namespaces) = &self.namespaces {
-            namespaces.enter().map_err(|(_, err)| err)?;
-            // A new user namespace changes the credentials, which clears the death signal.
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
-            if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(parent) {
-                // SAFETY: the parent died: end at once, as a fork child may.
-                unsafe { libc::_exit(127) };
-            }
-        }
+    /// Applies the sandbox to the calling process (in the namespace tier, the namespaces are
+    /// the helper's, which bash was born in).
+    pub(crate) fn apply(&self) -> io::Result<()> {
         no_new_privs()?;
         for layer in &self.landlock {
             // SAFETY: a ruleset descriptor, no flags.

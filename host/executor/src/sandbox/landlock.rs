@@ -68,16 +68,25 @@ fn open_path(path: &Path) -> io::Result<OwnedFd> {
     )?)
 }
 
-/// The read layer: everything readable, listable and executable but `deny` (paths that do not
-/// exist are skipped; the others are resolved through symlinks first), with `grant` readable
-/// again even where it lies under a denied path.
+/// `path` resolved through symlinks as far as it exists, the rest appended: a denied path that
+/// does not exist yet is left out of the grants all the same, so it is denied once made.
+fn resolve(path: &Path) -> Option<PathBuf> {
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return Some(real);
+    }
+    let (parent, name) = (path.parent()?, path.file_name()?);
+    Some(resolve(parent)?.join(name))
+}
+
+/// The read layer: everything readable, listable and executable but `deny` (resolved through
+/// symlinks first), with `grant` readable again even where it lies under a denied path.
 pub(crate) fn read_layer(abi: u32, deny: &[PathBuf], grant: &[PathBuf]) -> io::Result<OwnedFd> {
     let abi = ABI::from(abi as i32);
     let read = AccessFs::from_read(abi);
     let file = AccessFs::ReadFile | AccessFs::Execute;
     let denied: BTreeSet<PathBuf> = deny
         .iter()
-        .filter_map(|path| std::fs::canonicalize(path).ok())
+        .filter_map(|path| resolve(path))
         .filter(|path| path != Path::new("/"))
         .collect();
     // Every proper ancestor of a denied path: walked, not granted.

@@ -1,22 +1,18 @@
 //! The namespace tier: a user, mount and (unless the network is on) network namespace per
-//! command, entered by bash's side of the fork before Landlock and seccomp are applied.
+//! command, which the command's spawn helper (serving that one command only) enters itself
+//! while idle, so that none of it is on the command's path.
 //!
-//! In it, the command's user is itself (its uid and gid mapped to themselves), with no authority
-//! over anything outside; protected subpaths of the writable roots are bound read-only over
-//! themselves; the network is a loopback interface of its own (brought up for
-//! [`super::NetworkMode::Loopback`], left down when the network is off).
-//!
-//! [`NsSetup`] is prepared by the spawn helper before the fork (maps, paths, mount flags);
-//! [`NsSetup::enter`] makes raw system calls only. It needs a process that shares no memory with
-//! another (the kernel refuses a user namespace to one that does), so a sandboxed bash in this
-//! tier is started with an ordinary fork of the single-threaded helper, not a vfork.
+//! In it, the user is itself (its uid and gid mapped to themselves), with no authority over
+//! anything outside; the mount tree is private, and protected subpaths of the writable roots are
+//! bound read-only over themselves once the command's workdir is known ([`bind_read_only`]); the
+//! network is a loopback interface of its own (brought up for [`super::NetworkMode::Loopback`],
+//! left down when the network is off). bash, started from the helper, is born inside.
 
-use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// What entering the namespaces takes, prepared before the fork.
+/// Which namespaces to enter, and the maps to write.
 #[derive(Debug)]
 pub(crate) struct NsSetup {
     /// A network namespace of its own.
@@ -26,44 +22,24 @@ pub(crate) struct NsSetup {
     /// `/proc/self/uid_map` and `gid_map` contents.
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
-    /// Paths to bind read-only over themselves, each with the flags its mount already has (a
-    /// remount inside a user namespace must keep them).
-    binds: Vec<(CString, u64)>,
 }
 
 type StepError = (&'static str, io::Error);
 
 impl NsSetup {
-    /// For the calling process's user, with `binds` made read-only.
-    pub(crate) fn new(
-        net: bool,
-        loopback: bool,
-        binds: &[std::path::PathBuf],
-    ) -> io::Result<NsSetup> {
+    /// For the calling process's user.
+    pub(crate) fn new(net: bool, loopback: bool) -> NsSetup {
         let uid = rustix::process::getuid().as_raw();
         let gid = rustix::process::getgid().as_raw();
-        let mut prepared = Vec::new();
-        for path in binds {
-            let flags = mount_flags(path)?;
-            let path = CString::new(path.as_os_str().as_bytes())
-                .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-            prepared.push((path, flags));
-        }
-        Ok(NsSetup {
+        NsSetup {
             net,
             loopback,
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
-            binds: prepared,
-        })
+        }
     }
 
-    /// What the preflight tries: every namespace, the loopback up, no binds.
-    pub(crate) fn probe() -> NsSetup {
-        NsSetup::new(true, true, &[]).expect("no binds to prepare")
-    }
-
-    /// Enters the namespaces and sets them up. Raw system calls only.
+    /// Enters the namespaces and sets them up. The caller must be single-threaded.
     pub(crate) fn enter(&self) -> Result<(), StepError> {
         let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
         if self.net {
@@ -76,32 +52,49 @@ impl NsSetup {
                 io::Error::last_os_error(),
             ));
         }
-        // The helper is not dumpable, which makes its /proc files root's: this process (about to
-        // become bash, which is dumpable again anyway) must be, to write its own maps.
-        // SAFETY: prctl with integer arguments.
-        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) } != 0 {
-            return Err(("prctl(PR_SET_DUMPABLE)", io::Error::last_os_error()));
-        }
-        write_file(c"/proc/self/setgroups", b"deny").map_err(|e| ("/proc/self/setgroups", e))?;
-        write_file(c"/proc/self/uid_map", &self.uid_map).map_err(|e| ("/proc/self/uid_map", e))?;
-        write_file(c"/proc/self/gid_map", &self.gid_map).map_err(|e| ("/proc/self/gid_map", e))?;
+        // A process that is not dumpable has root's /proc files, which its user may then not
+        // write: dumpable for as long as the maps take.
+        let dumpable = rustix::process::dumpable_behavior()
+            .map_err(|e| ("prctl(PR_GET_DUMPABLE)", e.into()))?;
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::Dumpable)
+            .map_err(|e| ("prctl(PR_SET_DUMPABLE)", e.into()))?;
+        let maps = (|| {
+            write_file(c"/proc/self/setgroups", b"deny")
+                .map_err(|e| ("/proc/self/setgroups", e))?;
+            write_file(c"/proc/self/uid_map", &self.uid_map)
+                .map_err(|e| ("/proc/self/uid_map", e))?;
+            write_file(c"/proc/self/gid_map", &self.gid_map).map_err(|e| ("/proc/self/gid_map", e))
+        })();
+        rustix::process::set_dumpable_behavior(dumpable)
+            .map_err(|e| ("prctl(PR_SET_DUMPABLE)", e.into()))?;
+        maps?;
         // Nothing mounted here reaches the host's mount tree.
         mount(None, c"/", libc::MS_REC | libc::MS_PRIVATE).map_err(|e| ("making / private", e))?;
-        for (path, flags) in &self.binds {
-            mount(Some(path), path, libc::MS_BIND | libc::MS_REC)
-                .map_err(|e| ("binding a protected path", e))?;
-            mount(
-                None,
-                path,
-                libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
-            )
-            .map_err(|e| ("making a protected path read-only", e))?;
-        }
         if self.loopback {
             loopback_up().map_err(|e| ("bringing up the loopback interface", e))?;
         }
         Ok(())
     }
+}
+
+/// Binds each of `paths` read-only over itself, in the caller's (private) mount namespace.
+pub(crate) fn bind_read_only(paths: &[PathBuf]) -> io::Result<()> {
+    for path in paths {
+        // A remount inside a user namespace must keep the flags the mount already has.
+        let flags = mount_flags(path)?;
+        let target = std::ffi::CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let with =
+            |err: io::Error| io::Error::new(err.kind(), format!("{}: {err}", path.display()));
+        mount(Some(&target), &target, libc::MS_BIND | libc::MS_REC).map_err(with)?;
+        mount(
+            None,
+            &target,
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
+        )
+        .map_err(with)?;
+    }
+    Ok(())
 }
 
 /// The flags of the mount holding `path` that a bind remount must keep.

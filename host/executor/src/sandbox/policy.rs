@@ -1,12 +1,42 @@
-//! The sandbox policy as it travels to the spawn helper in each request: the mode, tier and
-//! network as one byte each, then the writable roots, the denied paths and the temporary base,
-//! each list `[count: u32]` of `[len: u32][bytes]`.
+//! The sandbox policy as it travels to the spawn helper factory, once, in its environment
+//! ([`POLICY_ENV`], hex, removed by the factory at once): the mode, tier and network as one
+//! byte each, then the writable roots, the denied paths and the temporary base, each list
+//! `[count: u32]` of `[len: u32][bytes]`. Every helper prepares its command's sandbox from it
+//! while idle.
 
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use super::{NetworkMode, SandboxMode, Tier};
+
+/// The factory's environment variable holding the policy.
+pub(crate) const POLICY_ENV: &str = "DSH_SANDBOX_POLICY";
+
+/// The policy in the factory's environment (taken out of it), if any. The factory is
+/// single-threaded.
+pub(crate) fn take_from_env() -> io::Result<Option<Policy>> {
+    let Some(hex) = std::env::var_os(POLICY_ENV) else {
+        return Ok(None);
+    };
+    // SAFETY: the factory is single-threaded.
+    unsafe { std::env::remove_var(POLICY_ENV) };
+    let hex = hex.as_bytes();
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "a sandbox policy is not hex");
+    if hex.len() % 2 != 0 {
+        return Err(bad());
+    }
+    let bytes = hex
+        .chunks(2)
+        .map(|pair| {
+            std::str::from_utf8(pair)
+                .ok()
+                .and_then(|p| u8::from_str_radix(p, 16).ok())
+                .ok_or_else(bad)
+        })
+        .collect::<io::Result<Vec<u8>>>()?;
+    Policy::decode(&bytes)
+}
 
 /// What the helper needs to confine one command.
 #[derive(Debug, Clone, PartialEq, Eq)]

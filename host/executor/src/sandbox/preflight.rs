@@ -116,10 +116,7 @@ pub(crate) fn run_probe() -> i32 {
         super::apply::no_new_privs().map_err(|e| ("prctl(PR_SET_NO_NEW_PRIVS)", e))?;
         super::apply::install_filter(&filter).map_err(|e| ("seccomp(SET_MODE_FILTER)", e))
     });
-    let namespaces = in_child(|| {
-        let setup = super::namespaces::NsSetup::probe();
-        setup.enter()
-    });
+    let namespaces = in_child(|| super::namespaces::NsSetup::new(true, true).enter());
     println!("landlock {landlock}");
     println!("seccomp {}", outcome(seccomp));
     println!("namespaces {}", outcome(namespaces));

@@ -1,13 +1,16 @@
-//! The spawn helper's part of a sandboxed start: everything bash's side will apply, prepared
-//! before the fork ([`Confined::prepare`]), and the after-care once nothing of the command is
-//! left.
+//! The spawn helper's part of a sandboxed start. While idle (its command not known yet), it
+//! prepares everything the policy alone decides ([`Confined::prepare`]): the Landlock rulesets,
+//! the seccomp filters, the command's private `TMPDIR`, and in the namespace tier the
+//! namespaces themselves, which the helper enters. Once the request names the workdir, the
+//! protected paths there are bound read-only or snapshotted ([`Confined::for_workdir`]). After
+//! the command, the after-care: a restore (Landlock tier) and the `TMPDIR` removed.
 
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use super::apply::Prepared;
-use super::namespaces::NsSetup;
+use super::namespaces::{self, NsSetup};
 use super::policy::Policy;
 use super::protect::{self, Snapshot};
 use super::{NetworkMode, Tier};
@@ -16,6 +19,8 @@ use super::{NetworkMode, Tier};
 #[derive(Debug)]
 pub(crate) struct Confined {
     pub(crate) prepared: Prepared,
+    tier: Tier,
+    writable: Vec<PathBuf>,
     /// The command's private temporary directory (its `TMPDIR`).
     tmpdir: PathBuf,
     /// The protected paths as they were (Landlock tier).
@@ -23,10 +28,10 @@ pub(crate) struct Confined {
 }
 
 impl Confined {
-    /// Prepares the sandbox of a command run in `workdir`, and makes its private `TMPDIR`
-    /// (exported in this process's environment, which bash inherits). Runs in the helper, which
-    /// is single-threaded.
-    pub(crate) fn prepare(policy: &Policy, workdir: &Path) -> io::Result<Confined> {
+    /// Prepares what `policy` decides, in the helper (single-threaded), before any request. In
+    /// the namespace tier the helper enters the namespaces here; its death signal is re-armed
+    /// after (new credentials clear it).
+    pub(crate) fn prepare(policy: &Policy) -> io::Result<Confined> {
         let abi = super::landlock::abi()?;
         let tmpdir = policy.tmp_base.join(format!(
             "tmp-{}",
@@ -35,7 +40,6 @@ impl Confined {
         std::fs::DirBuilder::new().mode(0o700).create(&tmpdir)?;
         // SAFETY: the helper is single-threaded; nothing reads the environment concurrently.
         unsafe { std::env::set_var("TMPDIR", &tmpdir) };
-        let protected = protect::find(&policy.writable, workdir);
         let mut writable = policy.writable.clone();
         writable.push(tmpdir.clone());
         let landlock = vec![
@@ -43,26 +47,34 @@ impl Confined {
             super::landlock::write_layer(abi, &writable, policy.network == NetworkMode::Off)?,
         ];
         let filters = super::seccomp::filters(policy.network)?;
-        let (namespaces, snapshot) = match policy.tier {
-            Tier::Namespaces => (
-                Some(NsSetup::new(
-                    policy.network != NetworkMode::On,
-                    policy.network == NetworkMode::Loopback,
-                    &protected,
-                )?),
-                None,
-            ),
-            Tier::Landlock => (None, Some(Snapshot::take(&protected)?)),
-        };
+        if policy.tier == Tier::Namespaces {
+            NsSetup::new(
+                policy.network != NetworkMode::On,
+                policy.network == NetworkMode::Loopback,
+            )
+            .enter()
+            .map_err(|(step, err)| io::Error::new(err.kind(), format!("{step}: {err}")))?;
+        }
         Ok(Confined {
-            prepared: Prepared {
-                namespaces,
-                landlock,
-                filters,
-            },
+            prepared: Prepared { landlock, filters },
+            tier: policy.tier,
+            writable: policy.writable.clone(),
             tmpdir,
-            snapshot,
+            snapshot: None,
         })
+    }
+
+    /// Protects git's paths under the writable roots as seen from `workdir`: bound read-only in
+    /// the helper's mount namespace (namespace tier) or snapshotted (Landlock tier).
+    pub(crate) fn for_workdir(&mut self, workdir: &Path) -> io::Result<()> {
+        let protected = protect::find(&self.writable, workdir);
+        match self.tier {
+            Tier::Namespaces => namespaces::bind_read_only(&protected),
+            Tier::Landlock => {
+                self.snapshot = Some(Snapshot::take(&protected)?);
+                Ok(())
+            }
+        }
     }
 
     /// Once nothing of the command is left, before the host learns it: protected paths the

@@ -6,7 +6,8 @@
 //! new namespaces (`unshare`, `setns`, `clone` with a namespace flag; `clone3`, whose flags
 //! a filter cannot read, reports "not implemented" so that the C library falls back to `clone`),
 //! mounting, `ptrace` and `process_vm_*` (reading or writing another process), io_uring (whose
-//! operations no filter sees), BPF, kernel modules, `kexec`, `reboot` and swap. Where the
+//! operations no filter sees), BPF, kernel modules, `kexec`, `reboot` and swap, and changing
+//! another process's resource limits. Where the
 //! network is off, sockets of every family but Unix. On x86_64, the x32 system call numbers,
 //! which would reach the same calls under other numbers.
 
@@ -101,6 +102,12 @@ pub(crate) fn filters(network: NetworkMode) -> io::Result<Vec<BpfProgram>> {
         })
         .collect::<io::Result<Vec<_>>>()?;
     refused.insert(libc::SYS_clone, clone_rules);
+    // Another process's limits (pid not 0): the helper's after-care (restoring protected paths,
+    // removing TMPDIR) must not be starved of descriptors, file size or CPU time by its command.
+    refused.insert(
+        libc::SYS_prlimit64,
+        vec![rule(vec![condition(0, SeccompCmpOp::Ne, 0)?])?],
+    );
     let mut programs = vec![
         compile(refused, SeccompAction::Errno(libc::EPERM as u32))?,
         compile(

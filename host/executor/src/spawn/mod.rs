@@ -84,7 +84,6 @@ pub(crate) async fn spawn(
     program: &OsStr,
     command: &str,
     workdir: &str,
-    sandbox: &[u8],
 ) -> Result<Spawned, StartError> {
     let Helper {
         pid,
@@ -101,7 +100,6 @@ pub(crate) async fn spawn(
         program: program.as_bytes().to_vec(),
         command: command.as_bytes().to_vec(),
         workdir: workdir.as_bytes().to_vec(),
-        sandbox: sandbox.to_vec(),
     }
     .encode();
     // A command may have stopped an idle helper: it is continued now and then while we wait.
