@@ -612,3 +612,29 @@ fn doctor_shows_mode_tier_roots_denied_reads_and_network() {
     let out = world.host(&["doctor"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("sandbox: off"));
 }
+
+#[test]
+fn a_sandboxed_command_cannot_kill_the_host_by_pid() {
+    for tier in TIERS {
+        let world = World::new(User::Nobody);
+        let mut mcp = Mcp::start(&world, &["--sandbox", "read-only", "--sandbox-tier", tier]);
+        let host = mcp.child.id();
+        // The host found the way any command can: from $PPID (the helper) up, and by its pid.
+        let out = mcp.bash(&format!(
+            "f=$(ps -o ppid= -p $PPID | tr -d ' '); kill -9 $(ps -o ppid= -p $f) {host}; echo $?"
+        ));
+        assert!(out.starts_with("1\n"), "{tier}: {out}");
+        assert_eq!(mcp.bash("echo alive"), "alive\n", "{tier}");
+    }
+    // Unsandboxed, the same kill ends the host: the test can fail.
+    let world = World::new(User::Nobody);
+    let mut mcp = Mcp::start(&world, &[]);
+    let host = mcp.child.id();
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params":
+        {"name": "bash", "arguments": {"command": format!("kill -9 {host}"), "description": "x"}}});
+    writeln!(mcp.stdin.as_ref().unwrap(), "{call}").unwrap();
+    assert!(
+        mcp.child.wait().unwrap().code().is_none(),
+        "killed by a signal"
+    );
+}

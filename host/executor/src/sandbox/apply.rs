@@ -50,12 +50,18 @@ pub(crate) fn install_filter(filter: &[seccompiler::sock_filter]) -> io::Result<
         // The same C structure (`struct sock_filter`), as seccompiler and libc each declare it.
         filter: filter.as_ptr() as *mut libc::sock_filter,
     };
+    // SECCOMP_FILTER_FLAG_SPEC_ALLOW: no speculative-store-bypass mitigation forced on the
+    // command for having a filter. That mitigation guards code against data in its own address
+    // space (a script engine's sandbox); a command is kept from other processes by the kernel
+    // whatever it speculates, and the mitigation slowed every sandboxed command's start by about
+    // half (measured here: `bash -c true` 1.2 ms plain, 1.8 ms with it).
+    const SECCOMP_FILTER_FLAG_SPEC_ALLOW: u32 = 1 << 2;
     // SAFETY: a valid program that outlives the call.
     let done = unsafe {
         libc::syscall(
             libc::SYS_seccomp,
             libc::SECCOMP_SET_MODE_FILTER,
-            0u32,
+            SECCOMP_FILTER_FLAG_SPEC_ALLOW,
             std::ptr::addr_of!(program),
         )
     };
