@@ -621,9 +621,11 @@ fn a_sandboxed_command_cannot_kill_the_host_by_pid() {
         let host = mcp.child.id();
         // The host found the way any command can: from $PPID (the helper) up, and by its pid.
         let out = mcp.bash(&format!(
-            "f=$(ps -o ppid= -p $PPID | tr -d ' '); kill -9 $(ps -o ppid= -p $f) {host}; echo $?"
+            "kill -9 $PPID; a=$?; kill -9 -- -$(ps -o pgid= -p $PPID | tr -d ' '); b=$?; \
+             f=$(ps -o ppid= -p $PPID | tr -d ' '); kill -9 -- -$(ps -o pgid= -p $f | tr -d ' '); \
+             c=$?; kill -9 $(ps -o ppid= -p $f) {host}; echo $a$b$c$?"
         ));
-        assert!(out.starts_with("1\n"), "{tier}: {out}");
+        assert!(out.starts_with("1111\n"), "{tier}: {out}");
         assert_eq!(mcp.bash("echo alive"), "alive\n", "{tier}");
     }
     // Unsandboxed, the same kill ends the host: the test can fail.
