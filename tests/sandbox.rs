@@ -578,10 +578,32 @@ fn bad_sandbox_flags_are_clear_errors() {
             "invalid value 'sideways' for '--sandbox <SANDBOX>'",
         ),
     ] {
-        let out = world.call(args, "echo ran");
-        assert_eq!(out.code, Some(2), "{args:?}: {out:?}");
-        assert!(out.stderr.contains(needle), "{args:?}: {}", out.stderr);
-        assert!(out.text.is_empty(), "{args:?}");
+        let call = serde_json::json!({"command": "echo ran", "description": "x"}).to_string();
+        let mut all = vec!["call", "bash", &call];
+        all.extend_from_slice(args);
+        let child = world
+            .host(&all)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        // A refusal leaves nothing behind: no temporary base of that host.
+        let left: Vec<_> = std::fs::read_dir("/var/tmp")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("dsh-sandbox-{pid}-"))
+            })
+            .collect();
+        assert!(left.is_empty(), "{args:?}: {left:?}");
     }
 }
 
@@ -639,4 +661,42 @@ fn a_sandboxed_command_cannot_kill_the_host_by_pid() {
         mcp.child.wait().unwrap().code().is_none(),
         "killed by a signal"
     );
+}
+
+#[test]
+fn a_replaced_git_directory_neither_keeps_a_hook_nor_redirects_the_restore() {
+    for user in User::ALL {
+        for tier in TIERS {
+            let world = World::new(user);
+            repository(&world);
+            let outside = world.outside.display().to_string();
+            for attack in [
+                // The git directory renamed and a new one made, with a hook.
+                "mv .git .git-old && mkdir -p .git/hooks && cp -r .git-old/. .git/ 2>/dev/null; \
+                 printf '#!/bin/sh\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit"
+                    .to_string(),
+                // The git directory swapped for a symlink to a directory outside the roots.
+                format!("mv .git .git-old2; ln -s '{outside}' .git"),
+                // A hooks directory where there was none.
+                "rm -rf .git/hooks; mkdir .git/hooks && echo x > .git/hooks/post-checkout"
+                    .to_string(),
+            ] {
+                world.call(&flags("workspace-write", tier), &attack).ran();
+                let case = format!("{user:?} {tier}: {attack}");
+                let git = world.work.join(".git");
+                let meta = std::fs::symlink_metadata(&git).unwrap();
+                assert!(meta.is_dir(), "{case}: .git is a {:?}", meta.file_type());
+                assert!(!git.join("hooks/pre-commit").exists(), "{case}");
+                assert!(!git.join("hooks/post-checkout").exists(), "{case}");
+                // Nothing was written outside the roots, by the command or by a restore.
+                let mut names: Vec<_> = std::fs::read_dir(&world.outside)
+                    .unwrap()
+                    .flatten()
+                    .map(|e| e.file_name())
+                    .collect();
+                names.sort();
+                assert_eq!(names, ["keep.txt"], "{case}");
+            }
+        }
+    }
 }

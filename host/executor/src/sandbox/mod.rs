@@ -236,7 +236,6 @@ impl Sandbox {
             SandboxMode::Off => unreachable!("handled above"),
         }
         writable.dedup();
-        let tmp_base = tmp_base()?;
         let mut deny_read: Vec<PathBuf> = std::env::var_os("HOME")
             .map(|home| default_denied(Path::new(&home)))
             .unwrap_or_default();
@@ -250,6 +249,8 @@ impl Sandbox {
             deny_read.push(path.clone());
         }
         deny_read.extend(extra_denied.iter().cloned());
+        // Made last, once nothing can refuse the sandbox any more (a refusal leaves nothing).
+        let tmp_base = tmp_base()?;
         // Other commands' private temporary directories.
         deny_read.push(tmp_base.clone());
         Ok(Some(Sandbox {

@@ -77,6 +77,18 @@ impl NsSetup {
     }
 }
 
+/// Binds each of `paths` over itself, writable: a mount point cannot be renamed, removed or
+/// replaced, so a command cannot swap it for a directory of its own.
+pub(crate) fn bind_writable(paths: &[PathBuf]) -> io::Result<()> {
+    for path in paths {
+        let target = std::ffi::CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        mount(Some(&target), &target, libc::MS_BIND | libc::MS_REC)
+            .map_err(|err| io::Error::new(err.kind(), format!("{}: {err}", path.display())))?;
+    }
+    Ok(())
+}
+
 /// Binds each of `paths` read-only over itself, in the caller's (private) mount namespace.
 pub(crate) fn bind_read_only(paths: &[PathBuf]) -> io::Result<()> {
     for path in paths {

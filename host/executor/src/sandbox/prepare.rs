@@ -68,17 +68,27 @@ impl Confined {
     /// the helper's mount namespace (namespace tier) or snapshotted (Landlock tier).
     pub(crate) fn for_workdir(&mut self, workdir: &Path) -> io::Result<()> {
         let protected = protect::find(&self.writable, workdir);
-        match self.tier {
-            Tier::Namespaces => namespaces::bind_read_only(&protected),
-            Tier::Landlock => {
-                self.snapshot = Some(Snapshot::take(&protected)?);
-                Ok(())
+        let exists = |path: &PathBuf| std::fs::symlink_metadata(path).is_ok();
+        let snapshot = match self.tier {
+            Tier::Namespaces => {
+                // A git directory that is a mount point cannot be renamed or replaced; inside
+                // it, what exists is bound read-only; what does not is removed after the
+                // command, as in the Landlock tier.
+                namespaces::bind_writable(&protected.anchors)?;
+                let (present, absent): (Vec<_>, Vec<_>) =
+                    protected.paths.into_iter().partition(exists);
+                namespaces::bind_read_only(&present)?;
+                absent
             }
-        }
+            Tier::Landlock => protected.paths,
+        };
+        self.snapshot = Some(Snapshot::take(&self.writable, &snapshot)?);
+        Ok(())
     }
 
     /// Once nothing of the command is left, before the host learns it: protected paths the
-    /// command changed are put back (Landlock tier). Returns them.
+    /// command changed are put back (in the namespace tier, only those that did not exist and so
+    /// could not be bound). Returns them.
     pub(crate) fn restore(&self) -> Vec<PathBuf> {
         self.snapshot
             .as_ref()

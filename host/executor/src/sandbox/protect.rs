@@ -8,53 +8,68 @@
 //! and restores them once nothing of the command is left ([`Snapshot`]).
 
 use std::collections::BTreeMap;
-use std::io;
-use std::os::unix::fs::PermissionsExt;
+use std::ffi::{OsStr, OsString};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 /// The most bytes a snapshot holds; beyond it the command is refused rather than left
 /// unprotected.
 const SNAPSHOT_LIMIT: u64 = 16 << 20;
 
-/// The protected paths that exist under `writable`, looking in each root and in every directory
-/// from `workdir` up to the root holding it.
-pub(crate) fn find(writable: &[PathBuf], workdir: &Path) -> Vec<PathBuf> {
-    let inside = |path: &Path| writable.iter().any(|root| path.starts_with(root));
+/// What to protect for one command.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Protected {
+    /// Git directories under the roots: not to be renamed or replaced (they stay writable).
+    pub(crate) anchors: Vec<PathBuf>,
+    /// The protected paths, canonical, whether they exist or not (a hook directory or
+    /// `.gitmodules` made by the command must not outlive it either).
+    pub(crate) paths: Vec<PathBuf>,
+}
+
+/// The protected paths under `writable`, looking in each root and in every directory from
+/// `workdir` up to the root holding it.
+pub(crate) fn find(writable: &[PathBuf], workdir: &Path) -> Protected {
+    let inside = |path: &Path| {
+        writable
+            .iter()
+            .any(|root| path.starts_with(root) && path != root)
+    };
     let mut dirs: Vec<PathBuf> = writable.to_vec();
     if let Ok(workdir) = std::fs::canonicalize(workdir) {
         let mut up = Some(workdir.as_path());
-        while let Some(dir) = up.filter(|dir| inside(dir)) {
+        while let Some(dir) = up.filter(|dir| writable.iter().any(|r| dir.starts_with(r))) {
             dirs.push(dir.to_path_buf());
             up = dir.parent();
         }
     }
-    let mut found = Vec::new();
+    let mut found = Protected::default();
     for dir in dirs {
-        found.push(dir.join(".gitmodules"));
+        let Ok(dir) = std::fs::canonicalize(&dir) else {
+            continue;
+        };
+        found.paths.push(dir.join(".gitmodules"));
         let git = dir.join(".git");
-        match std::fs::symlink_metadata(&git) {
-            Ok(meta) if meta.is_dir() => {
-                found.push(git.join("hooks"));
-                found.push(git.join("config"));
-            }
-            Ok(meta) if meta.is_file() => {
-                for gitdir in linked_git_dirs(&dir, &git) {
-                    found.push(gitdir.join("hooks"));
-                    found.push(gitdir.join("config"));
-                    found.push(gitdir.join("config.worktree"));
-                }
-            }
-            _ => {}
+        let git_dirs = match std::fs::symlink_metadata(&git) {
+            Ok(meta) if meta.is_dir() => vec![git],
+            Ok(meta) if meta.is_file() => linked_git_dirs(&dir, &git),
+            _ => Vec::new(),
+        };
+        for git_dir in git_dirs {
+            found.paths.push(git_dir.join("hooks"));
+            found.paths.push(git_dir.join("config"));
+            found.paths.push(git_dir.join("config.worktree"));
+            found.anchors.push(git_dir);
         }
     }
-    let mut found: Vec<PathBuf> = found
-        .into_iter()
-        .filter(|path| std::fs::symlink_metadata(path).is_ok())
-        .filter_map(|path| std::fs::canonicalize(&path).ok().or(Some(path)))
-        .filter(|path| inside(path))
-        .collect();
-    found.sort();
-    found.dedup();
+    for list in [&mut found.paths, &mut found.anchors] {
+        list.retain(|path| inside(path));
+        list.sort();
+        list.dedup();
+    }
     found
 }
 
@@ -86,36 +101,65 @@ enum Entry {
     Symlink(PathBuf),
     Dir {
         mode: u32,
-        entries: BTreeMap<std::ffi::OsString, Entry>,
+        entries: BTreeMap<OsString, Entry>,
     },
     Missing,
 }
 
-/// The protected paths as they were before a command (Landlock tier).
+/// The protected paths as they were before a command (Landlock tier), each as a writable root
+/// and the path below it.
 #[derive(Debug)]
 pub(crate) struct Snapshot {
-    paths: Vec<(PathBuf, Entry)>,
+    paths: Vec<(PathBuf, PathBuf, Entry)>,
 }
 
 impl Snapshot {
-    pub(crate) fn take(paths: &[PathBuf]) -> io::Result<Snapshot> {
+    /// Snapshots `paths` (as [`find`] returns them: canonical, under one of `roots`).
+    pub(crate) fn take(roots: &[PathBuf], paths: &[PathBuf]) -> io::Result<Snapshot> {
         let mut budget = SNAPSHOT_LIMIT;
-        let paths = paths
-            .iter()
-            .map(|path| Ok((path.clone(), read(path, &mut budget)?)))
-            .collect::<io::Result<_>>()?;
-        Ok(Snapshot { paths })
+        let mut taken = Vec::new();
+        for path in paths {
+            let Some(root) = roots
+                .iter()
+                .filter(|root| path.starts_with(root))
+                .max_by_key(|root| root.as_os_str().len())
+            else {
+                continue;
+            };
+            let below = path
+                .strip_prefix(root)
+                .expect("under its root")
+                .to_path_buf();
+            let (dir, name) = walk(root, &below, false)?;
+            taken.push((root.clone(), below, read_at(&dir, &name, &mut budget)?));
+        }
+        Ok(Snapshot { paths: taken })
     }
 
-    /// Puts back every protected path the command changed; returns those it changed.
+    /// Puts back every protected path the command changed; returns those it changed. Every
+    /// step is relative to a directory descriptor reached without following a symlink, so a
+    /// command that swapped a directory on the way (`.git` itself) for a symlink cannot make this
+    /// (unconfined) restore write anywhere else: such a symlink is replaced by a directory.
     pub(crate) fn restore(&self) -> Vec<PathBuf> {
         let mut changed = Vec::new();
-        for (path, before) in &self.paths {
-            let mut budget = SNAPSHOT_LIMIT;
-            let now = read(path, &mut budget).unwrap_or(Entry::Missing);
-            if now != *before {
-                changed.push(path.clone());
-                if let Err(err) = put_back(path, before) {
+        for (root, below, before) in &self.paths {
+            let path = root.join(below);
+            let restored = (|| -> io::Result<bool> {
+                let (dir, name) = walk(root, below, true)?;
+                let mut budget = SNAPSHOT_LIMIT;
+                let now = read_at(&dir, &name, &mut budget).unwrap_or(Entry::Missing);
+                if now == *before {
+                    return Ok(false);
+                }
+                remove_at(&dir, &name)?;
+                put_back_at(&dir, &name, before)?;
+                Ok(true)
+            })();
+            match restored {
+                Ok(false) => {}
+                Ok(true) => changed.push(path),
+                Err(err) => {
+                    changed.push(path.clone());
                     eprintln!(
                         "dsh-spawn-helper: could not restore {}: {err}",
                         path.display()
@@ -127,61 +171,131 @@ impl Snapshot {
     }
 }
 
-fn read(path: &Path, budget: &mut u64) -> io::Result<Entry> {
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(meta) => meta,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Entry::Missing),
-        Err(err) => return Err(err),
+fn open_dir(dir: impl AsFd, name: &OsStr) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
+/// The directory holding `root/below`, reached component by component without following
+/// symlinks, and the last component. With `repair`, a component that is no longer a directory
+/// (a symlink or file the command put there) is removed and made a directory again.
+fn walk(root: &Path, below: &Path, repair: bool) -> io::Result<(OwnedFd, OsString)> {
+    let mut dir = rustix::fs::open(
+        root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut parts: Vec<&OsStr> = below.iter().collect();
+    let name = parts
+        .pop()
+        .ok_or_else(|| io::Error::other("a protected path is a writable root itself"))?
+        .to_os_string();
+    for part in parts {
+        dir = match open_dir(&dir, part) {
+            Ok(next) => next,
+            Err(err) if repair => {
+                if err.raw_os_error() != Some(libc::ENOENT) {
+                    remove_at(&dir, part)?;
+                }
+                rustix::fs::mkdirat(&dir, part, Mode::from_raw_mode(0o755))?;
+                open_dir(&dir, part)?
+            }
+            Err(err) => return Err(err),
+        };
+    }
+    Ok((dir, name))
+}
+
+fn read_at(dir: &OwnedFd, name: &OsStr, budget: &mut u64) -> io::Result<Entry> {
+    let stat = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(stat) => stat,
+        Err(rustix::io::Errno::NOENT) => return Ok(Entry::Missing),
+        Err(err) => return Err(err.into()),
     };
-    let mode = meta.permissions().mode() & 0o7777;
-    if meta.file_type().is_symlink() {
-        return Ok(Entry::Symlink(std::fs::read_link(path)?));
-    }
-    if meta.is_dir() {
-        let mut entries = BTreeMap::new();
-        for entry in std::fs::read_dir(path)? {
-            let entry = entry?;
-            entries.insert(entry.file_name(), read(&entry.path(), budget)?);
+    let mode = stat.st_mode & 0o7777;
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::Symlink => Ok(Entry::Symlink(PathBuf::from(OsString::from_vec(
+            rustix::fs::readlinkat(dir, name, Vec::new())?.into_bytes(),
+        )))),
+        FileType::Directory => {
+            let fd = open_dir(dir, name)?;
+            let mut entries = BTreeMap::new();
+            for entry in rustix::fs::Dir::read_from(&fd)? {
+                let entry = entry?;
+                let child = OsStr::from_bytes(entry.file_name().to_bytes());
+                if child == "." || child == ".." {
+                    continue;
+                }
+                entries.insert(child.to_os_string(), read_at(&fd, child, budget)?);
+            }
+            Ok(Entry::Dir { mode, entries })
         }
-        return Ok(Entry::Dir { mode, entries });
-    }
-    if !meta.is_file() || meta.len() > *budget {
-        return Err(io::Error::other(format!(
+        FileType::RegularFile if (stat.st_size as u64) <= *budget => {
+            *budget -= stat.st_size as u64;
+            let fd = rustix::fs::openat(
+                dir,
+                name,
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            let mut bytes = Vec::new();
+            std::fs::File::from(fd).read_to_end(&mut bytes)?;
+            Ok(Entry::File { bytes, mode })
+        }
+        _ => Err(io::Error::other(format!(
             "{} is too large or not a regular file to protect",
-            path.display()
-        )));
-    }
-    *budget -= meta.len();
-    Ok(Entry::File {
-        bytes: std::fs::read(path)?,
-        mode,
-    })
-}
-
-fn remove(path: &Path) -> io::Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
-        Ok(_) => std::fs::remove_file(path),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(err) => Err(err),
+            Path::new(name).display()
+        ))),
     }
 }
 
-fn put_back(path: &Path, entry: &Entry) -> io::Result<()> {
-    remove(path)?;
+/// Removes `name` in `dir` and, if a directory, everything in it, never following a symlink.
+fn remove_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Err(rustix::io::Errno::NOENT) => Ok(()),
+        Err(err) => Err(err.into()),
+        Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Directory => {
+            let fd = open_dir(dir, name)?;
+            let children: Vec<OsString> = rustix::fs::Dir::read_from(&fd)?
+                .filter_map(Result::ok)
+                .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_os_string())
+                .filter(|n| n != "." && n != "..")
+                .collect();
+            for child in children {
+                remove_at(&fd, &child)?;
+            }
+            Ok(rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)?)
+        }
+        Ok(_) => Ok(rustix::fs::unlinkat(dir, name, AtFlags::empty())?),
+    }
+}
+
+fn put_back_at(dir: &OwnedFd, name: &OsStr, entry: &Entry) -> io::Result<()> {
     match entry {
         Entry::Missing => Ok(()),
-        Entry::Symlink(target) => std::os::unix::fs::symlink(target, path),
+        Entry::Symlink(target) => Ok(rustix::fs::symlinkat(target, dir, name)?),
         Entry::File { bytes, mode } => {
-            std::fs::write(path, bytes)?;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mode))
+            let fd = rustix::fs::openat(
+                dir,
+                name,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )?;
+            let mut file = std::fs::File::from(fd);
+            file.write_all(bytes)?;
+            Ok(rustix::fs::fchmod(&file, Mode::from_raw_mode(*mode))?)
         }
         Entry::Dir { mode, entries } => {
-            std::fs::create_dir(path)?;
-            for (name, entry) in entries {
-                put_back(&path.join(name), entry)?;
+            rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700))?;
+            let fd = open_dir(dir, name)?;
+            for (child, entry) in entries {
+                put_back_at(&fd, child, entry)?;
             }
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mode))
+            Ok(rustix::fs::fchmod(&fd, Mode::from_raw_mode(*mode))?)
         }
     }
 }
