@@ -507,8 +507,14 @@ impl ReferenceStateMachine for Model {
             // (`Operation not permitted`), which tests/sandbox.rs checks; the steps' expectations
             // are those of an unsandboxed command.
             exclude.extend(
-                ["TermParent", "KillParent9", "StopParent", "ParentGroup", "FactoryGroup"]
-                    .map(String::from),
+                [
+                    "TermParent",
+                    "KillParent9",
+                    "StopParent",
+                    "ParentGroup",
+                    "FactoryGroup",
+                ]
+                .map(String::from),
             );
         }
         if exclude.is_empty() {

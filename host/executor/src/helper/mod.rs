@@ -143,7 +143,7 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
     let control = UnixStream::from(control);
     let signals = child_signals().ok();
     loop {
-        reap_helpers();
+        reap_helpers(policy.as_ref());
         let mut polls = vec![rustix::event::PollFd::new(
             &control,
             rustix::event::PollFlags::IN,
@@ -268,7 +268,10 @@ fn occupy_stdio() {
 
 /// Reaps the helpers that have exited, and continues at once those that were stopped (a
 /// command can stop its `$PPID`; stopped, the helper could neither reap bash nor report it).
-fn reap_helpers() {
+/// Reaps helpers that exited (removing what is left of a sandboxed one's `TMPDIR`, which its
+/// helper empties but, in the namespace tier, cannot remove from a read-only parent) and
+/// continues stopped ones.
+fn reap_helpers(policy: Option<&Policy>) {
     let options = rustix::process::WaitOptions::NOHANG
         | rustix::process::WaitOptions::UNTRACED
         | all_children();
@@ -276,6 +279,8 @@ fn reap_helpers() {
         if status.stopped() {
             // Our unreaped child: the pid is its own.
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
+        } else if let Some(policy) = policy {
+            crate::sandbox::prepare::remove_tmpdir(policy, pid.as_raw_nonzero().get());
         }
     }
 }

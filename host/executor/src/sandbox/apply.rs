@@ -17,6 +17,7 @@ impl Prepared {
     /// Applies the sandbox to the calling process (in the namespace tier, the namespaces are
     /// the helper's, which bash was born in).
     pub(crate) fn apply(&self) -> io::Result<()> {
+        drop_capabilities()?;
         no_new_privs()?;
         for layer in &self.landlock {
             // SAFETY: a ruleset descriptor, no flags.
@@ -31,6 +32,96 @@ impl Prepared {
         }
         Ok(())
     }
+}
+
+/// Capabilities a sandboxed root keeps: those of file ownership and access (its files stay its
+/// files: `chown`, `chmod`, reading what root may), changing its own user, binding low ports
+/// and locking memory. Every other is dropped, from the bounding set too, so that no program
+/// it runs regains one: tracing or reading other processes (`CAP_SYS_PTRACE` would let root
+/// read any process's `/proc/<pid>/environ` past Landlock), administration of the system, the
+/// network or devices, raw I/O, immutable flags, resource limits and the rest.
+const KEPT: [u32; 9] = [
+    0,  // CAP_CHOWN
+    1,  // CAP_DAC_OVERRIDE
+    2,  // CAP_DAC_READ_SEARCH
+    3,  // CAP_FOWNER
+    4,  // CAP_FSETID
+    6,  // CAP_SETGID
+    7,  // CAP_SETUID
+    10, // CAP_NET_BIND_SERVICE
+    14, // CAP_IPC_LOCK
+];
+
+/// The highest capability number this code knows (`CAP_CHECKPOINT_RESTORE`); higher ones the
+/// kernel may have are dropped too, up to 63.
+const LAST_CAP: u32 = 63;
+
+/// Drops every capability but [`KEPT`], from the bounding, ambient, inheritable, permitted and
+/// effective sets. A process without capabilities (not root) has nothing to drop.
+fn drop_capabilities() -> io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget with a valid header and two data structures.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if data.iter().all(|d| d.effective == 0 && d.permitted == 0) {
+        return Ok(());
+    }
+    let kept: u64 = KEPT.iter().fold(0, |mask, cap| mask | 1 << cap);
+    for cap in 0..=LAST_CAP {
+        if kept & (1 << cap) != 0 {
+            continue;
+        }
+        // SAFETY: prctl with integer arguments; EINVAL marks a capability the kernel lacks.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } != 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EINVAL) {
+                return Err(err);
+            }
+        }
+    }
+    // SAFETY: prctl with integer arguments.
+    if unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    let low = kept as u32;
+    let high = (kept >> 32) as u32;
+    for (d, mask) in data.iter_mut().zip([low, high]) {
+        d.effective &= mask;
+        d.permitted &= mask;
+        d.inheritable &= mask;
+    }
+    // SAFETY: capset with a valid header and two data structures.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// `PR_SET_NO_NEW_PRIVS`: what Landlock and an unprivileged seccomp filter require, and what

@@ -250,9 +250,9 @@ impl Sandbox {
         }
         deny_read.extend(extra_denied.iter().cloned());
         // Made last, once nothing can refuse the sandbox any more (a refusal leaves nothing).
-        let tmp_base = tmp_base()?;
-        // Other commands' private temporary directories.
-        deny_read.push(tmp_base.clone());
+        let (tmp_parent, tmp_base) = tmp_base()?;
+        // Other commands' private temporary directories, of this host and of others.
+        deny_read.push(tmp_parent);
         Ok(Some(Sandbox {
             mode: config.mode,
             tier,
@@ -278,22 +278,41 @@ impl Sandbox {
 }
 
 /// The directory each command's private `TMPDIR` is made in: one per host process, `0700`,
-/// outside `/tmp` where possible (`/var/tmp`), so that a command that may write `/tmp` cannot
-/// reach another command's. Removed at shutdown.
-fn tmp_base() -> Result<PathBuf, SandboxError> {
-    use std::os::unix::fs::DirBuilderExt;
+/// inside one parent per user (`dsh-sandbox-<uid>`, `0700`, which every sandbox denies: no
+/// command reads another's `TMPDIR`, of this host or another), outside `/tmp` where possible
+/// (`/var/tmp`), so that a command that may write `/tmp` cannot reach it. Removed at shutdown.
+fn tmp_base() -> Result<(PathBuf, PathBuf), SandboxError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let uid = rustix::process::getuid().as_raw();
     let parent = [Path::new("/var/tmp").to_path_buf(), std::env::temp_dir()]
         .into_iter()
         .find(|dir| rustix::fs::access(dir, rustix::fs::Access::WRITE_OK).is_ok())
         .ok_or_else(|| SandboxError("no writable /var/tmp or temporary directory".into()))?;
+    let parent = std::fs::canonicalize(&parent)
+        .map_err(|err| SandboxError(format!("{}: {err}", parent.display())))?
+        .join(format!("dsh-sandbox-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&parent) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(err) => return Err(SandboxError(format!("{}: {err}", parent.display()))),
+    }
+    // Ours, a directory (not a symlink someone planted), and no one else's to enter.
+    let meta = std::fs::symlink_metadata(&parent)
+        .map_err(|err| SandboxError(format!("{}: {err}", parent.display())))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(SandboxError(format!(
+            "{} is not a directory of this user's with mode 0700",
+            parent.display()
+        )));
+    }
     let random = crate::hex::random_token(6)
         .map_err(|err| SandboxError(format!("no randomness for the sandbox: {err}")))?;
-    let dir = parent.join(format!("dsh-sandbox-{}-{random}", std::process::id()));
+    let dir = parent.join(format!("{}-{random}", std::process::id()));
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&dir)
         .map_err(|err| SandboxError(format!("{}: {err}", dir.display())))?;
-    std::fs::canonicalize(&dir).map_err(|err| SandboxError(format!("{}: {err}", dir.display())))
+    Ok((parent, dir))
 }
 
 impl fmt::Display for SandboxMode {
@@ -319,10 +338,14 @@ impl fmt::Display for NetworkMode {
 impl fmt::Display for Tier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Tier::Namespaces => "namespaces (Landlock, seccomp, user + mount + network namespaces)",
+            Tier::Namespaces => {
+                "namespaces (Landlock, seccomp, user + mount + network namespaces; read-only \
+                 filesystems outside the writable roots)"
+            }
             Tier::Landlock => {
                 "landlock (Landlock and seccomp; protected paths checked and restored after each \
-                 command)"
+                 command; modes, owners, times and extended attributes of files outside the \
+                 roots not protected)"
             }
         })
     }

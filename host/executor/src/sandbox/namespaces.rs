@@ -77,6 +77,121 @@ impl NsSetup {
     }
 }
 
+/// Filesystems not remounted read-only: kernel interfaces the command cannot write anyway
+/// (Landlock grants no writes there) and the helper's cgroup files, which it writes.
+const LEFT_AS_IS: [&str; 18] = [
+    "proc",
+    "sysfs",
+    "cgroup",
+    "cgroup2",
+    "devpts",
+    "devtmpfs",
+    "mqueue",
+    "securityfs",
+    "debugfs",
+    "tracefs",
+    "fusectl",
+    "configfs",
+    "bpf",
+    "pstore",
+    "hugetlbfs",
+    "binfmt_misc",
+    "autofs",
+    "nsfs",
+];
+
+/// Makes every filesystem read-only in the helper's mount namespace but `writable` (and
+/// what is mounted below them), which are bound over themselves and kept writable: a change of
+/// mode, owner, times or extended attributes outside the roots (which Landlock does not
+/// control) then fails with `EROFS`.
+pub(crate) fn read_only_but(writable: &[PathBuf]) -> io::Result<()> {
+    let mounts = mount_points()?;
+    let with = |path: &Path| {
+        let path = path.to_path_buf();
+        move |err: io::Error| io::Error::new(err.kind(), format!("{}: {err}", path.display()))
+    };
+    for (point, fstype) in &mounts {
+        if LEFT_AS_IS.contains(&fstype.as_str()) {
+            continue;
+        }
+        let target = c_path(point)?;
+        let flags = match mount_flags(point) {
+            Ok(flags) => flags,
+            // Shadowed or gone: nothing reaches it by this path.
+            Err(_) => continue,
+        };
+        mount(
+            None,
+            &target,
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
+        )
+        .map_err(with(point))?;
+    }
+    for root in writable {
+        let target = c_path(root)?;
+        mount(Some(&target), &target, libc::MS_BIND | libc::MS_REC).map_err(with(root))?;
+        for (point, _) in mounts
+            .iter()
+            .filter(|(p, _)| p.starts_with(root) && p != root)
+            .map(|(p, f)| (p.as_path(), f))
+            .chain(std::iter::once((root.as_path(), &String::new())))
+        {
+            let flags = mount_flags(point).map_err(with(point))?;
+            mount(
+                None,
+                &c_path(point)?,
+                libc::MS_REMOUNT | libc::MS_BIND | flags,
+            )
+            .map_err(with(point))?;
+        }
+    }
+    Ok(())
+}
+
+fn c_path(path: &Path) -> io::Result<std::ffi::CString> {
+    std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// This mount namespace's mount points and filesystem types, parents first.
+fn mount_points() -> io::Result<Vec<(PathBuf, String)>> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let mut points = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        let (Some(point), Some(fstype)) = (fields.get(4), fields.get(sep + 1)) else {
+            continue;
+        };
+        points.push((PathBuf::from(unescape(point)), fstype.to_string()));
+    }
+    // Parents before what is mounted on them.
+    points.sort_by_key(|(p, _)| p.components().count());
+    Ok(points)
+}
+
+/// mountinfo's octal escapes (`\040` for a space, ...).
+fn unescape(field: &str) -> std::ffi::OsString {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && let Ok(value) = u8::from_str_radix(&field[i + 1..i + 4], 8)
+        {
+            out.push(value);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    std::os::unix::ffi::OsStringExt::from_vec(out)
+}
+
 /// Binds each of `paths` over itself, writable: a mount point cannot be renamed, removed or
 /// replaced, so a command cannot swap it for a directory of its own.
 pub(crate) fn bind_writable(paths: &[PathBuf]) -> io::Result<()> {

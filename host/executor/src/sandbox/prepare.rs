@@ -33,10 +33,7 @@ impl Confined {
     /// after (new credentials clear it).
     pub(crate) fn prepare(policy: &Policy) -> io::Result<Confined> {
         let abi = super::landlock::abi()?;
-        let tmpdir = policy.tmp_base.join(format!(
-            "tmp-{}",
-            rustix::process::getpid().as_raw_nonzero()
-        ));
+        let tmpdir = tmpdir_of(policy, rustix::process::getpid().as_raw_nonzero().get());
         std::fs::DirBuilder::new().mode(0o700).create(&tmpdir)?;
         // SAFETY: the helper is single-threaded; nothing reads the environment concurrently.
         unsafe { std::env::set_var("TMPDIR", &tmpdir) };
@@ -54,6 +51,7 @@ impl Confined {
             )
             .enter()
             .map_err(|(step, err)| io::Error::new(err.kind(), format!("{step}: {err}")))?;
+            namespaces::read_only_but(&writable)?;
         }
         Ok(Confined {
             prepared: Prepared { landlock, filters },
@@ -96,8 +94,28 @@ impl Confined {
             .unwrap_or_default()
     }
 
-    /// Removes the private temporary directory.
+    /// Empties the private temporary directory, and removes it where its parent is writable
+    /// (the factory removes it otherwise, once this helper is reaped: [`remove_tmpdir`]).
     pub(crate) fn clean(&self) {
-        let _ = std::fs::remove_dir_all(&self.tmpdir);
+        if let Ok(entries) = std::fs::read_dir(&self.tmpdir) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let _ = match entry.file_type() {
+                    Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path),
+                    _ => std::fs::remove_file(&path),
+                };
+            }
+        }
+        let _ = std::fs::remove_dir(&self.tmpdir);
     }
+}
+
+/// The private `TMPDIR` of the command of the helper `pid`.
+fn tmpdir_of(policy: &Policy, pid: i32) -> PathBuf {
+    policy.tmp_base.join(format!("tmp-{pid}"))
+}
+
+/// Removes what is left of the private `TMPDIR` of the helper `pid` (in the factory).
+pub(crate) fn remove_tmpdir(policy: &Policy, pid: i32) {
+    let _ = std::fs::remove_dir_all(tmpdir_of(policy, pid));
 }

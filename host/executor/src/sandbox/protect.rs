@@ -46,6 +46,12 @@ pub(crate) fn find(writable: &[PathBuf], workdir: &Path) -> Protected {
             up = dir.parent();
         }
     }
+    // Nested repositories too (a submodule's checkout, a repository inside the workspace).
+    let mut nested = Vec::new();
+    for root in writable {
+        nested_repositories(root, &mut nested);
+    }
+    dirs.extend(nested);
     let mut found = Protected::default();
     for dir in dirs {
         let Ok(dir) = std::fs::canonicalize(&dir) else {
@@ -53,15 +59,22 @@ pub(crate) fn find(writable: &[PathBuf], workdir: &Path) -> Protected {
         };
         found.paths.push(dir.join(".gitmodules"));
         let git = dir.join(".git");
-        let git_dirs = match std::fs::symlink_metadata(&git) {
+        let mut git_dirs = match std::fs::symlink_metadata(&git) {
             Ok(meta) if meta.is_dir() => vec![git],
             Ok(meta) if meta.is_file() => linked_git_dirs(&dir, &git),
             _ => Vec::new(),
         };
+        // Submodules' git directories live in `modules/` of their superproject's.
+        let mut i = 0;
+        while i < git_dirs.len() && git_dirs.len() < MAX_GIT_DIRS {
+            module_git_dirs(&git_dirs[i].join("modules"), 0, &mut git_dirs);
+            i += 1;
+        }
         for git_dir in git_dirs {
-            found.paths.push(git_dir.join("hooks"));
-            found.paths.push(git_dir.join("config"));
-            found.paths.push(git_dir.join("config.worktree"));
+            // `commondir` and `gitdir` would point git at another directory's hooks.
+            for name in ["hooks", "config", "config.worktree", "commondir", "gitdir"] {
+                found.paths.push(git_dir.join(name));
+            }
             found.anchors.push(git_dir);
         }
     }
@@ -71,6 +84,68 @@ pub(crate) fn find(writable: &[PathBuf], workdir: &Path) -> Protected {
         list.dedup();
     }
     found
+}
+
+/// How deep below a writable root nested repositories are looked for, how many directories at
+/// most are read doing so, and how many git directories are protected at most.
+const NESTED_DEPTH: usize = 3;
+const NESTED_DIRS: usize = 2000;
+const MAX_GIT_DIRS: usize = 256;
+
+/// Directories holding a `.git` below `root` (not `root` itself), up to [`NESTED_DEPTH`] levels
+/// down and [`NESTED_DIRS`] directories read; dependency and build trees are skipped.
+fn nested_repositories(root: &Path, out: &mut Vec<PathBuf>) {
+    let mut queue = std::collections::VecDeque::from([(root.to_path_buf(), 0)]);
+    let mut read = 0;
+    while let Some((dir, depth)) = queue.pop_front() {
+        if read >= NESTED_DIRS {
+            break;
+        }
+        read += 1;
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let name = entry.file_name();
+            if name == ".git" {
+                if dir != root {
+                    out.push(dir.clone());
+                }
+                continue;
+            }
+            if depth + 1 < NESTED_DEPTH
+                && name != "node_modules"
+                && name != "target"
+                && !name.as_bytes().starts_with(b".")
+            {
+                queue.push_back((entry.path(), depth + 1));
+            }
+        }
+    }
+}
+
+/// Git directories (a `HEAD` inside) under a superproject's `modules/`, recursively.
+fn module_git_dirs(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+    if depth > 4 || out.len() >= MAX_GIT_DIRS {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = entry.path();
+        if path.join("HEAD").is_file() {
+            out.push(path);
+        } else {
+            module_git_dirs(&path, depth + 1, out);
+        }
+    }
 }
 
 /// A linked worktree's git directory (from `.git`'s `gitdir:` line) and its common directory.
