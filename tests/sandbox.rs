@@ -707,3 +707,85 @@ fn a_replaced_git_directory_neither_keeps_a_hook_nor_redirects_the_restore() {
         }
     }
 }
+
+#[test]
+fn moves_between_directories_work_inside_the_roots() {
+    for tier in TIERS {
+        let world = World::new(User::Nobody);
+        let out = world
+            .call(
+                &flags("workspace-write", tier),
+                "mkdir a b && touch a/x && python3 -c 'import os; os.rename(\"a/x\", \"b/y\")' && \
+                 ln b/y a/z && echo moved",
+            )
+            .ran();
+        assert_eq!(out.text, "moved\n", "{tier}");
+        assert!(world.work.join("b/y").exists() && world.work.join("a/z").exists());
+    }
+}
+
+/// `keyctl`'s system call number.
+#[cfg(target_arch = "x86_64")]
+const KEYCTL: u32 = 250;
+#[cfg(target_arch = "aarch64")]
+const KEYCTL: u32 = 219;
+
+#[test]
+fn block_devices_keyrings_and_agent_sockets_are_out_of_reach() {
+    let world = World::new(User::Root);
+    // A socket of the test's own where an SSH agent's would be.
+    let sock = world.outside.join("agent.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let connect = format!(
+        "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"{}\")' 2>&1 \
+         | tail -1",
+        sock.display()
+    );
+    let command = format!(
+        "echo \"agent=$SSH_AUTH_SOCK\"; d=$(find /dev -type b | head -1); head -c1 \"$d\" \
+         >/dev/null && echo read-a-disk; python3 -c 'import ctypes; \
+         print(\"keyctl\", ctypes.CDLL(None, use_errno=True).syscall({KEYCTL}, 0, -3) == -1)'; \
+         {connect}"
+    );
+    let run = |flags: &[&str]| {
+        let mut cmd = world.host(&[
+            "call",
+            "bash",
+            &serde_json::json!({"command": command, "description": "x"}).to_string(),
+        ]);
+        cmd.args(flags).env("SSH_AUTH_SOCK", &sock);
+        String::from_utf8_lossy(&cmd.output().unwrap().stdout).into_owned()
+    };
+    let out = run(&flags("workspace-write", "namespaces"));
+    assert!(out.starts_with("agent=\n"), "{out}");
+    assert!(!out.contains("read-a-disk"), "{out}");
+    assert!(out.contains("keyctl True"), "{out}");
+    assert!(
+        out.contains("ConnectionRefusedError"),
+        "the agent socket is hidden: {out}"
+    );
+    assert!(
+        listener.accept().is_err(),
+        "the sandboxed command reached the socket"
+    );
+    // Unsandboxed, all of it works: the test can fail.
+    let out = run(&[]);
+    assert!(
+        out.contains("read-a-disk") && out.contains("keyctl False"),
+        "{out}"
+    );
+    assert!(listener.accept().is_ok(), "{out}");
+}
+
+#[test]
+fn without_home_the_users_own_secrets_are_still_denied() {
+    let world = World::new(User::Root);
+    let out = world
+        .host(&["doctor", "--sandbox", "read-only"])
+        .env_remove("HOME")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("  /root/.ssh\n"), "{text}");
+}

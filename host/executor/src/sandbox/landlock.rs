@@ -16,6 +16,7 @@
 use std::collections::BTreeSet;
 use std::io;
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use landlock::{
@@ -80,17 +81,29 @@ fn resolve(path: &Path) -> Option<PathBuf> {
 
 /// The read layer: everything readable, listable and executable but `deny` (resolved through
 /// symlinks first), with `grant` readable again even where it lies under a denied path.
-pub(crate) fn read_layer(abi: u32, deny: &[PathBuf], grant: &[PathBuf]) -> io::Result<OwnedFd> {
+pub(crate) fn read_layer(
+    abi: u32,
+    deny: &[PathBuf],
+    grant: &[PathBuf],
+    writable: &[PathBuf],
+) -> io::Result<OwnedFd> {
     let abi = ABI::from(abi as i32);
     let read = AccessFs::from_read(abi);
+    // Every layer refuses moving a file to another directory unless it grants it: granted
+    // beneath the writable roots, as the write layer does.
+    let refer = BitFlags::from(AccessFs::Refer);
     let file = AccessFs::ReadFile | AccessFs::Execute;
     let denied: BTreeSet<PathBuf> = deny
         .iter()
         .filter_map(|path| resolve(path))
         .filter(|path| path != Path::new("/"))
         .collect();
-    // Every proper ancestor of a denied path: walked, not granted.
+    // Every proper ancestor of a denied path: walked, not granted. So is /dev and every
+    // directory in it, where block devices (a disk holds every denied file) get no rule.
     let mut ancestors = BTreeSet::new();
+    if !denied.is_empty() {
+        ancestors.insert(PathBuf::from("/dev"));
+    }
     for path in &denied {
         let mut up = path.parent();
         while let Some(dir) = up {
@@ -100,7 +113,7 @@ pub(crate) fn read_layer(abi: u32, deny: &[PathBuf], grant: &[PathBuf]) -> io::R
     }
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(read)
+        .handle_access(read | refer)
         .map_err(|e| error("read layer", e))?
         .create()
         .map_err(|e| error("read layer", e))?
@@ -137,7 +150,11 @@ pub(crate) fn read_layer(abi: u32, deny: &[PathBuf], grant: &[PathBuf]) -> io::R
                 continue;
             };
             // A symlink is reached through its target, which has a rule of its own.
-            if kind.is_symlink() {
+            if kind.is_symlink() || kind.is_block_device() {
+                continue;
+            }
+            if kind.is_dir() && path.starts_with("/dev") {
+                stack.push(path);
                 continue;
             }
             let Ok(fd) = open_path(&path) else {
@@ -153,6 +170,11 @@ pub(crate) fn read_layer(abi: u32, deny: &[PathBuf], grant: &[PathBuf]) -> io::R
         ruleset = ruleset
             .add_rule(PathBeneath::new(open_path(path)?, read))
             .map_err(|e| error(&format!("rule for {}", path.display()), e))?;
+    }
+    for root in writable {
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(open_path(root)?, refer))
+            .map_err(|e| error(&format!("rule for {}", root.display()), e))?;
     }
     created(ruleset)
 }

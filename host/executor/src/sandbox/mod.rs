@@ -4,10 +4,10 @@
 //! - [`SandboxConfig`] is what the operator asks for; [`Sandbox::resolve`] turns it into the
 //!   policy in force after a [`preflight`] of what the machine supports, refusing a mode that
 //!   cannot be enforced (nothing ever runs unconfined silently).
-//! - The policy travels to the spawn helper with each request ([`policy`]); the helper prepares
-//!   the Landlock rulesets ([`landlock`]), the seccomp filters ([`seccomp`]) and, in the
-//!   namespace tier, the mount and network setup ([`namespaces`]) before it forks bash
-//!   ([`prepare`]); bash's side of the fork only applies them ([`apply`]), right before `exec`.
+//! - The policy travels to the spawn helper factory once ([`policy`]); each helper prepares, while
+//!   idle, the Landlock rulesets ([`landlock`]), the seccomp filters ([`seccomp`]) and, in the
+//!   namespace tier, its own namespaces ([`namespaces`]) ([`prepare`]); bash's side of the fork
+//!   only applies them ([`apply`]), right before `exec`.
 //! - Inside writable roots, git's hooks and configuration stay protected ([`protect`]): bound
 //!   read-only in the namespace tier, checked and restored after the command in the Landlock tier.
 //!
@@ -114,9 +114,10 @@ pub struct Sandbox {
     pub landlock_abi: u32,
 }
 
-/// The oldest Landlock ABI the sandbox can be enforced with: 3 (Linux 6.2) is the first that
-/// controls truncation, without which `truncate(2)` could change any file.
-pub const MIN_LANDLOCK_ABI: u32 = 3;
+/// The oldest Landlock ABI the sandbox can be enforced with: 6 (Linux 6.12), the first that
+/// scopes signals (without it a command could kill its helper before the after-care, the host,
+/// or another command) and abstract Unix sockets; 3 and 4 bring truncation and TCP.
+pub const MIN_LANDLOCK_ABI: u32 = 6;
 
 /// The secrets no sandboxed command may read, under `home`.
 pub fn default_denied(home: &Path) -> Vec<PathBuf> {
@@ -168,8 +169,8 @@ impl Sandbox {
             Ok(abi) if *abi >= MIN_LANDLOCK_ABI => *abi,
             Ok(abi) => {
                 return Err(SandboxError(format!(
-                    "{mode_flag} needs Landlock ABI {MIN_LANDLOCK_ABI} (Linux 6.2) or later; this \
-                     kernel has ABI {abi} ({off})"
+                    "{mode_flag} needs Landlock ABI {MIN_LANDLOCK_ABI} (Linux 6.12) or later; \
+                     this kernel has ABI {abi} ({off})"
                 )));
             }
             Err(why) => {
@@ -219,8 +220,8 @@ impl Sandbox {
         let mut writable = Vec::new();
         match config.mode {
             SandboxMode::WorkspaceWrite => {
-                writable.push(canonical("--cwd", cwd)?);
-                writable.push(canonical("/tmp", Path::new("/tmp"))?);
+                writable.push(canonical("the working directory", cwd)?);
+                writable.push(canonical("the temporary directory", Path::new("/tmp"))?);
                 for dir in &config.allow_write {
                     writable.push(canonical("--sandbox-allow-write", dir)?);
                 }
@@ -236,9 +237,29 @@ impl Sandbox {
             SandboxMode::Off => unreachable!("handled above"),
         }
         writable.dedup();
-        let mut deny_read: Vec<PathBuf> = std::env::var_os("HOME")
-            .map(|home| default_denied(Path::new(&home)))
-            .unwrap_or_default();
+        // The secrets of the home directory HOME names and of the user's own (from the password
+        // database): a missing HOME must not leave them readable.
+        let mut homes: Vec<PathBuf> = std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(PathBuf::from)
+            .into_iter()
+            .chain(password_home())
+            .collect();
+        homes.dedup();
+        if homes.is_empty() {
+            return Err(SandboxError(
+                "no home directory to deny secrets in: HOME is unset and the user has no entry \
+                 in the password database (set HOME)"
+                    .to_string(),
+            ));
+        }
+        let mut deny_read: Vec<PathBuf> = homes.iter().flat_map(|h| default_denied(h)).collect();
+        // The host's own runtime files (its generated HTTP token among them).
+        let uid = rustix::process::getuid().as_raw();
+        if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+            deny_read.push(PathBuf::from(runtime).join("dsh-host"));
+        }
+        deny_read.push(std::env::temp_dir().join(format!("dsh-host-{uid}")));
         for path in &config.deny_read {
             if !path.is_absolute() {
                 return Err(SandboxError(format!(
@@ -250,7 +271,7 @@ impl Sandbox {
         }
         deny_read.extend(extra_denied.iter().cloned());
         // Made last, once nothing can refuse the sandbox any more (a refusal leaves nothing).
-        let (tmp_parent, tmp_base) = tmp_base()?;
+        let (tmp_parent, tmp_base) = tmp_base(&writable)?;
         // Other commands' private temporary directories, of this host and of others.
         deny_read.push(tmp_parent);
         Ok(Some(Sandbox {
@@ -281,7 +302,7 @@ impl Sandbox {
 /// inside one parent per user (`dsh-sandbox-<uid>`, `0700`, which every sandbox denies: no
 /// command reads another's `TMPDIR`, of this host or another), outside `/tmp` where possible
 /// (`/var/tmp`), so that a command that may write `/tmp` cannot reach it. Removed at shutdown.
-fn tmp_base() -> Result<(PathBuf, PathBuf), SandboxError> {
+fn tmp_base(writable: &[PathBuf]) -> Result<(PathBuf, PathBuf), SandboxError> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let uid = rustix::process::getuid().as_raw();
     let parent = [Path::new("/var/tmp").to_path_buf(), std::env::temp_dir()]
@@ -291,6 +312,16 @@ fn tmp_base() -> Result<(PathBuf, PathBuf), SandboxError> {
     let parent = std::fs::canonicalize(&parent)
         .map_err(|err| SandboxError(format!("{}: {err}", parent.display())))?
         .join(format!("dsh-sandbox-{uid}"));
+    if let Some(root) = writable.iter().find(|root| parent.starts_with(root)) {
+        return Err(SandboxError(format!(
+            "the commands' private temporary directories would be under {} ({}), which commands \
+             may write; make /var/tmp writable for this user, or leave {} out of the writable \
+             roots",
+            parent.display(),
+            root.display(),
+            root.display()
+        )));
+    }
     match std::fs::DirBuilder::new().mode(0o700).create(&parent) {
         Ok(()) => {}
         Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -313,6 +344,27 @@ fn tmp_base() -> Result<(PathBuf, PathBuf), SandboxError> {
         .create(&dir)
         .map_err(|err| SandboxError(format!("{}: {err}", dir.display())))?;
     Ok((parent, dir))
+}
+
+/// The user's home directory from the password database.
+fn password_home() -> Option<PathBuf> {
+    let uid = rustix::process::getuid().as_raw();
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: getpwuid_r with a zeroed passwd, a buffer of the size given and a result pointer;
+    // the strings it sets point into `buf`, read before `buf` goes.
+    unsafe {
+        let mut pwd: libc::passwd = std::mem::zeroed();
+        let mut result = std::ptr::null_mut();
+        if libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut result) != 0
+            || result.is_null()
+            || pwd.pw_dir.is_null()
+        {
+            return None;
+        }
+        let dir = std::ffi::CStr::from_ptr(pwd.pw_dir);
+        use std::os::unix::ffi::OsStrExt;
+        Some(PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes())))
+    }
 }
 
 impl fmt::Display for SandboxMode {

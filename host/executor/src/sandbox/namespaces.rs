@@ -110,7 +110,7 @@ pub(crate) fn read_only_but(writable: &[PathBuf]) -> io::Result<()> {
         let path = path.to_path_buf();
         move |err: io::Error| io::Error::new(err.kind(), format!("{}: {err}", path.display()))
     };
-    for (point, fstype) in &mounts {
+    for (point, fstype, _) in &mounts {
         if LEFT_AS_IS.contains(&fstype.as_str()) {
             continue;
         }
@@ -130,12 +130,17 @@ pub(crate) fn read_only_but(writable: &[PathBuf]) -> io::Result<()> {
     for root in writable {
         let target = c_path(root)?;
         mount(Some(&target), &target, libc::MS_BIND | libc::MS_REC).map_err(with(root))?;
-        for (point, _) in mounts
+        for (point, was_read_only) in mounts
             .iter()
-            .filter(|(p, _)| p.starts_with(root) && p != root)
-            .map(|(p, f)| (p.as_path(), f))
-            .chain(std::iter::once((root.as_path(), &String::new())))
+            .filter(|(p, _, _)| p.starts_with(root) && p != root)
+            .map(|(p, _, ro)| (p.as_path(), ro))
+            .chain(std::iter::once((root.as_path(), &false)))
         {
+            // One that was read-only already stays so (it may be locked that way); one that
+            // cannot be looked at is not reached by this path either.
+            if *was_read_only && point != root {
+                continue;
+            }
             let flags = mount_flags(point).map_err(with(point))?;
             mount(
                 None,
@@ -153,8 +158,9 @@ fn c_path(path: &Path) -> io::Result<std::ffi::CString> {
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
-/// This mount namespace's mount points and filesystem types, parents first.
-fn mount_points() -> io::Result<Vec<(PathBuf, String)>> {
+/// This mount namespace's mount points, filesystem types and whether each is read-only,
+/// parents first.
+fn mount_points() -> io::Result<Vec<(PathBuf, String, bool)>> {
     let text = std::fs::read_to_string("/proc/self/mountinfo")?;
     let mut points = Vec::new();
     for line in text.lines() {
@@ -165,10 +171,17 @@ fn mount_points() -> io::Result<Vec<(PathBuf, String)>> {
         let (Some(point), Some(fstype)) = (fields.get(4), fields.get(sep + 1)) else {
             continue;
         };
-        points.push((PathBuf::from(unescape(point)), fstype.to_string()));
+        let read_only = fields
+            .get(5)
+            .is_some_and(|options| options.split(',').any(|o| o == "ro"));
+        points.push((
+            PathBuf::from(unescape(point)),
+            fstype.to_string(),
+            read_only,
+        ));
     }
     // Parents before what is mounted on them.
-    points.sort_by_key(|(p, _)| p.components().count());
+    points.sort_by_key(|(p, _, _)| p.components().count());
     Ok(points)
 }
 
@@ -190,6 +203,59 @@ fn unescape(field: &str) -> std::ffi::OsString {
         }
     }
     std::os::unix::ffi::OsStringExt::from_vec(out)
+}
+
+/// Sockets and socket directories of the user's session and of daemons that would run what a
+/// command asks outside the sandbox (the session bus and systemd, an X display, an SSH agent, a
+/// container engine): hidden under an empty, read-only directory or `/dev/null` where they
+/// exist. Landlock controls connecting to a socket by path only from ABI 9.
+pub(crate) fn hide_sockets(extra: &[PathBuf]) -> io::Result<()> {
+    let uid = rustix::process::getuid().as_raw();
+    let mut paths: Vec<PathBuf> = [
+        format!("/run/user/{uid}"),
+        "/tmp/.X11-unix".to_string(),
+        "/tmp/.ICE-unix".to_string(),
+        "/run/dbus".to_string(),
+        "/var/run/dbus".to_string(),
+        "/run/docker.sock".to_string(),
+        "/var/run/docker.sock".to_string(),
+        "/run/containerd".to_string(),
+        "/run/podman".to_string(),
+        "/run/systemd/private".to_string(),
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .chain(extra.iter().cloned())
+    .filter_map(|p| std::fs::canonicalize(p).ok())
+    .collect();
+    paths.sort();
+    paths.dedup();
+    for path in paths {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let target = c_path(&path)?;
+        let with =
+            |err: io::Error| io::Error::new(err.kind(), format!("{}: {err}", path.display()));
+        if meta.is_dir() {
+            // SAFETY: valid strings; a new tmpfs, read-only and empty.
+            let done = unsafe {
+                libc::mount(
+                    c"none".as_ptr(),
+                    target.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    c"size=4k,mode=0555".as_ptr().cast(),
+                )
+            };
+            if done != 0 {
+                return Err(with(io::Error::last_os_error()));
+            }
+        } else {
+            mount(Some(c"/dev/null"), &target, libc::MS_BIND).map_err(with)?;
+        }
+    }
+    Ok(())
 }
 
 /// Binds each of `paths` over itself, writable: a mount point cannot be renamed, removed or

@@ -36,11 +36,20 @@ impl Confined {
         let tmpdir = tmpdir_of(policy, rustix::process::getpid().as_raw_nonzero().get());
         std::fs::DirBuilder::new().mode(0o700).create(&tmpdir)?;
         // SAFETY: the helper is single-threaded; nothing reads the environment concurrently.
-        unsafe { std::env::set_var("TMPDIR", &tmpdir) };
+        unsafe {
+            std::env::set_var("TMPDIR", &tmpdir);
+            // Where a sandboxed command would find an agent or a bus to act through outside it.
+            std::env::remove_var("DBUS_SESSION_BUS_ADDRESS");
+        }
         let mut writable = policy.writable.clone();
         writable.push(tmpdir.clone());
         let landlock = vec![
-            super::landlock::read_layer(abi, &policy.deny_read, std::slice::from_ref(&tmpdir))?,
+            super::landlock::read_layer(
+                abi,
+                &policy.deny_read,
+                std::slice::from_ref(&tmpdir),
+                &writable,
+            )?,
             super::landlock::write_layer(abi, &writable, policy.network == NetworkMode::Off)?,
         ];
         let filters = super::seccomp::filters(policy.network)?;
@@ -52,7 +61,23 @@ impl Confined {
             .enter()
             .map_err(|(step, err)| io::Error::new(err.kind(), format!("{step}: {err}")))?;
             namespaces::read_only_but(&writable)?;
+            // Denied paths inside a writable root (a workspace holding `~/.ssh`): not writable
+            // either, so that no command plants an `authorized_keys` or an ssh `config`.
+            let denied_inside: Vec<PathBuf> = policy
+                .deny_read
+                .iter()
+                .filter_map(|p| std::fs::canonicalize(p).ok())
+                .filter(|p| writable.iter().any(|root| p.starts_with(root)))
+                .collect();
+            namespaces::bind_read_only(&denied_inside)?;
+            let agent: Vec<PathBuf> = std::env::var_os("SSH_AUTH_SOCK")
+                .map(PathBuf::from)
+                .into_iter()
+                .collect();
+            namespaces::hide_sockets(&agent)?;
         }
+        // SAFETY: as above.
+        unsafe { std::env::remove_var("SSH_AUTH_SOCK") };
         Ok(Confined {
             prepared: Prepared { landlock, filters },
             tier: policy.tier,
@@ -66,17 +91,26 @@ impl Confined {
     /// the helper's mount namespace (namespace tier) or snapshotted (Landlock tier).
     pub(crate) fn for_workdir(&mut self, workdir: &Path) -> io::Result<()> {
         let protected = protect::find(&self.writable, workdir);
-        let exists = |path: &PathBuf| std::fs::symlink_metadata(path).is_ok();
+        // A mount follows a symlink: those are left to the snapshot.
+        let exists = |path: &PathBuf| {
+            std::fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_symlink())
+        };
         let snapshot = match self.tier {
             Tier::Namespaces => {
                 // A git directory that is a mount point cannot be renamed or replaced; inside
                 // it, what exists is bound read-only; what does not is removed after the
                 // command, as in the Landlock tier.
                 namespaces::bind_writable(&protected.anchors)?;
-                let (present, absent): (Vec<_>, Vec<_>) =
-                    protected.paths.into_iter().partition(exists);
+                let present: Vec<PathBuf> = protected
+                    .paths
+                    .iter()
+                    .filter(|p| exists(p))
+                    .cloned()
+                    .collect();
                 namespaces::bind_read_only(&present)?;
-                absent
+                // Checked after the command too: a bound path moves with a renamed parent, and
+                // what did not exist could not be bound.
+                protected.paths
             }
             Tier::Landlock => protected.paths,
         };

@@ -47,8 +47,9 @@ pub(crate) fn find(writable: &[PathBuf], workdir: &Path) -> Protected {
         }
     }
     // Nested repositories too (a submodule's checkout, a repository inside the workspace).
+    // Not in /tmp, whose trees are scratch and would make this walk long.
     let mut nested = Vec::new();
-    for root in writable {
+    for root in writable.iter().filter(|r| r.as_path() != Path::new("/tmp")) {
         nested_repositories(root, &mut nested);
     }
     dirs.extend(nested);
@@ -61,13 +62,35 @@ pub(crate) fn find(writable: &[PathBuf], workdir: &Path) -> Protected {
         let git = dir.join(".git");
         let mut git_dirs = match std::fs::symlink_metadata(&git) {
             Ok(meta) if meta.is_dir() => vec![git],
-            Ok(meta) if meta.is_file() => linked_git_dirs(&dir, &git),
+            // A `.git` file (a linked worktree, a submodule) or symlink: itself protected (it
+            // names the git directory), and the git directory it names.
+            Ok(meta) if meta.is_file() => {
+                found.paths.push(git.clone());
+                linked_git_dirs(&dir, &git)
+            }
+            Ok(meta) if meta.file_type().is_symlink() => {
+                found.paths.push(git.clone());
+                std::fs::canonicalize(&git)
+                    .ok()
+                    .filter(|target| target.is_dir())
+                    .into_iter()
+                    .collect()
+            }
             _ => Vec::new(),
         };
         // Submodules' git directories live in `modules/` of their superproject's.
+        // Linked worktrees' git directories live in `worktrees/` of the main one's.
         let mut i = 0;
         while i < git_dirs.len() && git_dirs.len() < MAX_GIT_DIRS {
             module_git_dirs(&git_dirs[i].join("modules"), 0, &mut git_dirs);
+            if let Ok(entries) = std::fs::read_dir(git_dirs[i].join("worktrees")) {
+                let worktrees: Vec<PathBuf> = entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path())
+                    .collect();
+                git_dirs.extend(worktrees);
+            }
             i += 1;
         }
         for git_dir in git_dirs {
@@ -89,7 +112,7 @@ pub(crate) fn find(writable: &[PathBuf], workdir: &Path) -> Protected {
 /// How deep below a writable root nested repositories are looked for, how many directories at
 /// most are read doing so, and how many git directories are protected at most.
 const NESTED_DEPTH: usize = 3;
-const NESTED_DIRS: usize = 2000;
+const NESTED_DIRS: usize = 200;
 const MAX_GIT_DIRS: usize = 256;
 
 /// Directories holding a `.git` below `root` (not `root` itself), up to [`NESTED_DEPTH`] levels
@@ -150,7 +173,7 @@ fn module_git_dirs(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
 
 /// A linked worktree's git directory (from `.git`'s `gitdir:` line) and its common directory.
 fn linked_git_dirs(worktree: &Path, dot_git: &Path) -> Vec<PathBuf> {
-    let Ok(text) = std::fs::read_to_string(dot_git) else {
+    let Some(text) = read_small(dot_git) else {
         return Vec::new();
     };
     let Some(gitdir) = text.lines().find_map(|l| l.strip_prefix("gitdir:")) else {
@@ -158,13 +181,39 @@ fn linked_git_dirs(worktree: &Path, dot_git: &Path) -> Vec<PathBuf> {
     };
     let gitdir = worktree.join(gitdir.trim());
     let mut dirs = vec![gitdir.clone()];
-    if let Ok(common) = std::fs::read_to_string(gitdir.join("commondir")) {
+    if let Some(common) = read_small(&gitdir.join("commondir")) {
         dirs.push(gitdir.join(common.trim()));
     }
     dirs.into_iter()
         .filter_map(|dir| std::fs::canonicalize(dir).ok())
         .collect()
 }
+
+/// A small regular file's text, read without following a symlink or blocking on a FIFO a
+/// command may have put there.
+fn read_small(path: &Path) -> Option<String> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let stat = rustix::fs::fstat(&fd).ok()?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return None;
+    }
+    let mut text = String::new();
+    std::fs::File::from(fd)
+        .take(4096)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
+}
+
+/// How deep and how many entries a protected directory may hold; beyond, it is refused (at the
+/// snapshot) or put aside (at the restore) rather than walked.
+const MAX_DEPTH: usize = 16;
+const MAX_ENTRIES: usize = 4096;
 
 /// What one protected path held.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,7 +275,16 @@ impl Snapshot {
                 if now == *before {
                     return Ok(false);
                 }
-                remove_at(&dir, &name)?;
+                if remove_at(&dir, &name).is_err() {
+                    // Put aside under a name git gives no meaning to, then put back.
+                    let mut aside = name.clone();
+                    aside.push(format!(
+                        ".dsh-removed-{}",
+                        rustix::process::getpid().as_raw_nonzero()
+                    ));
+                    let _ = remove_at(&dir, &aside);
+                    rustix::fs::renameat(&dir, &name, &dir, &aside)?;
+                }
                 put_back_at(&dir, &name, before)?;
                 Ok(true)
             })();
@@ -286,6 +344,23 @@ fn walk(root: &Path, below: &Path, repair: bool) -> io::Result<(OwnedFd, OsStrin
 }
 
 fn read_at(dir: &OwnedFd, name: &OsStr, budget: &mut u64) -> io::Result<Entry> {
+    let mut entries = MAX_ENTRIES;
+    read_bounded(dir, name, budget, &mut entries, 0)
+}
+
+fn read_bounded(
+    dir: &OwnedFd,
+    name: &OsStr,
+    budget: &mut u64,
+    left: &mut usize,
+    depth: usize,
+) -> io::Result<Entry> {
+    if depth > MAX_DEPTH || *left == 0 {
+        return Err(io::Error::other(
+            "a protected directory is too deep or too large",
+        ));
+    }
+    *left -= 1;
     let stat = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(stat) => stat,
         Err(rustix::io::Errno::NOENT) => return Ok(Entry::Missing),
@@ -305,7 +380,10 @@ fn read_at(dir: &OwnedFd, name: &OsStr, budget: &mut u64) -> io::Result<Entry> {
                 if child == "." || child == ".." {
                     continue;
                 }
-                entries.insert(child.to_os_string(), read_at(&fd, child, budget)?);
+                entries.insert(
+                    child.to_os_string(),
+                    read_bounded(&fd, child, budget, left, depth + 1)?,
+                );
             }
             Ok(Entry::Dir { mode, entries })
         }
@@ -330,10 +408,19 @@ fn read_at(dir: &OwnedFd, name: &OsStr, budget: &mut u64) -> io::Result<Entry> {
 
 /// Removes `name` in `dir` and, if a directory, everything in it, never following a symlink.
 fn remove_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
+    remove_bounded(dir, name, 0)
+}
+
+fn remove_bounded(dir: &OwnedFd, name: &OsStr, depth: usize) -> io::Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(io::Error::other("too deep to remove"));
+    }
     match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Err(rustix::io::Errno::NOENT) => Ok(()),
         Err(err) => Err(err.into()),
         Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Directory => {
+            // A directory the command made unreadable is still the helper's to empty.
+            let _ = rustix::fs::chmodat(dir, name, Mode::from_raw_mode(0o700), AtFlags::empty());
             let fd = open_dir(dir, name)?;
             let children: Vec<OsString> = rustix::fs::Dir::read_from(&fd)?
                 .filter_map(Result::ok)
@@ -341,7 +428,7 @@ fn remove_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
                 .filter(|n| n != "." && n != "..")
                 .collect();
             for child in children {
-                remove_at(&fd, &child)?;
+                remove_bounded(&fd, &child, depth + 1)?;
             }
             Ok(rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)?)
         }

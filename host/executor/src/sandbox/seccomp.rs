@@ -6,7 +6,7 @@
 //! new namespaces (`unshare`, `setns`, `clone` with a namespace flag; `clone3`, whose flags
 //! a filter cannot read, reports "not implemented" so that the C library falls back to `clone`),
 //! mounting, `ptrace` and `process_vm_*` (reading or writing another process), io_uring (whose
-//! operations no filter sees), BPF, kernel modules, `kexec`, `reboot` and swap, and changing
+//! operations no filter sees), kernel keyrings, BPF, kernel modules, `kexec`, `reboot` and swap, and changing
 //! another process's resource limits. Where the
 //! network is off, sockets of every family but Unix. On x86_64, the x32 system call numbers,
 //! which would reach the same calls under other numbers.
@@ -55,6 +55,10 @@ const REFUSED: &[i64] = &[
     libc::SYS_reboot,
     libc::SYS_swapon,
     libc::SYS_swapoff,
+    // Kernel keyrings (a Kerberos ticket cache, say) are not files Landlock sees.
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
 ];
 
 /// Every namespace flag `clone` takes.
