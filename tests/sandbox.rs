@@ -789,3 +789,24 @@ fn without_home_the_users_own_secrets_are_still_denied() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("  /root/.ssh\n"), "{text}");
 }
+
+#[test]
+fn files_made_between_commands_are_judged_afresh() {
+    for tier in TIERS {
+        let world = World::new(User::Root);
+        let mut mcp = Mcp::start(&world, &["--sandbox", "read-only", "--sandbox-tier", tier]);
+        assert_eq!(mcp.bash("echo first"), "first\n");
+        // Made by the operator while the host runs: a plain file beside the denied ones, and a
+        // secret where none was.
+        std::fs::write(world.home.join("notes.txt"), "plain\n").unwrap();
+        std::fs::create_dir_all(world.home.join(".aws")).unwrap();
+        std::fs::write(world.home.join(".aws/credentials"), SECRET).unwrap();
+        let out = mcp.bash("cat ~/notes.txt; cat ~/.aws/credentials");
+        assert!(out.starts_with("plain\n"), "{tier}: {out}");
+        assert!(!out.contains(SECRET), "{tier}: {out}");
+        assert!(
+            out.contains("credentials: Permission denied"),
+            "{tier}: {out}"
+        );
+    }
+}

@@ -129,6 +129,8 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
         eprintln!("dsh-spawn-helper: unreadable sandbox policy");
         return 1;
     };
+    // The read grants every helper's sandbox starts from, remade when out of date.
+    let mut grants: Option<crate::sandbox::landlock::ReadGrants> = None;
     let baseline = Baseline::read(open_oom_score_adj().as_ref());
     // Read once: every helper forked from here has the same dispositions.
     let changed_signals = exec::changed_signals();
@@ -177,6 +179,11 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
                 }
             }
         };
+        if let Some(policy) = &policy
+            && !grants.as_ref().is_some_and(|g| g.current())
+        {
+            grants = crate::sandbox::landlock::ReadGrants::make(&policy.deny_read).ok();
+        }
         // The helper starts inside the command's cgroup: bash, started from it, then is too.
         // SAFETY: this process is single-threaded.
         match unsafe { fork::fork_into(cgroup.as_ref().map(AsFd::as_fd)) } {
@@ -184,7 +191,8 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
                 drop(control);
                 drop(signals);
                 drop(host_pidfd);
-                let code = helper(sock, cgroup, &baseline, &changed_signals, policy.as_ref());
+                let sandbox = policy.as_ref().map(|p| (p, grants.as_ref()));
+                let code = helper(sock, cgroup, &baseline, &changed_signals, sandbox);
                 // Nothing to flush or clean up: the process just ends.
                 // SAFETY: _exit ends the process at once.
                 unsafe { libc::_exit(code) }
@@ -386,7 +394,7 @@ fn helper(
     cgroup: Option<OwnedFd>,
     baseline: &Baseline,
     changed_signals: &[i32],
-    policy: Option<&Policy>,
+    sandbox: Option<(&Policy, Option<&crate::sandbox::landlock::ReadGrants>)>,
 ) -> i32 {
     // A session and process group of its own (see `factory`); bash then starts another.
     if rustix::process::setsid().is_err() {
@@ -398,7 +406,13 @@ fn helper(
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::CONT));
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     // The sandbox, prepared while idle (its failure is the command's).
-    let confined = policy.map(Confined::prepare);
+    let confined = sandbox.map(|(policy, grants)| match grants {
+        Some(grants) => Confined::prepare(policy, grants),
+        // Never unconfined: the command is refused.
+        None => Err(io::Error::other(
+            "the sandbox's read rules could not be made",
+        )),
+    });
     if confined.is_some() {
         // Entering a user namespace clears the death signal.
         let _ =

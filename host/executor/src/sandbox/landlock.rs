@@ -5,8 +5,8 @@
 //! - the read layer handles reading, listing and executing: everything is allowed but the denied
 //!   paths. Landlock only grants, so "all but these" is spelled out: every directory is listable,
 //!   and reading and executing are granted beneath every entry of `/` except the one leading to a
-//!   denied path, recursively along that path, the denied path itself getting nothing. Made per
-//!   command, so a secret created since the last command is denied too.
+//!   denied path, recursively along that path, the denied path itself getting nothing
+//!   ([`ReadGrants`]). A denied path made later is denied too: it never had a grant.
 //! - the write layer handles every kind of change (writing, truncating, creating, removing,
 //!   linking, renaming): granted beneath the writable roots, the command's private `TMPDIR` and
 //!   a few devices only. Where the network is off, it also handles TCP bind and connect, with no
@@ -15,7 +15,7 @@
 
 use std::collections::BTreeSet;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
@@ -79,11 +79,115 @@ fn resolve(path: &Path) -> Option<PathBuf> {
     Some(resolve(parent)?.join(name))
 }
 
-/// The read layer: everything readable, listable and executable but `deny` (resolved through
-/// symlinks first), with `grant` readable again even where it lies under a denied path.
+/// A directory's identity and last change, to tell whether a listing of it is still current.
+type Stamp = (u64, i64, i64);
+
+fn stamp(dir: &Path) -> Option<Stamp> {
+    let stat = rustix::fs::stat(dir).ok()?;
+    Some((stat.st_ino, stat.st_mtime, stat.st_mtime_nsec as i64))
+}
+
+/// The read grants of "everything but the denied paths": whose making costs a walk of every
+/// directory leading to a denied path (and of /dev) and a descriptor per entry, so the helper
+/// factory makes them once and every helper it forks inherits them, until a walked directory
+/// changes ([`ReadGrants::current`]).
+#[derive(Debug)]
+pub(crate) struct ReadGrants {
+    /// Each entry's descriptor and whether it is a directory.
+    grants: Vec<(OwnedFd, bool)>,
+    pub(crate) freshness: Freshness,
+}
+
+/// What [`ReadGrants`] were made from: the walked directories as they were, and when.
+#[derive(Debug, Clone)]
+pub(crate) struct Freshness {
+    walked: Vec<(PathBuf, Option<Stamp>)>,
+    made: std::time::SystemTime,
+}
+
+impl ReadGrants {
+    /// Walks from `/` along every denied path (resolved through symlinks first), granting every
+    /// entry off those paths; the denied paths themselves, symlinks (reached through their
+    /// targets) and block devices (a disk holds every denied file) get nothing.
+    pub(crate) fn make(deny: &[PathBuf]) -> io::Result<ReadGrants> {
+        let made = std::time::SystemTime::now();
+        let denied: BTreeSet<PathBuf> = deny
+            .iter()
+            .filter_map(|path| resolve(path))
+            .filter(|path| path != Path::new("/"))
+            .collect();
+        // Every proper ancestor of a denied path is walked, not granted; so are /dev and every
+        // directory in it.
+        let mut ancestors = BTreeSet::from([PathBuf::from("/dev")]);
+        for path in &denied {
+            let mut up = path.parent();
+            while let Some(dir) = up {
+                ancestors.insert(dir.to_path_buf());
+                up = dir.parent();
+            }
+        }
+        let mut grants = Vec::new();
+        let mut walked = Vec::new();
+        let mut stack = vec![PathBuf::from("/")];
+        while let Some(dir) = stack.pop() {
+            walked.push((dir.clone(), stamp(&dir)));
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if denied.contains(&path) {
+                    continue;
+                }
+                let Ok(kind) = entry.file_type() else {
+                    continue;
+                };
+                if kind.is_symlink() || kind.is_block_device() {
+                    continue;
+                }
+                if ancestors.contains(&path) || (kind.is_dir() && path.starts_with("/dev")) {
+                    stack.push(path);
+                    continue;
+                }
+                if let Ok(fd) = open_path(&path) {
+                    grants.push((fd, kind.is_dir()));
+                }
+            }
+        }
+        Ok(ReadGrants {
+            grants,
+            freshness: Freshness { walked, made },
+        })
+    }
+
+    /// Whether these grants still spell out "everything but the denied paths".
+    pub(crate) fn current(&self) -> bool {
+        self.freshness.current()
+    }
+}
+
+impl Freshness {
+    /// Whether every walked directory is as it was, and was last changed well before the walk
+    /// (a change within the file system's timestamp granularity of the walk could be missed).
+    pub(crate) fn current(&self) -> bool {
+        let settled = |s: &Stamp| {
+            let changed = std::time::UNIX_EPOCH
+                + std::time::Duration::new(s.1.max(0) as u64, s.2.clamp(0, 999_999_999) as u32);
+            changed + std::time::Duration::from_secs(1) < self.made
+        };
+        self.walked.iter().all(|(dir, before)| {
+            let now = stamp(dir);
+            now == *before && now.as_ref().is_none_or(settled)
+        })
+    }
+}
+
+/// The read layer: everything readable, listable and executable but the denied paths (as
+/// `grants` spell it out), with `grant` readable again even where it lies under a denied path,
+/// and moving files between directories allowed beneath `writable`.
 pub(crate) fn read_layer(
     abi: u32,
-    deny: &[PathBuf],
+    grants: &ReadGrants,
     grant: &[PathBuf],
     writable: &[PathBuf],
 ) -> io::Result<OwnedFd> {
@@ -93,24 +197,6 @@ pub(crate) fn read_layer(
     // beneath the writable roots, as the write layer does.
     let refer = BitFlags::from(AccessFs::Refer);
     let file = AccessFs::ReadFile | AccessFs::Execute;
-    let denied: BTreeSet<PathBuf> = deny
-        .iter()
-        .filter_map(|path| resolve(path))
-        .filter(|path| path != Path::new("/"))
-        .collect();
-    // Every proper ancestor of a denied path: walked, not granted. So is /dev and every
-    // directory in it, where block devices (a disk holds every denied file) get no rule.
-    let mut ancestors = BTreeSet::new();
-    if !denied.is_empty() {
-        ancestors.insert(PathBuf::from("/dev"));
-    }
-    for path in &denied {
-        let mut up = path.parent();
-        while let Some(dir) = up {
-            ancestors.insert(dir.to_path_buf());
-            up = dir.parent();
-        }
-    }
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(read | refer)
@@ -123,48 +209,11 @@ pub(crate) fn read_layer(
             AccessFs::ReadDir,
         ))
         .map_err(|e| error("rule for /", e))?;
-    if denied.is_empty() {
+    for (fd, is_dir) in &grants.grants {
+        let access = if *is_dir { read } else { file };
         ruleset = ruleset
-            .add_rule(PathBeneath::new(open_path(Path::new("/"))?, read))
-            .map_err(|e| error("rule for /", e))?;
-    }
-    let mut stack: Vec<PathBuf> = if denied.is_empty() {
-        Vec::new()
-    } else {
-        vec![PathBuf::from("/")]
-    };
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if denied.contains(&path) {
-                continue;
-            }
-            if ancestors.contains(&path) {
-                stack.push(path);
-                continue;
-            }
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            // A symlink is reached through its target, which has a rule of its own.
-            if kind.is_symlink() || kind.is_block_device() {
-                continue;
-            }
-            if kind.is_dir() && path.starts_with("/dev") {
-                stack.push(path);
-                continue;
-            }
-            let Ok(fd) = open_path(&path) else {
-                continue;
-            };
-            let access = if kind.is_dir() { read } else { file };
-            ruleset = ruleset
-                .add_rule(PathBeneath::new(fd, access))
-                .map_err(|e| error(&format!("rule for {}", path.display()), e))?;
-        }
+            .add_rule(PathBeneath::new(fd.as_fd(), access))
+            .map_err(|e| error("read rule", e))?;
     }
     for path in grant {
         ruleset = ruleset

@@ -254,12 +254,12 @@ impl Sandbox {
             ));
         }
         let mut deny_read: Vec<PathBuf> = homes.iter().flat_map(|h| default_denied(h)).collect();
-        // The host's own runtime files (its generated HTTP token among them).
-        let uid = rustix::process::getuid().as_raw();
+        // The host's own runtime files (its generated HTTP token among them). Not the fallback
+        // under the temporary directory: a denied path there would make files new in it
+        // unreadable to the command that made them (see `landlock::ReadGrants`).
         if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
             deny_read.push(PathBuf::from(runtime).join("dsh-host"));
         }
-        deny_read.push(std::env::temp_dir().join(format!("dsh-host-{uid}")));
         for path in &config.deny_read {
             if !path.is_absolute() {
                 return Err(SandboxError(format!(

@@ -10,6 +10,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use super::apply::Prepared;
+use super::landlock::{Freshness, ReadGrants};
 use super::namespaces::{self, NsSetup};
 use super::policy::Policy;
 use super::protect::{self, Snapshot};
@@ -21,6 +22,11 @@ pub(crate) struct Confined {
     pub(crate) prepared: Prepared,
     tier: Tier,
     writable: Vec<PathBuf>,
+    /// What the read layer was made from, to remake it if a walked directory changed since
+    /// (this helper was made ahead of its command).
+    freshness: Freshness,
+    abi: u32,
+    deny_read: Vec<PathBuf>,
     /// The command's private temporary directory (its `TMPDIR`).
     tmpdir: PathBuf,
     /// The protected paths as they were (Landlock tier).
@@ -31,7 +37,7 @@ impl Confined {
     /// Prepares what `policy` decides, in the helper (single-threaded), before any request. In
     /// the namespace tier the helper enters the namespaces here; its death signal is re-armed
     /// after (new credentials clear it).
-    pub(crate) fn prepare(policy: &Policy) -> io::Result<Confined> {
+    pub(crate) fn prepare(policy: &Policy, grants: &ReadGrants) -> io::Result<Confined> {
         let abi = super::landlock::abi()?;
         let tmpdir = tmpdir_of(policy, rustix::process::getpid().as_raw_nonzero().get());
         std::fs::DirBuilder::new().mode(0o700).create(&tmpdir)?;
@@ -44,12 +50,7 @@ impl Confined {
         let mut writable = policy.writable.clone();
         writable.push(tmpdir.clone());
         let landlock = vec![
-            super::landlock::read_layer(
-                abi,
-                &policy.deny_read,
-                std::slice::from_ref(&tmpdir),
-                &writable,
-            )?,
+            super::landlock::read_layer(abi, grants, std::slice::from_ref(&tmpdir), &writable)?,
             super::landlock::write_layer(abi, &writable, policy.network == NetworkMode::Off)?,
         ];
         let filters = super::seccomp::filters(policy.network)?;
@@ -82,6 +83,9 @@ impl Confined {
             prepared: Prepared { landlock, filters },
             tier: policy.tier,
             writable: policy.writable.clone(),
+            freshness: grants.freshness.clone(),
+            abi,
+            deny_read: policy.deny_read.clone(),
             tmpdir,
             snapshot: None,
         })
@@ -90,6 +94,17 @@ impl Confined {
     /// Protects git's paths under the writable roots as seen from `workdir`: bound read-only in
     /// the helper's mount namespace (namespace tier) or snapshotted (Landlock tier).
     pub(crate) fn for_workdir(&mut self, workdir: &Path) -> io::Result<()> {
+        if !self.freshness.current() {
+            let grants = ReadGrants::make(&self.deny_read)?;
+            let mut writable = self.writable.clone();
+            writable.push(self.tmpdir.clone());
+            self.prepared.landlock[0] = super::landlock::read_layer(
+                self.abi,
+                &grants,
+                std::slice::from_ref(&self.tmpdir),
+                &writable,
+            )?;
+        }
         let protected = protect::find(&self.writable, workdir);
         // A mount follows a symlink: those are left to the snapshot.
         let exists = |path: &PathBuf| {
