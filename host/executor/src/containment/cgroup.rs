@@ -495,6 +495,11 @@ fn cgroup_dir_from(cgroup: &str, mountinfo: &str) -> Result<PathBuf, String> {
 
 /// Undoes mountinfo's octal escapes (`\040` for a space, ...).
 fn unescape(field: &str) -> String {
+    String::from_utf8_lossy(&unescape_bytes(field)).into_owned()
+}
+
+/// mountinfo's field `field` with its octal escapes undone, as bytes (a path).
+pub(crate) fn unescape_bytes(field: &str) -> Vec<u8> {
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -514,7 +519,7 @@ fn unescape(field: &str) -> String {
             i += 1;
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 /// Removes the empty roots (and their empty command cgroups) of executors whose host process is

@@ -9,7 +9,7 @@
 //! left down when the network is off). bash, started from the helper, is born inside.
 
 use std::io;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 /// Which namespaces to enter, and the maps to write.
@@ -175,7 +175,9 @@ fn mount_points() -> io::Result<Vec<(PathBuf, String, bool)>> {
             .get(5)
             .is_some_and(|options| options.split(',').any(|o| o == "ro"));
         points.push((
-            PathBuf::from(unescape(point)),
+            PathBuf::from(std::ffi::OsString::from_vec(
+                crate::containment::cgroup::unescape_bytes(point),
+            )),
             fstype.to_string(),
             read_only,
         ));
@@ -183,26 +185,6 @@ fn mount_points() -> io::Result<Vec<(PathBuf, String, bool)>> {
     // Parents before what is mounted on them.
     points.sort_by_key(|(p, _, _)| p.components().count());
     Ok(points)
-}
-
-/// mountinfo's octal escapes (`\040` for a space, ...).
-fn unescape(field: &str) -> std::ffi::OsString {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && let Ok(value) = u8::from_str_radix(&field[i + 1..i + 4], 8)
-        {
-            out.push(value);
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    std::os::unix::ffi::OsStringExt::from_vec(out)
 }
 
 /// Sockets and socket directories of the user's session and of daemons that would run what a
