@@ -1187,6 +1187,11 @@ fn user_commits(w: &World, dir: &Path) -> std::process::Output {
         .args(["commit", "-q", "--allow-empty", "-m", "later"])
         .current_dir(dir)
         .env("HOME", &w.home)
+        // Never a repository above the scratch world (the checkout's own, say).
+        .env(
+            "GIT_CEILING_DIRECTORIES",
+            w.work.parent().expect("the world's directory"),
+        )
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .output()

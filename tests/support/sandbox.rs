@@ -114,6 +114,11 @@ impl World {
             .arg(&self.work)
             .current_dir(&self.work)
             .env("HOME", &self.home)
+            // No git a command runs finds a repository above the scratch world (the checkout's).
+            .env(
+                "GIT_CEILING_DIRECTORIES",
+                self.work.parent().expect("the world's directory"),
+            )
             .env("DSH_CACHE_DIR", &self.cache)
             .env_remove("DSH_LOG")
             .env_remove("XDG_CACHE_HOME");
