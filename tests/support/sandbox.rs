@@ -47,9 +47,14 @@ pub const SECRET: &str = "PLANTED-PRIVATE-KEY";
 
 impl World {
     pub fn new(user: User) -> World {
-        // Under the target dir's temporary area rather than /tmp, which a workspace-write
-        // sandbox makes writable.
-        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("sandbox-worlds");
+        // Never under /tmp, which a workspace-write sandbox makes writable (so "outside" would
+        // not be): the target dir's temporary area, or /var/tmp for a checkout under /tmp.
+        let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let base = if target.starts_with("/tmp") {
+            PathBuf::from("/var/tmp/dsh-sandbox-test-worlds")
+        } else {
+            target.join("sandbox-worlds")
+        };
         std::fs::create_dir_all(&base).unwrap();
         std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
         let dir = tempfile::tempdir_in(&base).unwrap();
