@@ -132,17 +132,7 @@ impl World {
 
     /// One `bash` call with `flags`; the result text and whether it was an error.
     pub fn call(&self, flags: &[&str], command: &str) -> Called {
-        let args = serde_json::json!({"command": command, "description": "sandbox test"});
-        let mut all = vec!["call", "bash"];
-        let args = args.to_string();
-        all.push(&args);
-        all.extend_from_slice(flags);
-        let out = self.host(&all).output().expect("dsh-host runs");
-        Called {
-            text: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            code: out.status.code(),
-        }
+        self.call_with(flags, command, serde_json::json!({}))
     }
 }
 

@@ -400,11 +400,10 @@ fn sandbox_for(config: &Config, helper: &OsStr) -> Result<Option<Sandbox>, Confi
             reason: format!("no working directory to make writable: {err}"),
         })?,
     };
-    let sandbox =
-        Sandbox::resolve(&config.sandbox, &cwd, &[], &support).map_err(|err| ConfigError {
-            setting: "sandbox",
-            reason: err.0,
-        })?;
+    let sandbox = Sandbox::resolve(&config.sandbox, &cwd, &support).map_err(|err| ConfigError {
+        setting: "sandbox",
+        reason: err.0,
+    })?;
     if let Some(sandbox) = &sandbox {
         tracing::debug!(mode = %sandbox.mode, tier = %sandbox.tier, "sandbox");
     }

@@ -498,7 +498,7 @@ fn name_helper() {
 
 /// What became of one request.
 enum Served {
-    /// bash runs, with this pid, sandboxed as the request asked.
+    /// bash runs, with this pid, in the sandbox the factory's policy asks for, if any.
     Started(i32, Option<Confined>),
     /// Nothing was started; the helper exits.
     NotStarted,

@@ -105,8 +105,8 @@ pub struct Sandbox {
     /// Directories a command may write beneath (besides its private `TMPDIR` and devices),
     /// canonical.
     pub writable: Vec<PathBuf>,
-    /// Paths no command may read, as configured (each resolved when a command starts, so that
-    /// one created later is denied too).
+    /// Paths no command may read, as configured (resolved by the helper factory, through the
+    /// part that exists: one created later is denied too).
     pub deny_read: Vec<PathBuf>,
     /// Where each command's private temporary directory is made.
     pub tmp_base: PathBuf,
@@ -152,12 +152,10 @@ pub struct SandboxError(pub String);
 
 impl Sandbox {
     /// The policy for `config`, given what the machine supports; `cwd` is the session's working
-    /// directory (the workspace), `extra_denied` the host's own files (configuration, spill
-    /// directory). `None` for [`SandboxMode::Off`].
+    /// directory (the workspace). `None` for [`SandboxMode::Off`].
     pub fn resolve(
         config: &SandboxConfig,
         cwd: &Path,
-        extra_denied: &[PathBuf],
         support: &Support,
     ) -> Result<Option<Sandbox>, SandboxError> {
         if config.mode == SandboxMode::Off {
@@ -269,7 +267,6 @@ impl Sandbox {
             }
             deny_read.push(path.clone());
         }
-        deny_read.extend(extra_denied.iter().cloned());
         // Made last, once nothing can refuse the sandbox any more (a refusal leaves nothing).
         let (tmp_parent, tmp_base) = tmp_base(&writable)?;
         // Other commands' private temporary directories, of this host and of others.
