@@ -204,6 +204,19 @@ fn sessions_settings_and_the_environment() {
         ],
         "badName": "TypeError: tool name: expected a string, got number",
         "otherTools": "Error: the session is closed or belongs to other tools",
+        "noSandbox": [true, false],
+        "sandboxInstructions": [
+            "Commands run in a sandbox (read-only): they can write only to their own $TMPDIR and \
+             to devices such as /dev/null.",
+            "They cannot read: /root/.ssh, /root/.aws.",
+            "The network is limited to each command's own loopback interface: a server a command \
+             starts is reachable only from within that command.",
+        ],
+        "sandboxRun": "hi\n[sandbox: read of /root/.ssh/id denied (a denied path); connect to \
+                       203.0.113.7:443 denied (only loopback is reachable); and 2 more]",
+        "sandboxRead": "(no new output)\n[status: completed, exit code: 0]\n[sandbox: read of \
+                        /root/.ssh/id denied (a denied path); connect to 203.0.113.7:443 denied \
+                        (only loopback is reachable); and 2 more]",
     });
     assert_eq!(facts, expected);
 }

@@ -495,25 +495,26 @@ fn component_without_the_tools_export_fails_naming_it() {
     let o = run(&["--component", path.to_str().unwrap(), "tools"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("dsh:bash/tools@0.2.0"),
+        stderr(&o).contains("dsh:bash/tools@0.3.0"),
         "{}",
         stderr(&o)
     );
 }
 
-/// A component of the previous contract version (`dsh:bash@0.1.0`, before tool definitions had
-/// titles and annotations) is refused at load, naming the import this host does not provide.
+/// A component of the previous contract version (`dsh:bash@0.2.0`, before run results and reads
+/// carried a sandbox's denials and the limits its policy) is refused at load, naming the import
+/// this host does not provide.
 #[test]
 fn component_of_the_previous_contract_version_is_refused_naming_its_import() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old.wasm");
-    std::fs::write(&path, component_importing("dsh:bash/bash-executor@0.1.0")).unwrap();
+    std::fs::write(&path, component_importing("dsh:bash/bash-executor@0.2.0")).unwrap();
     let o = run(&["--component", path.to_str().unwrap(), "tools"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains(
-            "it imports `dsh:bash/bash-executor@0.1.0`, which this host does not provide \
-             (it provides dsh:bash/bash-executor@0.2.0, dsh:bash/agent@0.2.0)"
+            "it imports `dsh:bash/bash-executor@0.2.0`, which this host does not provide \
+             (it provides dsh:bash/bash-executor@0.3.0, dsh:bash/agent@0.3.0)"
         ),
         "{}",
         stderr(&o)

@@ -3,7 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dsh_host::executor::{Config, Executor, LocalExecutor};
+use dsh_host::executor::{
+    BoxFuture, Config, Denial, DenialReason, Denials, DeniedAccess, ExecError, Executor, Limits,
+    LocalExecutor, NetworkMode, Read, Request, RunResult, SandboxMode, SandboxPolicy, Spec, Task,
+};
 use dsh_host::{Caller, HostOptions, ToolHost};
 use tokio_util::sync::CancellationToken;
 
@@ -205,4 +208,153 @@ async fn dropping_a_session_kills_its_running_tasks_only() {
     );
     drop(other);
     host.shutdown().await;
+}
+
+/// The local executor, claiming a sandbox and reporting fixed denials for every run and read:
+/// what the host hands the component of an executor's sandbox facts, and how they read.
+struct Denying {
+    inner: Arc<LocalExecutor>,
+}
+
+impl Denying {
+    fn denials() -> Denials {
+        Denials {
+            first: vec![
+                Denial {
+                    access: DeniedAccess::Read,
+                    target: "/root/.ssh/id_ed25519".into(),
+                    reason: DenialReason::DeniedRead,
+                },
+                Denial {
+                    access: DeniedAccess::Socket,
+                    target: "AF_INET".into(),
+                    reason: DenialReason::NetworkOff,
+                },
+                Denial {
+                    access: DeniedAccess::Undone,
+                    target: "/w/.git/hooks/pre-commit".into(),
+                    reason: DenialReason::ProtectedPath,
+                },
+            ],
+            more: 2,
+        }
+    }
+}
+
+impl Executor for Denying {
+    fn limits(&self) -> Limits {
+        Limits {
+            sandbox: Some(SandboxPolicy {
+                mode: SandboxMode::WorkspaceWrite,
+                writable: vec!["/w".into(), "/tmp".into()],
+                denied_reads: vec!["/root/.ssh".into()],
+                network: NetworkMode::Off,
+            }),
+            ..self.inner.limits()
+        }
+    }
+    fn resolve(&self, req: Request) -> Result<Spec, ExecError> {
+        self.inner.resolve(req)
+    }
+    fn run(
+        &self,
+        spec: Spec,
+        abort: CancellationToken,
+    ) -> BoxFuture<'_, Result<RunResult, ExecError>> {
+        Box::pin(async move {
+            let result = self.inner.run(spec, abort).await?;
+            Ok(RunResult {
+                denials: Self::denials(),
+                ..result
+            })
+        })
+    }
+    fn start(&self, spec: Spec) -> BoxFuture<'_, Result<Task, ExecError>> {
+        self.inner.start(spec)
+    }
+    fn read_output(&self, id: &str) -> Result<Read, ExecError> {
+        Ok(Read {
+            denials: Self::denials(),
+            ..self.inner.read_output(id)?
+        })
+    }
+    fn kill(&self, id: &str) -> Result<bool, ExecError> {
+        self.inner.kill(id)
+    }
+    fn owner_of(&self, id: &str) -> Option<String> {
+        self.inner.owner_of(id)
+    }
+    fn get(&self, id: &str) -> Result<Task, ExecError> {
+        self.inner.get(id)
+    }
+    fn list(&self) -> Vec<Task> {
+        self.inner.list()
+    }
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        self.inner.shutdown()
+    }
+}
+
+/// The executor's sandbox and denials reach the component unchanged: its instructions state the
+/// policy, and a foreground result and a read end with the line naming the denials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_facts_pass_through_to_the_tools_text() {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let inner = LocalExecutor::new(quick(), tx).expect("valid config");
+    let executor: Arc<dyn Executor> = Arc::new(Denying { inner });
+    let mut options = HostOptions::new();
+    options.cache_dir =
+        Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache"));
+    let host = ToolHost::new(options, executor, rx)
+        .await
+        .expect("host loads");
+    let paragraph: Vec<&str> = host
+        .instructions()
+        .rsplit("\n\n")
+        .next()
+        .unwrap()
+        .lines()
+        .collect();
+    assert_eq!(
+        paragraph[..3],
+        [
+            "Commands run in a sandbox (workspace-write): they can write only under /w, /tmp and \
+             their own $TMPDIR; git hooks and configuration there stay read-only, and git init, \
+             add and commit work.",
+            "They cannot read: /root/.ssh.",
+            "The network is off: no sockets but Unix sockets.",
+        ]
+    );
+    let line = "[sandbox: read of /root/.ssh/id_ed25519 denied (a denied path); AF_INET socket \
+                denied (the network is off); change to /w/.git/hooks/pre-commit undone (a \
+                protected git path); and 2 more]";
+    let session = host.open_session(None);
+    let r = host
+        .call(
+            "bash",
+            &bash("echo out; exit 2"),
+            &session.caller(),
+            CancellationToken::new(),
+        )
+        .await;
+    assert_eq!(r.text, format!("out\n[exit code: 2]\n{line}"));
+    assert!(!r.is_error);
+    let r = host
+        .call(
+            "bash",
+            &serde_json::json!({"command":"true","description":"Do nothing","run_in_background":true}).to_string(),
+            &session.caller(),
+            CancellationToken::new(),
+        )
+        .await;
+    assert_eq!(r.text, "started background task bash-1");
+    let r = host
+        .call(
+            "bash_output",
+            r#"{"task_id":"bash-1"}"#,
+            &session.caller(),
+            CancellationToken::new(),
+        )
+        .await;
+    assert!(r.text.ends_with(&format!("]\n{line}")), "{}", r.text);
 }

@@ -1543,3 +1543,89 @@ async fn an_end_racing_the_hand_over_is_reported_once() {
     assert_eq!(h.events.try_recv().unwrap_err(), TryRecvError::Empty);
     assert_eq!(h.exec.list().len(), yielded);
 }
+
+// What a sandbox denied, as the executor reports it (rendered by the tools: tests/sandbox.rs).
+
+fn sandboxed(c: &mut Config) {
+    c.sandbox = dsh_executor::SandboxConfig {
+        mode: dsh_executor::SandboxMode::ReadOnly,
+        tier: dsh_executor::TierPreference::Landlock,
+        ..Default::default()
+    };
+}
+
+fn write_denied(path: &str) -> dsh_executor::Denial {
+    dsh_executor::Denial {
+        access: dsh_executor::DeniedAccess::Write,
+        target: path.to_string(),
+        reason: dsh_executor::DenialReason::OutsideWritableRoots,
+    }
+}
+
+/// A background task's denials come with the read after them, each once; a foreground call has
+/// every denial of its command, distinct, the first three named and the rest counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denials_reach_the_result_and_each_read_once() {
+    let mut h = harness(sandboxed);
+    let r = h
+        .run(
+            "for p in a b a c d e; do echo x > /etc/dsh-denied-$p; done 2>/dev/null; \
+             echo ok > /dev/null",
+        )
+        .await;
+    assert_eq!(r.exit_code, Some(0));
+    assert_eq!(
+        r.denials.first,
+        ["a", "b", "c"].map(|p| write_denied(&format!("/etc/dsh-denied-{p}")))
+    );
+    assert_eq!(r.denials.more, 2);
+
+    let task = h
+        .start("echo x > /etc/dsh-denied-bg1; echo first; sleep 0.5; echo x > /etc/dsh-denied-bg2")
+        .await;
+    // Read while it runs, and after its end: bg1 once, then bg2 once.
+    let mut denials = Vec::new();
+    let mut out = String::new();
+    while !out.contains("first") {
+        let read = h.exec.read_output(&task.id).unwrap();
+        out.push_str(&read.stdout.text);
+        denials.extend(read.denials.first);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(denials, [write_denied("/etc/dsh-denied-bg1")]);
+    h.next_event().await;
+    denials.extend(h.exec.read_output(&task.id).unwrap().denials.first);
+    assert_eq!(
+        denials,
+        [
+            write_denied("/etc/dsh-denied-bg1"),
+            write_denied("/etc/dsh-denied-bg2")
+        ]
+    );
+    assert!(h.exec.read_output(&task.id).unwrap().denials.is_empty());
+
+    // Unsandboxed, the same command reports nothing (and writes: cleaned up).
+    let plain = harness(|_| {});
+    let r = plain
+        .run("echo x > /etc/dsh-denied-plain; rm /etc/dsh-denied-plain")
+        .await;
+    assert!(r.denials.is_empty());
+}
+
+/// A command handed over to the background: the result names what was denied before, the
+/// task's first read only what came after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_yielded_command_splits_its_denials_at_the_hand_over() {
+    let mut h = harness(|c| {
+        sandboxed(c);
+        c.yield_after_ms = Some(400.0);
+    });
+    let r = h
+        .run("echo x > /etc/dsh-denied-y1; sleep 1; echo x > /etc/dsh-denied-y2")
+        .await;
+    let yielded = r.yielded.expect("handed over");
+    assert_eq!(r.denials.first, [write_denied("/etc/dsh-denied-y1")]);
+    h.next_event().await;
+    let read = h.exec.read_output(&yielded.task.id).unwrap();
+    assert_eq!(read.denials.first, [write_denied("/etc/dsh-denied-y2")]);
+}

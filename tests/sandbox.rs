@@ -11,6 +11,24 @@ use sandbox::{SECRET, TIERS, User, World, flags, holds};
 
 const MODES: [&str; 2] = ["read-only", "workspace-write"];
 
+/// The result's `[sandbox: …]` line: its last, when there is one.
+fn sandbox_line(text: &str) -> Option<&str> {
+    text.lines()
+        .last()
+        .filter(|l| l.starts_with("[sandbox: ") && l.ends_with(']'))
+}
+
+/// Asserts that `text` ends with a sandbox line naming `denial`.
+#[track_caller]
+fn reported(text: &str, denial: &str) {
+    let line = sandbox_line(text).unwrap_or_else(|| panic!("no sandbox line: {text}"));
+    assert!(line.contains(denial), "{denial:?} not in {line:?}: {text}");
+}
+
+fn real(path: &std::path::Path) -> String {
+    std::fs::canonicalize(path).unwrap().display().to_string()
+}
+
 /// Every (user, mode, tier) combination.
 fn each(mut case: impl FnMut(User, &str, &str)) {
     for user in User::ALL {
@@ -50,6 +68,13 @@ fn writes_outside_the_roots_fail_and_inside_work() {
             out.text.contains("t\ndevnull-ok\n"),
             "TMPDIR and /dev/null: {case}"
         );
+        reported(
+            &out.text,
+            &format!(
+                "write to {} denied (outside the writable roots)",
+                real(&keep)
+            ),
+        );
         match mode {
             "workspace-write" => assert!(holds(&made, "made\n"), "{case}"),
             _ => assert!(!made.exists(), "{case}"),
@@ -81,6 +106,13 @@ fn a_planted_secret_is_unreadable_with_eacces() {
         );
         assert!(out.text.contains("PermissionError"), "{case}");
         assert!(out.text.contains("other-reads-ok"), "{case}");
+        reported(
+            &out.text,
+            &format!(
+                "read of {}/.ssh/id_ed25519 denied (a denied path)",
+                real(&world.home)
+            ),
+        );
     });
     // Unsandboxed, the planted key is read: the test can fail.
     let world = World::new(User::Nobody);
@@ -171,6 +203,16 @@ fn git_hooks_and_config_stay_protected_while_a_commit_works() {
             if tier == "namespaces" {
                 // Bound read-only: the write itself fails.
                 assert!(out.text.contains("Read-only file system"), "{case}");
+                reported(
+                    &out.text,
+                    &format!(
+                        "write to {}/.git/hooks/pre-commit denied (a protected git path)",
+                        real(&world.work)
+                    ),
+                );
+            } else {
+                // Written, and put back after the command.
+                reported(&out.text, "undone (a protected git path)");
             }
         }
     }
@@ -227,6 +269,10 @@ fn a_workdir_symlink_to_etc_does_not_widen_writes() {
         let denied = out.text.matches("Permission denied").count()
             + out.text.matches("Read-only file system").count();
         assert_eq!(denied, 3, "{case}");
+        reported(
+            &out.text,
+            "write to /etc/dsh-sandbox-probe denied (outside the writable roots)",
+        );
     }
 }
 
@@ -253,6 +299,7 @@ fn network_off_refuses_every_connection() {
             "{user:?} {mode} {tier}: {}",
             out.text
         );
+        reported(&out.text, "AF_INET socket denied (the network is off)");
     });
     assert!(listener.accept().is_err(), "a sandboxed command connected");
     // With the network on, the connection arrives: the test can fail.
@@ -296,7 +343,9 @@ fn loopback_lets_a_command_reach_its_own_server_only() {
                      sleep 0.1; done; python3 -c 'import urllib.request; \
                      print(urllib.request.urlopen(\"http://127.0.0.1:18123/\").status)'; \
                      python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", \
-                     {host_port}), timeout=2)' 2>&1 | tail -1; kill %1"
+                     {host_port}), timeout=2)' 2>&1 | tail -1; \
+                     python3 -c 'import socket; socket.create_connection((\"192.0.2.1\", 9), \
+                     timeout=2)' 2>&1 | tail -1; kill %1"
                 ),
             )
             .ran();
@@ -305,6 +354,13 @@ fn loopback_lets_a_command_reach_its_own_server_only() {
         assert!(
             out.text.contains("ConnectionRefusedError"),
             "the host's port: {case}"
+        );
+        assert!(out.text.contains("Network is unreachable"), "{case}");
+        // Only the address beyond loopback is named.
+        assert_eq!(
+            sandbox_line(&out.text),
+            Some("[sandbox: connect to 192.0.2.1:9 denied (only loopback is reachable)]"),
+            "{case}"
         );
     }
     assert!(
@@ -809,4 +865,89 @@ fn files_made_between_commands_are_judged_afresh() {
             "{tier}: {out}"
         );
     }
+}
+
+/// An MCP client is told the sandbox in the server's instructions: the mode, the writable roots
+/// as the host resolved them, the planted HOME's denied reads and the network; without a
+/// sandbox, no word of one.
+#[test]
+fn mcp_instructions_state_the_sandbox_in_force() {
+    let world = World::new(User::Root);
+    let initialize = |flags: &[&str]| -> String {
+        let mut args = vec!["mcp"];
+        args.extend_from_slice(flags);
+        let mut child = world
+            .host(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let request = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "t", "version": "0"}},
+        });
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "{request}").unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        drop(stdin);
+        let _ = child.wait();
+        let answer: serde_json::Value = serde_json::from_str(&line).expect("an answer");
+        answer["result"]["instructions"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no instructions: {answer}"))
+            .to_string()
+    };
+    let plain = initialize(&["--sandbox", "off"]);
+    assert!(!plain.contains("sandbox"), "{plain}");
+    for tier in TIERS {
+        let text = initialize(&flags("workspace-write", tier));
+        let paragraph = text
+            .strip_prefix(&format!("{plain}\n\n"))
+            .unwrap_or_else(|| panic!("{tier}: not the plain text and a paragraph: {text}"));
+        let lines: Vec<&str> = paragraph.lines().collect();
+        assert_eq!(lines.len(), 4, "{tier}: {paragraph}");
+        assert_eq!(
+            lines[0],
+            format!(
+                "Commands run in a sandbox (workspace-write): they can write only under {}, /tmp \
+                 and their own $TMPDIR; git hooks and configuration there stay read-only, and \
+                 git init, add and commit work.",
+                real(&world.work)
+            ),
+            "{tier}"
+        );
+        assert!(
+            lines[1].starts_with("They cannot read: ")
+                && lines[1].contains(&format!("{}/.ssh", real(&world.home))),
+            "{tier}: {}",
+            lines[1]
+        );
+        assert_eq!(
+            lines[2], "The network is off: no sockets but Unix sockets.",
+            "{tier}"
+        );
+        assert!(lines[3].starts_with("A denied operation fails"), "{tier}");
+    }
+    let text = initialize(&[
+        "--sandbox",
+        "read-only",
+        "--sandbox-tier",
+        "namespaces",
+        "--sandbox-network",
+        "loopback",
+    ]);
+    assert!(
+        text.contains(
+            "\nCommands run in a sandbox (read-only): they can write only to their own $TMPDIR \
+             and to devices such as /dev/null.\n"
+        ) && text.contains("\nThe network is limited to each command's own loopback interface"),
+        "{text}"
+    );
 }

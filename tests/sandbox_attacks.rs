@@ -891,9 +891,46 @@ impl Listeners {
                     self.abstract_name
                 )),
             ),
+            (
+                "UDP sendto past a notifying filter of its own that lets socket() through",
+                py(&format!(
+                    "{OWN_SUPERVISOR}\n\
+                     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                     s.sendto(b'x', ('127.0.0.1', {udp})); print('SENT')"
+                )),
+            ),
         ]
     }
 }
+
+/// Python that installs a seccomp filter handing `socket` to a listener of its own and serves
+/// it from a thread, answering "carry on": were the sandbox's socket refusal a notification
+/// answer that such a filter could take over, the socket would be made (x86_64 system call
+/// numbers).
+const OWN_SUPERVISOR: &str = "\
+import ctypes, socket, struct, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def insn(code, k, jt=0, jf=0): return struct.pack('HBBI', code, jt, jf, k)
+# load nr; if socket: notify; else allow
+prog = insn(0x20, 0) + insn(0x15, 41, 0, 1) + insn(0x06, 0x7fc00000) + insn(0x06, 0x7fff0000)
+code = ctypes.create_string_buffer(prog)
+class Fprog(ctypes.Structure):
+    _fields_ = [('len', ctypes.c_ushort), ('filter', ctypes.c_void_p)]
+fprog = Fprog(4, ctypes.addressof(code))
+libc.prctl(38, 1, 0, 0, 0)
+fd = libc.syscall(317, 1, 8, ctypes.byref(fprog))
+if fd < 0:
+    print('own listener refused:', ctypes.get_errno())
+    raise SystemExit(1)
+def serve():
+    while True:
+        req = ctypes.create_string_buffer(80)
+        if libc.ioctl(fd, ctypes.c_ulong(0xc0502100), req) != 0:
+            return
+        rid = struct.unpack_from('Q', req, 0)[0]
+        resp = ctypes.create_string_buffer(struct.pack('QqiI', rid, 0, 0, 1))
+        libc.ioctl(fd, ctypes.c_ulong(0xc0182101), resp)
+threading.Thread(target=serve, daemon=True).start()";
 
 #[test]
 fn network_off_reaches_nothing() {

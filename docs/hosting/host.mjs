@@ -22,8 +22,11 @@ import { pathToFileURL } from "node:url";
 
 import { transpile } from "@bytecodealliance/jco";
 
-// u64 fields are BigInts; f64 and s32 fields are numbers.
-const LIMITS = { defaultTimeoutMs: 120000, maxTimeoutMs: 600000, maxOutputBytes: 64000n, graceMs: 3000 };
+// u64 fields are BigInts; f64 and s32 fields are numbers. No sandbox: `sandbox` is undefined.
+const LIMITS = { defaultTimeoutMs: 120000, maxTimeoutMs: 600000, maxOutputBytes: 64000n, graceMs: 3000, sandbox: undefined };
+
+/** What this executor reports of denials: none, as it has no sandbox. */
+const noDenials = () => ({ first: [], more: 0 });
 
 /** One case of `executor-error`. jco turns a thrown value's `payload` into the `err` case. */
 class ExecutorError extends Error {
@@ -120,6 +123,7 @@ class Executor {
           stderr: this.tail(files[1]),
           leftoverProcesses: 0,
           yielded: undefined,
+          denials: noDenials(),
         };
       }),
       start: trace("start", (spec) => {
@@ -145,7 +149,7 @@ class Executor {
           entry.read[i] = data.length;
           return { text: delta.toString("utf8"), lossy: false, spillPath: undefined };
         });
-        return { stdout, stderr, task: { ...entry.task } };
+        return { stdout, stderr, task: { ...entry.task }, denials: noDenials() };
       }),
       kill: trace("kill", (id) => {
         const entry = this.find(id);
@@ -191,7 +195,7 @@ async function main() {
     },
   };
   // The generated code looks the imports up by these unversioned names, although its .d.ts
-  // names them `dsh:bash/bash-executor@0.2.0` and `dsh:bash/agent@0.2.0`. Nothing else is
+  // names them `dsh:bash/bash-executor@0.3.0` and `dsh:bash/agent@0.3.0`. Nothing else is
   // imported: the component needs no WASI shim.
   const imports = { "dsh:bash/bash-executor": executor.functions(), "dsh:bash/agent": agent };
   const instantiate = await load(process.argv[2] ?? "target/guest-wasm/guest_tools.wasm", executor.dir + "-jco");

@@ -25,12 +25,12 @@ import time
 import wasmtime
 from wasmtime.component import Component, Linker, Record, Variant
 
-EXECUTOR = "dsh:bash/bash-executor@0.2.0"
-AGENT = "dsh:bash/agent@0.2.0"
-TOOLS = "dsh:bash/tools@0.2.0"
+EXECUTOR = "dsh:bash/bash-executor@0.3.0"
+AGENT = "dsh:bash/agent@0.3.0"
+TOOLS = "dsh:bash/tools@0.3.0"
 
-# f64 fields must be Python floats: an int there fails the call.
-LIMITS = {"default-timeout-ms": 120_000.0, "max-timeout-ms": 600_000.0, "max-output-bytes": 64_000, "grace-ms": 3_000.0}
+# f64 fields must be Python floats: an int there fails the call. No sandbox: `sandbox` is none.
+LIMITS = {"default-timeout-ms": 120_000.0, "max-timeout-ms": 600_000.0, "max-output-bytes": 64_000, "grace-ms": 3_000.0, "sandbox": None}
 
 
 def record(**fields):
@@ -52,6 +52,11 @@ class ExecutorError(Exception):
     def __init__(self, case, message):
         super().__init__(message)
         self.variant = Variant(case, message)
+
+
+def no_denials():
+    """What this executor reports of denials: none, as it has no sandbox."""
+    return record(first=[], more=0)
 
 
 def child_env():
@@ -139,6 +144,7 @@ class Executor:
             stderr=self.tail(files[1]),
             leftover_processes=0,
             yielded=None,
+            denials=no_denials(),
         )
 
     def tail(self, path):
@@ -172,7 +178,7 @@ class Executor:
                 data = f.read()
             offsets[i] += len(data)
             deltas.append(record(text=data.decode("utf-8", "replace"), lossy=False, spill_path=None))
-        return record(stdout=deltas[0], stderr=deltas[1], task=record(**task))
+        return record(stdout=deltas[0], stderr=deltas[1], task=record(**task), denials=no_denials())
 
     def kill(self, _store, task_id):
         self.trace.append("kill")

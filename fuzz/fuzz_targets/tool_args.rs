@@ -118,6 +118,7 @@ fn executor() -> FakeExecutor {
                     stdout: delta("first\n"),
                     stderr: delta(""),
                     task: task("bash-1", Some("s1"), TaskState::Running),
+                    denials: Default::default(),
                 },
             ),
             (
@@ -126,6 +127,7 @@ fn executor() -> FakeExecutor {
                     stdout: delta(""),
                     stderr: delta("warn"),
                     task: task("bash-2", None, TaskState::Completed),
+                    denials: Default::default(),
                 },
             ),
         ]),

@@ -14,8 +14,9 @@ use exports::dsh::bash::tools as wit_tools;
 
 use crate::dispatch;
 use crate::world::{
-    Agent, Caller, ExecError, Executor, InjectError, Limits, Read, Request, RunResult, Source,
-    Spec, StreamDelta, StreamOutput, Task, TaskState, Yielded,
+    Agent, Caller, Denial, DenialReason, Denials, DeniedAccess, ExecError, Executor, InjectError,
+    Limits, Read, Request, RunResult, SandboxMode, SandboxNetwork, SandboxPolicy, Source, Spec,
+    StreamDelta, StreamOutput, Task, TaskState, Yielded,
 };
 
 /// The exported component.
@@ -41,7 +42,7 @@ impl wit_tools::Guest for Component {
     }
 
     fn instructions() -> String {
-        crate::instructions::instructions()
+        dispatch::instructions(&WitExecutor)
     }
 
     fn call_tool(
@@ -79,6 +80,7 @@ impl Executor for WitExecutor {
             max_timeout_ms: l.max_timeout_ms,
             max_output_bytes: l.max_output_bytes,
             grace_ms: l.grace_ms,
+            sandbox: l.sandbox.map(sandbox_from_wit),
         }
     }
 
@@ -114,6 +116,7 @@ impl Executor for WitExecutor {
                     task: task_from_wit(y.task),
                     after_ms: y.after_ms,
                 }),
+                denials: denials_from_wit(r.denials),
             })
             .map_err(error_from_wit)
     }
@@ -130,6 +133,7 @@ impl Executor for WitExecutor {
                 stdout: delta_from_wit(r.stdout),
                 stderr: delta_from_wit(r.stderr),
                 task: task_from_wit(r.task),
+                denials: denials_from_wit(r.denials),
             })
             .map_err(error_from_wit)
     }
@@ -207,6 +211,51 @@ fn task_from_wit(t: wit_exec::Task) -> Task {
         },
         exit_code: t.exit_code,
         signal: t.signal,
+    }
+}
+
+fn denials_from_wit(d: wit_exec::Denials) -> Denials {
+    Denials {
+        first: d
+            .first
+            .into_iter()
+            .map(|denial| Denial {
+                access: match denial.access {
+                    wit_exec::DeniedAccess::Read => DeniedAccess::Read,
+                    wit_exec::DeniedAccess::Write => DeniedAccess::Write,
+                    wit_exec::DeniedAccess::Socket => DeniedAccess::Socket,
+                    wit_exec::DeniedAccess::Connect => DeniedAccess::Connect,
+                    wit_exec::DeniedAccess::Undone => DeniedAccess::Undone,
+                },
+                target: denial.target,
+                reason: match denial.reason {
+                    wit_exec::DenialReason::OutsideWritableRoots => {
+                        DenialReason::OutsideWritableRoots
+                    }
+                    wit_exec::DenialReason::DeniedRead => DenialReason::DeniedRead,
+                    wit_exec::DenialReason::ProtectedPath => DenialReason::ProtectedPath,
+                    wit_exec::DenialReason::NetworkOff => DenialReason::NetworkOff,
+                    wit_exec::DenialReason::LoopbackOnly => DenialReason::LoopbackOnly,
+                },
+            })
+            .collect(),
+        more: d.more,
+    }
+}
+
+fn sandbox_from_wit(p: wit_exec::SandboxPolicy) -> SandboxPolicy {
+    SandboxPolicy {
+        mode: match p.mode {
+            wit_exec::SandboxMode::ReadOnly => SandboxMode::ReadOnly,
+            wit_exec::SandboxMode::WorkspaceWrite => SandboxMode::WorkspaceWrite,
+        },
+        writable: p.writable,
+        denied_reads: p.denied_reads,
+        network: match p.network {
+            wit_exec::SandboxNetwork::Off => SandboxNetwork::Off,
+            wit_exec::SandboxNetwork::Loopback => SandboxNetwork::Loopback,
+            wit_exec::SandboxNetwork::On => SandboxNetwork::On,
+        },
     }
 }
 

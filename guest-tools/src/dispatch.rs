@@ -3,6 +3,7 @@
 //!
 //! Every failure becomes a tool result here, with its code, so the model always gets text back.
 
+use crate::instructions;
 use crate::json::Json;
 use crate::notice;
 use crate::schema;
@@ -28,6 +29,11 @@ pub fn list_tools(exec: &dyn Executor) -> Vec<ToolDefinition> {
             annotations: tool.annotations(),
         })
         .collect()
+}
+
+/// The instructions for the model, with the executor's sandbox (from its limits) stated.
+pub fn instructions(exec: &dyn Executor) -> String {
+    instructions::instructions(&exec.current_limits())
 }
 
 /// Validate `arguments` (JSON text) against the tool's declaration and run it.

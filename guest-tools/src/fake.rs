@@ -42,6 +42,7 @@ impl Default for FakeExecutor {
                 max_timeout_ms: 600000.0,
                 max_output_bytes: 64000,
                 grace_ms: 3000.0,
+                sandbox: None,
             },
             resolve_error: None,
             run: Ok(RunResult::default()),
@@ -67,7 +68,7 @@ impl FakeExecutor {
 impl Executor for FakeExecutor {
     fn current_limits(&self) -> Limits {
         self.record(Call::CurrentLimits);
-        self.limits
+        self.limits.clone()
     }
 
     fn resolve(&self, request: Request) -> Result<Spec, ExecError> {

@@ -4,7 +4,9 @@
 //! job so that every executor reads the same.
 
 use crate::jsnum;
-use crate::world::{Read, RunResult, StreamOutput, Yielded};
+use crate::world::{
+    Denial, DenialReason, Denials, DeniedAccess, Read, RunResult, StreamOutput, Yielded,
+};
 
 /// Shown instead of a spill path when no complete spill file exists.
 const UNAVAILABLE: &str = "(unavailable)";
@@ -14,15 +16,19 @@ const UNAVAILABLE: &str = "(unavailable)";
 /// A run that continues as a background task (our extension, the executor's opt-in foreground
 /// limit) is rendered by the same rules: its output so far is the body, and one marker names the
 /// task instead of the end markers, since nothing ended.
+///
+/// What a sandbox denied the command (our extension) is one more marker after all the others,
+/// so that the model reads how the command ended first and then why it may have failed.
 pub fn foreground(result: &RunResult) -> String {
     let mut body = join_streams(&stream_text(&result.stdout), &stream_text(&result.stderr));
     if body.is_empty() {
         body.push_str("(no output)");
     }
-    let markers = match &result.yielded {
+    let mut markers = match &result.yielded {
         Some(yielded) => vec![yielded_marker(yielded)],
         None => end_markers(result),
     };
+    markers.extend(sandbox_line(&result.denials));
     if markers.is_empty() {
         return body;
     }
@@ -64,6 +70,42 @@ fn yielded_marker(yielded: &Yielded) -> String {
         jsnum::to_js_string(yielded.after_ms),
         yielded.task.id
     )
+}
+
+/// `[sandbox: <phrase>; <phrase>; and <n> more]`: what the sandbox denied, as the host reported
+/// it; none when it reported no denial. Only the first few denials are named (the host keeps
+/// those), the rest counted, so the line stays short however often a command was denied.
+pub fn sandbox_line(denials: &Denials) -> Option<String> {
+    if denials.first.is_empty() {
+        return None;
+    }
+    let mut phrases: Vec<String> = denials.first.iter().map(denial_phrase).collect();
+    if denials.more > 0 {
+        phrases.push(format!("and {} more", denials.more));
+    }
+    Some(format!("[sandbox: {}]", phrases.join("; ")))
+}
+
+/// One denial in words: what was attempted on which target, and why it was denied.
+fn denial_phrase(denial: &Denial) -> String {
+    let (target, reason) = (&denial.target, reason_text(denial.reason));
+    match denial.access {
+        DeniedAccess::Read => format!("read of {target} denied ({reason})"),
+        DeniedAccess::Write => format!("write to {target} denied ({reason})"),
+        DeniedAccess::Socket => format!("{target} socket denied ({reason})"),
+        DeniedAccess::Connect => format!("connect to {target} denied ({reason})"),
+        DeniedAccess::Undone => format!("change to {target} undone ({reason})"),
+    }
+}
+
+fn reason_text(reason: DenialReason) -> &'static str {
+    match reason {
+        DenialReason::OutsideWritableRoots => "outside the writable roots",
+        DenialReason::DeniedRead => "a denied path",
+        DenialReason::ProtectedPath => "a protected git path",
+        DenialReason::NetworkOff => "the network is off",
+        DenialReason::LoopbackOnly => "only loopback is reachable",
+    }
 }
 
 /// A stream's kept text, plus the truncation marker when bytes were dropped.
@@ -352,6 +394,181 @@ mod tests {
         );
     }
 
+    fn denial(access: DeniedAccess, target: &str, reason: DenialReason) -> Denial {
+        Denial {
+            access,
+            target: target.into(),
+            reason,
+        }
+    }
+
+    fn denied(first: Vec<Denial>, more: u32) -> Denials {
+        Denials { first, more }
+    }
+
+    fn write_etc_hosts() -> Denial {
+        denial(
+            DeniedAccess::Write,
+            "/etc/hosts",
+            DenialReason::OutsideWritableRoots,
+        )
+    }
+
+    #[test]
+    fn no_denial_no_sandbox_line() {
+        assert_eq!(sandbox_line(&Denials::default()), None);
+    }
+
+    #[test]
+    fn one_denial_of_each_access() {
+        let cases = [
+            (
+                denial(
+                    DeniedAccess::Read,
+                    "/root/.ssh/id_ed25519",
+                    DenialReason::DeniedRead,
+                ),
+                "[sandbox: read of /root/.ssh/id_ed25519 denied (a denied path)]",
+            ),
+            (
+                write_etc_hosts(),
+                "[sandbox: write to /etc/hosts denied (outside the writable roots)]",
+            ),
+            (
+                denial(DeniedAccess::Socket, "AF_INET", DenialReason::NetworkOff),
+                "[sandbox: AF_INET socket denied (the network is off)]",
+            ),
+            (
+                denial(
+                    DeniedAccess::Connect,
+                    "[2001:db8::1]:443",
+                    DenialReason::LoopbackOnly,
+                ),
+                "[sandbox: connect to [2001:db8::1]:443 denied (only loopback is reachable)]",
+            ),
+            (
+                denial(
+                    DeniedAccess::Undone,
+                    "/w/.git/hooks/pre-commit",
+                    DenialReason::ProtectedPath,
+                ),
+                "[sandbox: change to /w/.git/hooks/pre-commit undone (a protected git path)]",
+            ),
+        ];
+        for (d, line) in cases {
+            assert_eq!(sandbox_line(&denied(vec![d], 0)).as_deref(), Some(line));
+        }
+    }
+
+    #[test]
+    fn three_denials_and_more() {
+        let first = vec![
+            denial(
+                DeniedAccess::Read,
+                "/root/.ssh/id_ed25519",
+                DenialReason::DeniedRead,
+            ),
+            denial(DeniedAccess::Socket, "AF_INET", DenialReason::NetworkOff),
+            denial(
+                DeniedAccess::Connect,
+                "203.0.113.7:443",
+                DenialReason::NetworkOff,
+            ),
+        ];
+        assert_eq!(
+            sandbox_line(&denied(first.clone(), 0)).as_deref(),
+            Some(
+                "[sandbox: read of /root/.ssh/id_ed25519 denied (a denied path); AF_INET socket \
+                 denied (the network is off); connect to 203.0.113.7:443 denied (the network is \
+                 off)]"
+            )
+        );
+        assert_eq!(
+            sandbox_line(&denied(first, 2)).as_deref(),
+            Some(
+                "[sandbox: read of /root/.ssh/id_ed25519 denied (a denied path); AF_INET socket \
+                 denied (the network is off); connect to 203.0.113.7:443 denied (the network is \
+                 off); and 2 more]"
+            )
+        );
+        assert_eq!(
+            sandbox_line(&denied(vec![write_etc_hosts()], 1)).as_deref(),
+            Some("[sandbox: write to /etc/hosts denied (outside the writable roots); and 1 more]")
+        );
+    }
+
+    #[test]
+    fn the_sandbox_line_follows_the_exit_code() {
+        let r = RunResult {
+            denials: denied(
+                vec![denial(
+                    DeniedAccess::Read,
+                    "/root/.ssh/id",
+                    DenialReason::DeniedRead,
+                )],
+                0,
+            ),
+            ..exited(1, "", "cat: /root/.ssh/id: Permission denied\n")
+        };
+        assert_eq!(
+            foreground(&r),
+            "[stderr]\ncat: /root/.ssh/id: Permission denied\n[exit code: 1]\n\
+             [sandbox: read of /root/.ssh/id denied (a denied path)]"
+        );
+    }
+
+    #[test]
+    fn the_sandbox_line_alone_is_placed_as_a_marker() {
+        let line = "[sandbox: write to /etc/hosts denied (outside the writable roots)]";
+        let with = |stdout: &str| RunResult {
+            denials: denied(vec![write_etc_hosts()], 0),
+            ..exited(0, stdout, "")
+        };
+        // A newline before it only when the body does not end in one; none after it.
+        assert_eq!(foreground(&with("out")), format!("out\n{line}"));
+        assert_eq!(foreground(&with("out\n")), format!("out\n{line}"));
+        assert_eq!(foreground(&with("")), format!("(no output)\n{line}"));
+    }
+
+    #[test]
+    fn the_sandbox_line_comes_after_every_other_marker() {
+        let r = RunResult {
+            leftover_processes: 1,
+            timed_out: true,
+            timeout_ms: 100.0,
+            signal: Some("SIGTERM".into()),
+            denials: denied(vec![write_etc_hosts()], 4),
+            ..exited(0, "srv\n", "")
+        };
+        assert_eq!(
+            foreground(&r),
+            "srv\n[timed out after 100ms]\n[killed by signal: SIGTERM]\n\
+             [stopped 1 leftover background process(es); use run_in_background for long-lived processes]\n\
+             [sandbox: write to /etc/hosts denied (outside the writable roots); and 4 more]"
+        );
+    }
+
+    #[test]
+    fn a_yielded_run_shows_its_denials_so_far_after_the_task_line() {
+        let r = RunResult {
+            denials: denied(
+                vec![denial(
+                    DeniedAccess::Connect,
+                    "203.0.113.7:443",
+                    DenialReason::NetworkOff,
+                )],
+                0,
+            ),
+            ..yielded("bash-2", 300.0, out("fetching"), out(""))
+        };
+        assert_eq!(
+            foreground(&r),
+            "fetching\n\
+             [still running after 300ms; continues as background task bash-2; read its output with bash_output]\n\
+             [sandbox: connect to 203.0.113.7:443 denied (the network is off)]"
+        );
+    }
+
     fn read(stdout: StreamDelta, stderr: StreamDelta) -> Read {
         Read {
             stdout,
@@ -364,6 +581,7 @@ mod tests {
                 exit_code: None,
                 signal: None,
             },
+            denials: Denials::default(),
         }
     }
 

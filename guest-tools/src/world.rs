@@ -43,6 +43,7 @@ pub struct RunResult {
     pub stderr: StreamOutput,
     pub leftover_processes: u32,
     pub yielded: Option<Yielded>,
+    pub denials: Denials,
 }
 
 /// `bash-executor.yielded`: the background task a foreground command continues as, after the
@@ -86,15 +87,80 @@ pub struct Read {
     pub stdout: StreamDelta,
     pub stderr: StreamDelta,
     pub task: Task,
+    /// Denied since the previous read.
+    pub denials: Denials,
+}
+
+/// `bash-executor.denied-access`: what a denied operation attempted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeniedAccess {
+    Read,
+    Write,
+    Socket,
+    Connect,
+    Undone,
+}
+
+/// `bash-executor.denial-reason`: why the sandbox denied it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenialReason {
+    OutsideWritableRoots,
+    DeniedRead,
+    ProtectedPath,
+    NetworkOff,
+    LoopbackOnly,
+}
+
+/// `bash-executor.denial`: one denied operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    pub access: DeniedAccess,
+    /// A path, an address or a socket family, as the host reports it.
+    pub target: String,
+    pub reason: DenialReason,
+}
+
+/// `bash-executor.denials`: the first few distinct denials of a command, in order, and how many
+/// more there were. The default is none, what an executor without a sandbox reports.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Denials {
+    pub first: Vec<Denial>,
+    pub more: u32,
+}
+
+/// `bash-executor.sandbox-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxMode {
+    ReadOnly,
+    WorkspaceWrite,
+}
+
+/// `bash-executor.sandbox-network`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxNetwork {
+    Off,
+    Loopback,
+    On,
+}
+
+/// `bash-executor.sandbox-policy`: the sandbox in force.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxPolicy {
+    pub mode: SandboxMode,
+    pub writable: Vec<String>,
+    pub denied_reads: Vec<String>,
+    pub network: SandboxNetwork,
 }
 
 /// `bash-executor.limits`, as `current-limits` returns it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     pub default_timeout_ms: f64,
     pub max_timeout_ms: f64,
     pub max_output_bytes: u64,
     pub grace_ms: f64,
+    /// None when commands run unconfined.
+    pub sandbox: Option<SandboxPolicy>,
 }
 
 /// `bash-executor.executor-error`.

@@ -3,7 +3,8 @@
 // BigInt); `run` returns a promise, every other function answers at once. Each command is `bash -c` in a new session (own process group, no terminal, stdin
 // from /dev/null); a timeout or kill sends SIGTERM to the group and SIGKILL after the grace
 // period. Differences from the Rust executor: no spill files (a truncated stream reports
-// `(unavailable)`), and the process group is the tree's boundary (no cgroup, no subreaper).
+// `(unavailable)`), the process group is the tree's boundary (no cgroup, no subreaper), and
+// there is no sandbox (the limits name none, and no denial is ever reported).
 
 import { accessSync, constants, statSync } from "node:fs";
 
@@ -65,6 +66,9 @@ export const DEFAULTS = Object.freeze({
 
 const WHOLE = new Set(["maxOutputBytes", "maxTasks", "maxFinishedTasks"]);
 
+/** What this executor reports of denials: none, as it has no sandbox. */
+const noDenials = () => ({ first: [], more: 0 });
+
 /** Settings merged over the defaults, each checked: finite and > 0, whole where it counts. */
 function checkSettings(options) {
   if (options === null || typeof options !== "object") {
@@ -124,6 +128,8 @@ export class LocalExecutor {
       maxTimeoutMs: s.maxTimeoutMs,
       maxOutputBytes: BigInt(s.maxOutputBytes),
       graceMs: s.graceMs,
+      // No sandbox: commands run with this user's authority.
+      sandbox: undefined,
     };
   }
 
@@ -181,6 +187,7 @@ export class LocalExecutor {
       leftoverProcesses: end.leftovers,
       // This executor has no foreground limit: a run never continues as a task.
       yielded: undefined,
+      denials: noDenials(),
     };
   }
 
@@ -231,7 +238,7 @@ export class LocalExecutor {
     const [stdout, outNext] = record.out.readSince(record.offsets[0]);
     const [stderr, errNext] = record.err.readSince(record.offsets[1]);
     record.offsets = [outNext, errNext];
-    return { stdout, stderr, task: { ...record.task } };
+    return { stdout, stderr, task: { ...record.task }, denials: noDenials() };
   }
 
   kill(id) {

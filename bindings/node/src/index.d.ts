@@ -91,12 +91,51 @@ export interface Task {
 }
 
 /**
+ * One operation a sandbox denied. `target`: the path as the kernel resolved it, the address
+ * (`203.0.113.7:443`, `[2001:db8::1]:443`) or the socket family (`AF_INET`).
+ */
+export interface Denial {
+  access: "read" | "write" | "socket" | "connect" | "undone";
+  target: string;
+  reason: "outside-writable-roots" | "denied-read" | "protected-path" | "network-off" | "loopback-only";
+}
+
+/**
+ * What a sandbox denied a command (a run, or a task since its previous read): the first few
+ * distinct denials in order, and how many more there were. Without a sandbox: `{ first: [], more: 0 }`.
+ */
+export interface Denials {
+  first: Denial[];
+  more: number;
+}
+
+/** The sandbox every command runs in, for the tools to describe to the model. */
+export interface SandboxPolicy {
+  mode: "read-only" | "workspace-write";
+  /** Directories a command may write beneath, besides its own TMPDIR; empty in read-only. */
+  writable: string[];
+  deniedReads: string[];
+  network: "off" | "loopback" | "on";
+}
+
+/** The limits in force; `sandbox` is undefined when commands run unconfined. */
+export interface Limits {
+  defaultTimeoutMs: number;
+  maxTimeoutMs: number;
+  maxOutputBytes: bigint;
+  graceMs: number;
+  sandbox: SandboxPolicy | undefined;
+}
+
+/**
  * The `dsh:bash/bash-executor` interface in jco's shapes (camelCase records, `undefined` for
  * none, `u64` as bigint). A failing operation throws an ExecutorError. The host sets
- * `onTaskDone`; the executor calls it once per background task that ends.
+ * `onTaskDone`; the executor calls it once per background task that ends. One with a sandbox
+ * names it in `currentLimits().sandbox` and reports what it denied in the `denials` of each run
+ * result and read (`Denials`).
  */
 export interface Executor {
-  currentLimits(): { defaultTimeoutMs: number; maxTimeoutMs: number; maxOutputBytes: bigint; graceMs: number };
+  currentLimits(): Limits;
   resolve(request: { command: string; workdir?: string; timeoutMs?: number; owner?: string }): {
     command: string;
     workdir: string;
@@ -131,7 +170,7 @@ export declare class ExecutorError extends Error {
 /** The executor contract on this machine's processes (see the README for its differences). */
 export declare class LocalExecutor implements Executor {
   constructor(settings?: ExecutorSettings);
-  currentLimits(): { defaultTimeoutMs: number; maxTimeoutMs: number; maxOutputBytes: bigint; graceMs: number };
+  currentLimits(): Limits;
   resolve(request: { command: string; workdir?: string; timeoutMs?: number; owner?: string }): {
     command: string;
     workdir: string;

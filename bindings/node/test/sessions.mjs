@@ -63,5 +63,36 @@ facts.badSettings = [
 ];
 facts.badName = await rejectionOf(tools.call(7, {}));
 facts.otherTools = await rejectionOf(new Tools().call("bash", {}, b));
+
+// Without a sandbox the executor names none and the component says nothing of one.
+facts.noSandbox = [new LocalExecutor().currentLimits().sandbox === undefined, new Tools().instructions().includes("sandbox")];
+// An executor's sandbox facts, through the package's linking, as the component renders them.
+const denials = {
+  first: [
+    { access: "read", target: "/root/.ssh/id", reason: "denied-read" },
+    { access: "connect", target: "203.0.113.7:443", reason: "loopback-only" },
+  ],
+  more: 2,
+};
+class Sandboxed extends LocalExecutor {
+  currentLimits() {
+    const sandbox = { mode: "read-only", writable: [], deniedReads: ["/root/.ssh", "/root/.aws"], network: "loopback" };
+    return { ...super.currentLimits(), sandbox };
+  }
+  async run(spec, options) {
+    return { ...(await super.run(spec, options)), denials };
+  }
+  readOutput(id) {
+    return { ...super.readOutput(id), denials };
+  }
+}
+const sandboxed = new Tools({ executor: new Sandboxed({ graceMs: 200 }) });
+facts.sandboxInstructions = sandboxed.instructions().split("\n\n").at(-1).split("\n").slice(0, 3);
+facts.sandboxRun = (await sandboxed.call("bash", { command: "echo hi", description: "Greet" })).text;
+await sandboxed.call("bash", { command: "true", description: "Nothing", run_in_background: true });
+while (sandboxed.executor.get("bash-1").state === "running") await new Promise((resolve) => setTimeout(resolve, 10));
+facts.sandboxRead = (await sandboxed.call("bash_output", { task_id: "bash-1" })).text;
+await sandboxed.close();
+
 process.stdout.write(JSON.stringify(facts) + "\n");
 rmSync(dir, { recursive: true, force: true });

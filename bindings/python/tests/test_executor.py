@@ -96,6 +96,11 @@ class Processes(unittest.TestCase):
             ex.resolve("x", None, float("inf"), None)
         self.assertEqual(e.exception.case, "invalid-request")
 
+    def test_no_sandbox_so_none_in_the_limits_and_no_denials(self):
+        ex = LocalExecutor()
+        self.assertIsNone(ex.current_limits()["sandbox"])
+        self.assertEqual(ex.run(spec("cat /etc/hostname >/dev/null"))["denials"], {"first": [], "more": 0})
+
     def test_unusable_workdir(self):
         with self.assertRaises(ExecutorError) as e:
             LocalExecutor().run(spec("true", workdir="/nonexistent-dir"))
@@ -124,6 +129,7 @@ class Tasks(unittest.TestCase):
             while "two" not in text and time.monotonic() < deadline:
                 text += self.ex.read_output("bash-1")["stdout"]["text"]
             self.assertEqual(text, "one\ntwo\n")
+            self.assertEqual(self.ex.read_output("bash-1")["denials"], {"first": [], "more": 0})
             with self.assertRaises(ExecutorError) as e:
                 self.ex.start(spec("true"))
             self.assertEqual(e.exception.case, "task-limit")

@@ -69,6 +69,58 @@ class Loading(unittest.TestCase):
             self.assertIn(type(tools.instructions()), (str, type(None)))
 
 
+class Sandboxed(LocalExecutor):
+    """The local executor, claiming a sandbox and reporting fixed denials: what the component
+    makes of an executor's sandbox facts, through this package's conversions."""
+
+    DENIALS = {
+        "first": [
+            {"access": "write", "target": "/etc/hosts", "reason": "outside-writable-roots"},
+            {"access": "socket", "target": "AF_INET", "reason": "network-off"},
+        ],
+        "more": 1,
+    }
+
+    def current_limits(self):
+        limits = super().current_limits()
+        limits["sandbox"] = {"mode": "workspace-write", "writable": ["/w", "/tmp"], "denied_reads": ["/root/.ssh"], "network": "off"}
+        return limits
+
+    def run(self, spec):
+        return {**super().run(spec), "denials": self.DENIALS}
+
+    def read_output(self, task_id):
+        return {**super().read_output(task_id), "denials": self.DENIALS}
+
+
+class Sandbox(unittest.TestCase):
+    LINE = "[sandbox: write to /etc/hosts denied (outside the writable roots); AF_INET socket denied (the network is off); and 1 more]"
+
+    def test_without_a_sandbox_nothing_is_said_of_one(self):
+        with Tools() as tools:
+            self.assertNotIn("sandbox", tools.instructions())
+            self.assertEqual(tools.call("bash", {"command": "echo hi", "description": "Greet"}).text, "hi\n")
+
+    def test_an_executors_sandbox_and_denials_reach_the_model(self):
+        with Tools(Sandboxed(grace_ms=200)) as tools:
+            paragraph = tools.instructions().split("\n\n")[-1].splitlines()
+            self.assertEqual(
+                paragraph[:3],
+                [
+                    "Commands run in a sandbox (workspace-write): they can write only under /w, /tmp and their own $TMPDIR; "
+                    "git hooks and configuration there stay read-only, and git init, add and commit work.",
+                    "They cannot read: /root/.ssh.",
+                    "The network is off: no sockets but Unix sockets.",
+                ],
+            )
+            r = tools.call("bash", {"command": "echo hi; exit 1", "description": "Fail"})
+            self.assertEqual((r.text, r.is_error), ("hi\n[exit code: 1]\n" + self.LINE, False))
+            tools.call("bash", {"command": "true", "description": "Nothing", "run_in_background": True})
+            self.assertTrue(tools.executor.wait("bash-1", 10))
+            r = tools.call("bash_output", {"task_id": "bash-1"})
+            self.assertEqual(r.text, "(no new output)\n[status: completed, exit code: 0]\n" + self.LINE)
+
+
 class Sessions(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()

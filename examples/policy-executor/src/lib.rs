@@ -1,4 +1,4 @@
-//! An executor middleware component: it imports `dsh:bash/bash-executor@0.2.0` (the real
+//! An executor middleware component: it imports `dsh:bash/bash-executor@0.3.0` (the real
 //! executor) and exports the same interface, so that a composition can put it in front of the
 //! tools component's executor import without rebuilding the tools:
 //!
@@ -15,7 +15,7 @@
 //! [`policy::REFUSED_PATTERNS`] are refused with `invalid-request`
 //! (`command refused by policy: matches "rm -rf /"`), and every foreground timeout is capped at
 //! [`policy::MAX_TIMEOUT_MS`] (the limits the tools describe to the model say so). Everything
-//! else passes through unchanged. The component is built only for `wasm32`; natively the crate
+//! else passes through unchanged, the real executor's sandbox and its denials included. The component is built only for `wasm32`; natively the crate
 //! is the policy and its tests.
 
 pub mod policy {
@@ -93,6 +93,8 @@ mod component {
                 max_timeout_ms: policy::cap(l.max_timeout_ms),
                 max_output_bytes: l.max_output_bytes,
                 grace_ms: l.grace_ms,
+                // The real executor's sandbox confines every command this policy lets through.
+                sandbox: l.sandbox.map(sandbox_policy),
             }
         }
 
@@ -133,6 +135,7 @@ mod component {
                     task: task(y.task),
                     after_ms: y.after_ms,
                 }),
+                denials: denials(r.denials),
             })
         }
 
@@ -147,6 +150,7 @@ mod component {
                 stdout: stream_delta(r.stdout),
                 stderr: stream_delta(r.stderr),
                 task: task(r.task),
+                denials: denials(r.denials),
             })
         }
 
@@ -222,6 +226,51 @@ mod component {
             },
             exit_code: t.exit_code,
             signal: t.signal,
+        }
+    }
+
+    fn denials(d: inner::Denials) -> outer::Denials {
+        outer::Denials {
+            first: d
+                .first
+                .into_iter()
+                .map(|denial| outer::Denial {
+                    access: match denial.access {
+                        inner::DeniedAccess::Read => outer::DeniedAccess::Read,
+                        inner::DeniedAccess::Write => outer::DeniedAccess::Write,
+                        inner::DeniedAccess::Socket => outer::DeniedAccess::Socket,
+                        inner::DeniedAccess::Connect => outer::DeniedAccess::Connect,
+                        inner::DeniedAccess::Undone => outer::DeniedAccess::Undone,
+                    },
+                    target: denial.target,
+                    reason: match denial.reason {
+                        inner::DenialReason::OutsideWritableRoots => {
+                            outer::DenialReason::OutsideWritableRoots
+                        }
+                        inner::DenialReason::DeniedRead => outer::DenialReason::DeniedRead,
+                        inner::DenialReason::ProtectedPath => outer::DenialReason::ProtectedPath,
+                        inner::DenialReason::NetworkOff => outer::DenialReason::NetworkOff,
+                        inner::DenialReason::LoopbackOnly => outer::DenialReason::LoopbackOnly,
+                    },
+                })
+                .collect(),
+            more: d.more,
+        }
+    }
+
+    fn sandbox_policy(p: inner::SandboxPolicy) -> outer::SandboxPolicy {
+        outer::SandboxPolicy {
+            mode: match p.mode {
+                inner::SandboxMode::ReadOnly => outer::SandboxMode::ReadOnly,
+                inner::SandboxMode::WorkspaceWrite => outer::SandboxMode::WorkspaceWrite,
+            },
+            writable: p.writable,
+            denied_reads: p.denied_reads,
+            network: match p.network {
+                inner::SandboxNetwork::Off => outer::SandboxNetwork::Off,
+                inner::SandboxNetwork::Loopback => outer::SandboxNetwork::Loopback,
+                inner::SandboxNetwork::On => outer::SandboxNetwork::On,
+            },
         }
     }
 

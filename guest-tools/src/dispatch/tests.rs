@@ -3,7 +3,8 @@
 use super::*;
 use crate::fake::{Call, FakeAgent, FakeExecutor};
 use crate::world::{
-    ExecError, Limits, Read, Request, RunResult, Spec, StreamDelta, StreamOutput, TaskState,
+    Denial, DenialReason, Denials, DeniedAccess, ExecError, Limits, Read, Request, RunResult,
+    SandboxMode, SandboxNetwork, SandboxPolicy, Spec, StreamDelta, StreamOutput, TaskState,
     ToolAnnotations,
 };
 
@@ -124,6 +125,7 @@ fn bash_description_follows_configured_limits() {
             max_timeout_ms: 1e21,
             max_output_bytes: 1,
             grace_ms: 1.0,
+            sandbox: None,
         },
         ..Default::default()
     };
@@ -196,6 +198,7 @@ fn titles_and_annotations_do_not_follow_the_limits() {
             max_timeout_ms: 2.0,
             max_output_bytes: 1,
             grace_ms: 1.0,
+            sandbox: None,
         },
         ..Default::default()
     };
@@ -671,6 +674,211 @@ fn resolve_error_stops_before_running() {
     assert_eq!(exec.calls().len(), 1);
 }
 
+// ---- bash: sandbox denials --------------------------------------------------------------------
+
+fn denials(first: &[(DeniedAccess, &str, DenialReason)], more: u32) -> Denials {
+    Denials {
+        first: first
+            .iter()
+            .map(|&(access, target, reason)| Denial {
+                access,
+                target: target.into(),
+                reason,
+            })
+            .collect(),
+        more,
+    }
+}
+
+#[test]
+fn a_denied_read_ends_the_result_after_the_exit_code() {
+    let exec = FakeExecutor {
+        run: Ok(RunResult {
+            stderr: StreamOutput {
+                text: "cat: /root/.ssh/id: Permission denied\n".into(),
+                ..Default::default()
+            },
+            denials: denials(
+                &[(
+                    DeniedAccess::Read,
+                    "/root/.ssh/id",
+                    DenialReason::DeniedRead,
+                )],
+                0,
+            ),
+            ..exited(1, "")
+        }),
+        ..Default::default()
+    };
+    let result = call_tool(
+        &exec,
+        "bash",
+        r#"{"command":"cat /root/.ssh/id","description":"Show the key"}"#,
+        &Caller::default(),
+    );
+    // Still no error: the model reads what failed and why, and decides.
+    assert_eq!(
+        result,
+        ok(
+            "[stderr]\ncat: /root/.ssh/id: Permission denied\n[exit code: 1]\n\
+            [sandbox: read of /root/.ssh/id denied (a denied path)]"
+        )
+    );
+}
+
+#[test]
+fn denials_of_a_successful_command_are_its_only_marker() {
+    let exec = FakeExecutor {
+        run: Ok(RunResult {
+            denials: denials(
+                &[
+                    (
+                        DeniedAccess::Read,
+                        "/root/.ssh/id_ed25519",
+                        DenialReason::DeniedRead,
+                    ),
+                    (DeniedAccess::Socket, "AF_INET", DenialReason::NetworkOff),
+                    (
+                        DeniedAccess::Write,
+                        "/etc/hosts",
+                        DenialReason::OutsideWritableRoots,
+                    ),
+                ],
+                2,
+            ),
+            ..exited(0, "out")
+        }),
+        ..Default::default()
+    };
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"./probe","description":"Probe"}"#,
+            &Caller::default()
+        ),
+        ok(
+            "out\n[sandbox: read of /root/.ssh/id_ed25519 denied (a denied path); AF_INET socket \
+            denied (the network is off); write to /etc/hosts denied (outside the writable \
+            roots); and 2 more]"
+        )
+    );
+}
+
+#[test]
+fn an_aborted_run_shows_no_denials() {
+    let exec = FakeExecutor {
+        run: Ok(RunResult {
+            aborted: true,
+            denials: denials(
+                &[(DeniedAccess::Socket, "AF_INET6", DenialReason::NetworkOff)],
+                0,
+            ),
+            ..exited(0, "partial\n")
+        }),
+        ..Default::default()
+    };
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"curl x","description":"d"}"#,
+            &Caller::default()
+        ),
+        err("Error: command aborted", "ABORTED")
+    );
+}
+
+#[test]
+fn bash_output_ends_with_the_denials_since_the_last_read() {
+    let mut exec = with_read(
+        "bash-1",
+        "first\n",
+        "",
+        task("bash-1", TaskState::Running, None, None),
+    );
+    exec.reads.get_mut("bash-1").unwrap().denials = denials(
+        &[(
+            DeniedAccess::Connect,
+            "203.0.113.7:443",
+            DenialReason::LoopbackOnly,
+        )],
+        0,
+    );
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash_output",
+            r#"{"task_id":"bash-1"}"#,
+            &Caller::default()
+        ),
+        ok("first\n\n[status: running]\n\
+            [sandbox: connect to 203.0.113.7:443 denied (only loopback is reachable)]")
+    );
+    let mut exec = with_read(
+        "bash-2",
+        "",
+        "",
+        task("bash-2", TaskState::Completed, Some(0), None),
+    );
+    exec.reads.get_mut("bash-2").unwrap().denials = denials(
+        &[(
+            DeniedAccess::Undone,
+            "/w/.git/config",
+            DenialReason::ProtectedPath,
+        )],
+        1,
+    );
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash_output",
+            r#"{"task_id":"bash-2"}"#,
+            &Caller::default()
+        ),
+        ok("(no new output)\n[status: completed, exit code: 0]\n\
+            [sandbox: change to /w/.git/config undone (a protected git path); and 1 more]")
+    );
+}
+
+// ---- instructions -----------------------------------------------------------------------------
+
+#[test]
+fn instructions_without_a_sandbox_ask_the_limits_and_are_the_constant() {
+    let exec = FakeExecutor::default();
+    assert_eq!(instructions(&exec), instructions::INSTRUCTIONS);
+    assert_eq!(exec.calls(), vec![Call::CurrentLimits]);
+}
+
+#[test]
+fn instructions_state_the_executors_sandbox() {
+    let mut exec = FakeExecutor::default();
+    exec.limits.sandbox = Some(SandboxPolicy {
+        mode: SandboxMode::WorkspaceWrite,
+        writable: vec!["/work".into(), "/tmp".into()],
+        denied_reads: vec!["/home/u/.ssh".into(), "/home/u/.netrc".into()],
+        network: SandboxNetwork::Off,
+    });
+    assert_eq!(
+        instructions(&exec),
+        format!(
+            "{}\n\n\
+             Commands run in a sandbox (workspace-write): they can write only under /work, /tmp \
+             and their own $TMPDIR; git hooks and configuration there stay read-only, and git \
+             init, add and commit work.\n\
+             They cannot read: /home/u/.ssh, /home/u/.netrc.\n\
+             The network is off: no sockets but Unix sockets.\n\
+             A denied operation fails (Permission denied, or Read-only file system), and the \
+             result then ends with a [sandbox: …] line naming it; do not try to get around the \
+             sandbox: tell the user what was denied.",
+            instructions::INSTRUCTIONS
+        )
+    );
+    // The tools' descriptions do not change with the sandbox.
+    let plain = FakeExecutor::default();
+    assert_eq!(list_tools(&exec), list_tools(&plain));
+}
+
 // ---- bash: background -------------------------------------------------------------------------
 
 #[test]
@@ -762,6 +970,7 @@ fn with_read(id: &str, stdout: &str, stderr: &str, t: Task) -> FakeExecutor {
             stdout: delta(stdout),
             stderr: delta(stderr),
             task: t,
+            denials: Denials::default(),
         },
     );
     exec
@@ -848,6 +1057,7 @@ fn output_with_stderr_and_dropped_output() {
                 spill_path: None,
             },
             task: task("bash-1", TaskState::Completed, Some(0), None),
+            denials: Denials::default(),
         },
     );
     assert_eq!(

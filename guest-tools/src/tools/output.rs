@@ -27,9 +27,11 @@ is running.";
 pub fn call(exec: &dyn Executor, args: &Json, caller: &Caller) -> Result<String, ToolError> {
     let id = task_id::checked(exec, args, caller)?;
     let read = exec.read_output(id)?;
-    Ok(format!(
-        "{}\n{}",
-        render::delta(&read),
-        status::line(&read.task)
-    ))
+    let mut text = format!("{}\n{}", render::delta(&read), status::line(&read.task));
+    // What the sandbox denied the task since the last read comes last, after where it stands.
+    if let Some(line) = render::sandbox_line(&read.denials) {
+        text.push('\n');
+        text.push_str(&line);
+    }
+    Ok(text)
 }

@@ -140,6 +140,8 @@ pub struct RunResult {
     /// this background task. The streams above are then its output so far, and exit code,
     /// signal, `timed_out`, `aborted` and `leftover_processes` are unset: nothing ended.
     pub yielded: Option<Yielded>,
+    /// What the sandbox denied the command (or, for a yielded one, denied it so far).
+    pub denials: Denials,
 }
 
 /// A foreground command handed over to the task table while it runs.
@@ -200,10 +202,100 @@ pub struct Read {
     pub stderr: StreamDelta,
     /// The task as it stands now.
     pub task: Task,
+    /// What the sandbox denied the task since the previous read.
+    pub denials: Denials,
+}
+
+/// Operations a sandbox denied a command, known to the host (not guessed from its output):
+/// the first few distinct ones, in the order they happened, and how many more there were.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Denials {
+    /// The first distinct denials, at most [`Denials::KEPT`].
+    pub first: Vec<Denial>,
+    /// How many more distinct denials there were.
+    pub more: u32,
+}
+
+impl Denials {
+    /// How many denials are named; the rest are counted.
+    pub const KEPT: usize = 3;
+
+    /// None at all.
+    pub fn is_empty(&self) -> bool {
+        self.first.is_empty()
+    }
+
+    /// Adds `denial` unless it is already named.
+    pub fn add(&mut self, denial: Denial) {
+        if self.first.contains(&denial) {
+            return;
+        }
+        if self.first.len() < Self::KEPT {
+            self.first.push(denial);
+        } else {
+            self.more = self.more.saturating_add(1);
+        }
+    }
+}
+
+/// One operation a sandbox denied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// What was attempted.
+    pub access: DeniedAccess,
+    /// The path as the kernel resolved it, the address (`203.0.113.7:443`, `[2001:db8::1]:443`)
+    /// or the socket family (`AF_INET`).
+    pub target: String,
+    /// Why the sandbox denied it.
+    pub reason: DenialReason,
+}
+
+/// What a denied operation attempted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeniedAccess {
+    /// Opening a file or listing a directory for reading.
+    Read,
+    /// Writing, creating, removing or renaming.
+    Write,
+    /// Making a socket (of the family named by the target).
+    Socket,
+    /// Connecting to an address.
+    Connect,
+    /// A change the command made to a protected path, undone after it ended.
+    Undone,
+}
+
+/// Why the sandbox denied an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenialReason {
+    /// The path lies outside every writable root.
+    OutsideWritableRoots,
+    /// The path is one the sandbox keeps from being read.
+    DeniedRead,
+    /// A protected git path inside a writable root.
+    ProtectedPath,
+    /// The network is off.
+    NetworkOff,
+    /// Only the command's own loopback interface is reachable.
+    LoopbackOnly,
+}
+
+/// The sandbox in force, as the tools describe it to the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxPolicy {
+    /// The mode (never off).
+    pub mode: SandboxMode,
+    /// Directories a command may write beneath, besides its private `TMPDIR`; empty in
+    /// `read-only`.
+    pub writable: Vec<String>,
+    /// Paths no command may read.
+    pub denied_reads: Vec<String>,
+    /// What a command may reach.
+    pub network: NetworkMode,
 }
 
 /// The limits in force, as the tools describe them to the model.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     /// The timeout of a request without one, in milliseconds.
     pub default_timeout_ms: f64,
@@ -213,6 +305,8 @@ pub struct Limits {
     pub max_output_bytes: u64,
     /// TERM-to-KILL grace in milliseconds.
     pub grace_ms: f64,
+    /// The sandbox commands run in, if any.
+    pub sandbox: Option<SandboxPolicy>,
 }
 
 /// Why an executor operation failed. Mirrors the WIT `executor-error` variant.

@@ -12,6 +12,7 @@ use crate::containment::cgroup::CgroupRoot;
 use crate::output::spill::SpillDir;
 use crate::output::stream::Output;
 use crate::protocol::Step;
+use crate::sandbox::log::{Cursor, DenialLog};
 use crate::sandbox::{Sandbox, SandboxMode};
 use crate::spawn::launcher::Launcher;
 use crate::spawn::{Spawned, StartError};
@@ -166,7 +167,12 @@ impl LocalExecutor {
 
     /// Starts a command on a fresh spawn helper. Retried only when the request never reached
     /// the helper (a command killed idle helpers): an error means the command did not run.
-    async fn spawn(&self, program: &OsStr, spec: &Spec) -> Result<Spawned, ExecError> {
+    async fn spawn(
+        &self,
+        program: &OsStr,
+        spec: &Spec,
+        denials: &Arc<DenialLog>,
+    ) -> Result<Spawned, ExecError> {
         let cannot = |err: &dyn std::fmt::Display| {
             ExecError::SpawnFailed(format!("cannot start {}: {err}", bash::SHELL))
         };
@@ -179,7 +185,14 @@ impl LocalExecutor {
                 .take()
                 .await
                 .map_err(|err| cannot(&format!("no spawn helper: {err}")))?;
-            let started = spawn::spawn(helper, program, &spec.command, &spec.workdir).await;
+            let started = spawn::spawn(
+                helper,
+                program,
+                &spec.command,
+                &spec.workdir,
+                denials.clone(),
+            )
+            .await;
             // Once this task next waits (bash is running by then): not on the start's path.
             let launcher = self.shared.launcher.clone();
             tokio::spawn(async move { launcher.refill() });
@@ -246,8 +259,9 @@ impl LocalExecutor {
         let timeout_ms = self.timeout_ms(spec.timeout_ms)?;
         let outputs = self.outputs();
         meter.attach(&outputs);
+        let denials = Arc::new(DenialLog::default());
         let spawned = tokio::select! {
-            spawned = self.spawn(program, &spec) => spawned?,
+            spawned = self.spawn(program, &spec, &denials) => spawned?,
             () = abort.cancelled() => return Err(ExecError::Aborted),
         };
         let shared = self.shared.clone();
@@ -274,7 +288,8 @@ impl LocalExecutor {
                     // One try: with every slot taken it stays in the foreground, timeout and all.
                     may_yield = false;
                     let after_ms = yield_after_ms.unwrap_or_default();
-                    let handed = self.hand_over(&mut command, &spec, &outputs, after_ms);
+                    let handed =
+                        self.hand_over(&mut command, &spec, &outputs, &denials, after_ms);
                     if let Some(yielded) = handed {
                         return Ok(RunResult { timeout_ms, ..yielded });
                     }
@@ -291,6 +306,7 @@ impl LocalExecutor {
             stderr: outputs[1].snapshot(),
             leftover_processes: outcome.leftovers,
             yielded: None,
+            denials: denials.since(Cursor::default()).0,
         })
     }
 
@@ -303,9 +319,10 @@ impl LocalExecutor {
         command: &mut Foreground,
         spec: &Spec,
         outputs: &[Arc<Output>; 2],
+        denials: &Arc<DenialLog>,
         after_ms: f64,
     ) -> Option<RunResult> {
-        let (task, [stdout, stderr]) = command.hand_over(|control| {
+        let (task, ([stdout, stderr], denied)) = command.hand_over(|control| {
             let mut tasks = self.shared.tasks();
             if let Err(err) = tasks.reserve() {
                 tracing::debug!(%err, "a foreground command stays in the foreground");
@@ -315,14 +332,16 @@ impl LocalExecutor {
             // each stream; output arriving later is the task's first read.
             let (stdout, stdout_at) = outputs[0].snapshot_so_far();
             let (stderr, stderr_at) = outputs[1].snapshot_so_far();
+            let (denied, denied_at) = denials.since(Cursor::default());
             let task = tasks.adopt_reserved(
                 &spec.command,
                 spec.owner.clone(),
                 outputs.clone(),
                 [stdout_at, stderr_at],
+                (denials.clone(), denied_at),
                 control,
             );
-            Some((task, [stdout, stderr]))
+            Some((task, ([stdout, stderr], denied)))
         })?;
         Some(RunResult {
             exit_code: None,
@@ -334,6 +353,7 @@ impl LocalExecutor {
             stderr,
             leftover_processes: 0,
             yielded: Some(Yielded { task, after_ms }),
+            denials: denied,
         })
     }
 
@@ -344,17 +364,20 @@ impl LocalExecutor {
         self.check_command(&spec.command)?;
         self.shared.tasks().reserve()?;
         let outputs = self.outputs();
-        let spawned = match self.spawn(program, &spec).await {
+        let denials = Arc::new(DenialLog::default());
+        let spawned = match self.spawn(program, &spec, &denials).await {
             Err(ExecError::WorkdirUnusable(message)) => {
                 self.shared.tasks().unreserve();
                 return Err(ExecError::WorkdirUnusable(message));
             }
             other => other,
         };
-        let (task, control) =
-            self.shared
-                .tasks()
-                .insert_reserved(&spec.command, spec.owner.clone(), outputs.clone());
+        let (task, control) = self.shared.tasks().insert_reserved(
+            &spec.command,
+            spec.owner.clone(),
+            outputs.clone(),
+            denials,
+        );
         match spawned {
             Ok(spawned) => {
                 let shared = self.shared.clone();
@@ -426,6 +449,7 @@ impl Executor for LocalExecutor {
             max_timeout_ms: config.max_timeout_ms,
             max_output_bytes: config.max_output_bytes,
             grace_ms: config.grace_ms,
+            sandbox: self.shared.sandbox.as_ref().map(Sandbox::described),
         }
     }
 

@@ -19,6 +19,7 @@
 //! arrives on it when bash runs; `[step: u32][errno: i32]` when it could not be started.
 //! The helper does not relay it, so the host learns it even if the helper dies.
 
+use crate::{Denial, DenialReason, DeniedAccess};
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -222,6 +223,8 @@ pub(crate) enum Report {
     /// The helper will not start the command (its own state is no longer the one it was made
     /// with): nothing was started, another helper may take it.
     Declined,
+    /// The sandbox denied the command this (or undid it).
+    Denied(Denial),
 }
 
 const REFUSED: u8 = b'R';
@@ -229,6 +232,7 @@ const STARTED: u8 = b'S';
 const EXITED: u8 = b'X';
 const TREE_EMPTY: u8 = b'E';
 const DECLINED: u8 = b'D';
+const DENIED: u8 = b'N';
 
 impl Report {
     /// [`Report::Started`] encoded without allocating (for a vfork child).
@@ -245,12 +249,21 @@ impl Report {
             Report::Exited(status) => (EXITED, *status),
             Report::TreeEmpty => (TREE_EMPTY, 0),
             Report::Declined => (DECLINED, 0),
+            Report::Denied(denial) => (
+                DENIED,
+                i32::from(access_code(denial.access)) | i32::from(reason_code(denial.reason)) << 8,
+            ),
         };
         let mut bytes = vec![tag];
         bytes.extend_from_slice(&value.to_ne_bytes());
-        if let Report::Refused(message) = self {
-            bytes.extend_from_slice(&len_u32(message.len()).to_ne_bytes());
-            bytes.extend_from_slice(message.as_bytes());
+        let text = match self {
+            Report::Refused(message) => Some(message.as_str()),
+            Report::Denied(denial) => Some(denial.target.as_str()),
+            _ => None,
+        };
+        if let Some(text) = text {
+            bytes.extend_from_slice(&len_u32(text.len()).to_ne_bytes());
+            bytes.extend_from_slice(text.as_bytes());
         }
         bytes
     }
@@ -267,24 +280,71 @@ impl Report {
             EXITED => Report::Exited(value),
             TREE_EMPTY => Report::TreeEmpty,
             DECLINED => Report::Declined,
-            REFUSED => {
+            REFUSED | DENIED => {
                 let Ok((len, rest)) = split_u32(&bytes[5..]) else {
                     return Ok(None);
                 };
                 let len = len as usize;
                 if len > MAX_FIELD {
-                    return Err(bad("a refusal message is too long"));
+                    return Err(bad("a report's text is too long"));
                 }
                 if rest.len() < len {
                     return Ok(None);
                 }
-                let message = String::from_utf8_lossy(&rest[..len]).into_owned();
-                return Ok(Some((Report::Refused(message), 9 + len)));
+                let text = String::from_utf8_lossy(&rest[..len]).into_owned();
+                let report = if bytes[0] == REFUSED {
+                    Report::Refused(text)
+                } else {
+                    let (Some(access), Some(reason)) = (
+                        access_of((value & 0xff) as u8),
+                        reason_of((value >> 8 & 0xff) as u8),
+                    ) else {
+                        return Err(bad("an unknown denial from the spawn helper"));
+                    };
+                    Report::Denied(Denial {
+                        access,
+                        target: text,
+                        reason,
+                    })
+                };
+                return Ok(Some((report, 9 + len)));
             }
             _ => return Err(bad("an unknown report from the spawn helper")),
         };
         Ok(Some((report, 5)))
     }
+}
+
+const ACCESSES: [DeniedAccess; 5] = [
+    DeniedAccess::Read,
+    DeniedAccess::Write,
+    DeniedAccess::Socket,
+    DeniedAccess::Connect,
+    DeniedAccess::Undone,
+];
+
+const REASONS: [DenialReason; 5] = [
+    DenialReason::OutsideWritableRoots,
+    DenialReason::DeniedRead,
+    DenialReason::ProtectedPath,
+    DenialReason::NetworkOff,
+    DenialReason::LoopbackOnly,
+];
+
+fn access_code(access: DeniedAccess) -> u8 {
+    ACCESSES.iter().position(|a| *a == access).unwrap_or(0) as u8
+}
+
+fn access_of(code: u8) -> Option<DeniedAccess> {
+    ACCESSES.get(usize::from(code)).copied()
+}
+
+fn reason_code(reason: DenialReason) -> u8 {
+    REASONS.iter().position(|r| *r == reason).unwrap_or(0) as u8
+}
+
+fn reason_of(code: u8) -> Option<DenialReason> {
+    REASONS.get(usize::from(code)).copied()
 }
 
 /// Sends a report (blocking), with `fd` attached if given.

@@ -69,6 +69,7 @@ impl From<ex::RunResult> for wit_ex::RunResult {
             stderr: r.stderr.into(),
             leftover_processes: r.leftover_processes,
             yielded: r.yielded.map(Into::into),
+            denials: r.denials.into(),
         }
     }
 }
@@ -121,8 +122,78 @@ impl From<ex::Read> for wit_ex::Read {
             stdout: r.stdout.into(),
             stderr: r.stderr.into(),
             task: r.task.into(),
+            denials: r.denials.into(),
         }
     }
+}
+
+impl From<ex::Denials> for wit_ex::Denials {
+    fn from(d: ex::Denials) -> Self {
+        Self {
+            first: d.first.into_iter().map(Into::into).collect(),
+            more: d.more,
+        }
+    }
+}
+
+impl From<ex::Denial> for wit_ex::Denial {
+    fn from(d: ex::Denial) -> Self {
+        Self {
+            access: d.access.into(),
+            target: d.target,
+            reason: d.reason.into(),
+        }
+    }
+}
+
+impl From<ex::DeniedAccess> for wit_ex::DeniedAccess {
+    fn from(a: ex::DeniedAccess) -> Self {
+        match a {
+            ex::DeniedAccess::Read => Self::Read,
+            ex::DeniedAccess::Write => Self::Write,
+            ex::DeniedAccess::Socket => Self::Socket,
+            ex::DeniedAccess::Connect => Self::Connect,
+            ex::DeniedAccess::Undone => Self::Undone,
+        }
+    }
+}
+
+impl From<ex::DenialReason> for wit_ex::DenialReason {
+    fn from(r: ex::DenialReason) -> Self {
+        match r {
+            ex::DenialReason::OutsideWritableRoots => Self::OutsideWritableRoots,
+            ex::DenialReason::DeniedRead => Self::DeniedRead,
+            ex::DenialReason::ProtectedPath => Self::ProtectedPath,
+            ex::DenialReason::NetworkOff => Self::NetworkOff,
+            ex::DenialReason::LoopbackOnly => Self::LoopbackOnly,
+        }
+    }
+}
+
+impl From<ex::NetworkMode> for wit_ex::SandboxNetwork {
+    fn from(n: ex::NetworkMode) -> Self {
+        match n {
+            ex::NetworkMode::Off => Self::Off,
+            ex::NetworkMode::Loopback => Self::Loopback,
+            ex::NetworkMode::On => Self::On,
+        }
+    }
+}
+
+/// The WIT policy of a sandbox; none for one whose mode is off, which confines nothing (the
+/// executor never describes such a sandbox, and the WIT has no mode for it).
+fn sandbox_to_wit(p: ex::SandboxPolicy) -> Option<wit_ex::SandboxPolicy> {
+    let mode = match p.mode {
+        ex::SandboxMode::Off => return None,
+        ex::SandboxMode::ReadOnly => wit_ex::SandboxMode::ReadOnly,
+        ex::SandboxMode::WorkspaceWrite => wit_ex::SandboxMode::WorkspaceWrite,
+    };
+    Some(wit_ex::SandboxPolicy {
+        mode,
+        writable: p.writable,
+        denied_reads: p.denied_reads,
+        network: p.network.into(),
+    })
 }
 
 impl From<ex::Limits> for wit_ex::Limits {
@@ -132,6 +203,7 @@ impl From<ex::Limits> for wit_ex::Limits {
             max_timeout_ms: l.max_timeout_ms,
             max_output_bytes: l.max_output_bytes,
             grace_ms: l.grace_ms,
+            sandbox: l.sandbox.and_then(sandbox_to_wit),
         }
     }
 }

@@ -264,6 +264,7 @@ mod tests {
                     task: Self::task("bash-1").unwrap(),
                     after_ms: 100.0,
                 }),
+                denials: Default::default(),
             };
             Box::pin(async move { Ok(result) })
         }

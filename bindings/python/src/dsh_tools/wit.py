@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from wasmtime.component import Record, Variant
 
-from .executor.types import ExecutorError, Read, RunResult, Spec, StreamDelta, StreamOutput, Task
+from .executor.types import Denials, ExecutorError, Read, RunResult, SandboxPolicy, Spec, StreamDelta, StreamOutput, Task
 
 
 def record(**fields: Any) -> Record:
@@ -75,6 +75,15 @@ def _delta(s: StreamDelta) -> Record:
     return record(text=s["text"], lossy=s["lossy"], spill_path=s["spill_path"])
 
 
+def _denials(d: Denials) -> Record:
+    first = [record(access=x["access"], target=x["target"], reason=x["reason"]) for x in d["first"]]
+    return record(first=first, more=_u32(d["more"], "denials.more"))
+
+
+def _sandbox(p: SandboxPolicy) -> Record:
+    return record(mode=p["mode"], writable=list(p["writable"]), denied_reads=list(p["denied_reads"]), network=p["network"])
+
+
 def run_result(r: RunResult) -> Record:
     y = r["yielded"]
     return record(
@@ -87,11 +96,12 @@ def run_result(r: RunResult) -> Record:
         stderr=_stream(r["stderr"]),
         leftover_processes=_u32(r["leftover_processes"], "leftover_processes"),
         yielded=None if y is None else record(task=task(y["task"]), after_ms=float(y["after_ms"])),
+        denials=_denials(r["denials"]),
     )
 
 
 def read(r: Read) -> Record:
-    return record(stdout=_delta(r["stdout"]), stderr=_delta(r["stderr"]), task=task(r["task"]))
+    return record(stdout=_delta(r["stdout"]), stderr=_delta(r["stderr"]), task=task(r["task"]), denials=_denials(r["denials"]))
 
 
 def limits(values: Mapping[str, Any]) -> Record:
@@ -100,6 +110,7 @@ def limits(values: Mapping[str, Any]) -> Record:
         max_timeout_ms=float(values["max_timeout_ms"]),
         max_output_bytes=int(values["max_output_bytes"]),
         grace_ms=float(values["grace_ms"]),
+        sandbox=None if values["sandbox"] is None else _sandbox(values["sandbox"]),
     )
 
 

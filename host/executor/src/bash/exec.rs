@@ -33,8 +33,9 @@ pub(crate) struct BashExec<'a> {
     /// [`crate::bash::long_command::COMMAND_FD`] (and `argv` runs the bootstrap that reads it). No
     /// other descriptor used after `report` may be there.
     pub(crate) command: Option<BorrowedFd<'a>>,
-    /// The sandbox to apply right before the exec, if any.
-    pub(crate) sandbox: Option<&'a crate::sandbox::apply::Prepared>,
+    /// The sandbox to apply right before the exec, if any, and the socket its notifying
+    /// filter's listener goes to the helper through.
+    pub(crate) sandbox: Option<(&'a crate::sandbox::apply::Prepared, BorrowedFd<'a>)>,
 }
 
 /// In the forked child: a new session, every signal back to its default and unblocked, dies
@@ -108,11 +109,16 @@ pub(crate) fn exec_bash(setup: &BashExec<'_>) -> ! {
     {
         fail(Step::Setup, err);
     }
-    // Last, so that nothing above runs confined: Landlock, then seccomp.
-    if let Some(sandbox) = setup.sandbox
-        && let Err(err) = sandbox.apply()
-    {
-        fail(Step::Sandbox, err);
+    // Last, so that nothing above runs confined: Landlock, then seccomp. Nothing the
+    // notifying filter hands to the helper may come before the exec: the helper is suspended
+    // until then.
+    if let Some((sandbox, to_helper)) = setup.sandbox {
+        let sent = sandbox.apply().and_then(|listener| {
+            crate::protocol::send_with_fds(to_helper, b"L", &[listener.as_fd()]).map(|_| ())
+        });
+        if let Err(err) = sent {
+            fail(Step::Sandbox, err);
+        }
     }
     // SAFETY: `program` and `argv` are valid, null-terminated, prepared before the fork;
     // execvp returns only on failure.

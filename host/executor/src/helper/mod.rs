@@ -46,8 +46,10 @@ use std::time::{Duration, Instant};
 use crate::bash::exec::{self, BashExec};
 use crate::bash::long_command;
 use crate::protocol::{self, Report};
+use crate::sandbox::notify::Supervisor;
 use crate::sandbox::policy::Policy;
 use crate::sandbox::prepare::Confined;
+use crate::{Denial, DenialReason, DeniedAccess};
 use fork::Forked;
 
 /// The first argument that makes a program [`dispatch`]ing into the helper.
@@ -427,17 +429,25 @@ fn helper(
         changed_signals,
         confined,
     ) {
-        Served::Started(bash, confined) => {
+        Served::Started(bash, confined, supervisor) => {
             let restore = || {
-                if let Some(confined) = &confined {
-                    confined.restore();
-                }
+                confined
+                    .as_ref()
+                    .map(Confined::restore)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|path| Denial {
+                        access: DeniedAccess::Undone,
+                        target: path.display().to_string(),
+                        reason: DenialReason::ProtectedPath,
+                    })
+                    .collect()
             };
-            let code = match supervise(&sock, bash, restore) {
+            let code = match supervise(&sock, bash, supervisor, restore) {
                 Supervised::Empty => 0,
                 Supervised::HostGone => {
                     let code = host_gone(cgroup);
-                    restore();
+                    let _ = restore();
                     code
                 }
             };
@@ -496,10 +506,12 @@ fn name_helper() {
     }
 }
 
-/// What became of one request.
+/// What became of one request (one per helper, returned once: its size does not matter).
+#[allow(clippy::large_enum_variant)]
 enum Served {
-    /// bash runs, with this pid, in the sandbox the factory's policy asks for, if any.
-    Started(i32, Option<Confined>),
+    /// bash runs, with this pid, in the sandbox the factory's policy asks for, if any, whose
+    /// notifications the supervisor answers.
+    Started(i32, Option<Confined>, Option<Supervisor>),
     /// Nothing was started; the helper exits.
     NotStarted,
     /// The helper ends, with this exit code.
@@ -583,6 +595,11 @@ fn serve(
             return Served::NotStarted;
         }
     };
+    // The notifying filter's listener comes from bash's side through this pair.
+    let listener_pair = match confined.as_ref().map(|_| listener_pair()).transpose() {
+        Ok(pair) => pair,
+        Err(err) => return refuse(&started, err.raw_os_error().unwrap_or(libc::EIO)),
+    };
     let argv = crate::bash::argv(command.as_deref());
     let exec = BashExec {
         program: &program,
@@ -595,12 +612,27 @@ fn serve(
         changed_signals,
         report: sock.as_fd(),
         command: command_fd.as_ref().map(AsFd::as_fd),
-        sandbox: confined.as_ref().map(|c| &c.prepared),
+        sandbox: confined
+            .as_ref()
+            .zip(listener_pair.as_ref())
+            .map(|(c, (_, theirs))| (&c.prepared, theirs.as_fd())),
     };
     match fork::spawn_bash(&exec) {
         // bash reported itself (Started) before its exec; only it keeps the command's pipes and
         // the outcome pipe, which drop here.
-        Ok((bash, _pidfd)) => Served::Started(bash, confined),
+        Ok((bash, _pidfd)) => {
+            let supervisor = confined
+                .as_ref()
+                .zip(listener_pair)
+                .and_then(|(c, (ours, _))| {
+                    // Sent before the exec, so here by now (unless bash failed before it, and then
+                    // there is nothing to supervise).
+                    let (_, fds) = protocol::recv_some(ours.as_fd(), &mut [0u8; 1]).ok()?;
+                    let listener = fds.into_iter().next()?;
+                    Some(Supervisor::new(listener, c.judge(), c.network()))
+                });
+            Served::Started(bash, confined, supervisor)
+        }
         Err(err) => {
             let _ = rustix::io::write(
                 &started,
@@ -609,6 +641,16 @@ fn serve(
             Served::NotStarted
         }
     }
+}
+
+/// A connected pair of datagram sockets, both ends close-on-exec.
+fn listener_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?)
 }
 
 fn c_string(bytes: Vec<u8>) -> Option<CString> {
@@ -660,9 +702,16 @@ enum Supervised {
     HostGone,
 }
 
-/// Reaps until no descendant is left, reporting bash's status and then that the tree is empty.
-/// `before_empty` runs once nothing is left, before the host is told (the sandbox's after-care).
-fn supervise(sock: &UnixStream, bash: i32, before_empty: impl Fn()) -> Supervised {
+/// Reaps until no descendant is left, reporting bash's status and then that the tree is empty;
+/// meanwhile answers the sandbox's notifications, reporting each denial. `before_empty` runs
+/// once nothing is left, before the host is told (the sandbox's after-care): the denials it
+/// returns are reported too.
+fn supervise(
+    sock: &UnixStream,
+    bash: i32,
+    mut supervisor: Option<Supervisor>,
+    before_empty: impl Fn() -> Vec<Denial>,
+) -> Supervised {
     let signals = match child_signals() {
         Ok(fd) => Some(fd),
         Err(err) => {
@@ -688,7 +737,9 @@ fn supervise(sock: &UnixStream, bash: i32, before_empty: impl Fn()) -> Supervise
                 Err(rustix::io::Errno::INTR) => {}
                 Err(_) => {
                     // ECHILD: nothing is left.
-                    before_empty();
+                    for denial in before_empty() {
+                        news.extend(Report::Denied(denial).encode());
+                    }
                     news.extend(Report::TreeEmpty.encode());
                     empty = true;
                     break;
@@ -711,6 +762,12 @@ fn supervise(sock: &UnixStream, bash: i32, before_empty: impl Fn()) -> Supervise
                 rustix::event::PollFlags::IN,
             ));
         }
+        if let Some(supervisor) = &supervisor {
+            polls.push(rustix::event::PollFd::new(
+                supervisor.listener(),
+                rustix::event::PollFlags::IN,
+            ));
+        }
         let timeout = rustix::event::Timespec {
             tv_sec: 0,
             tv_nsec: 50_000_000,
@@ -725,8 +782,34 @@ fn supervise(sock: &UnixStream, bash: i32, before_empty: impl Fn()) -> Supervise
             Err(_) => return Supervised::HostGone,
         }
         let host_said_something = !polls[0].revents().is_empty();
+        let notified = supervisor.as_ref().and(polls.last()).map(|p| p.revents());
+        drop(polls);
         if let Some(signals) = &signals {
             drain(signals);
+        }
+        if let (Some(revents), Some(listening)) = (notified, &supervisor) {
+            if revents.contains(rustix::event::PollFlags::IN) {
+                match listening.answer() {
+                    Ok(Some(denial)) => {
+                        if (&mut &*sock)
+                            .write_all(&Report::Denied(denial).encode())
+                            .is_err()
+                        {
+                            return Supervised::HostGone;
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(err) => {
+                        // The listener closes: the command's notified calls then fail (ENOSYS)
+                        // rather than wait.
+                        eprintln!("dsh-spawn-helper: sandbox notifications: {err}");
+                        supervisor = None;
+                    }
+                }
+            } else if !revents.is_empty() {
+                // No process of the command is left to notify.
+                supervisor = None;
+            }
         }
         if host_said_something {
             // The host never writes after the request: this is its end (exit or drop).

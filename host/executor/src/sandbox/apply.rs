@@ -2,7 +2,7 @@
 //! Raw system calls only, on memory prepared before the fork.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// Everything one sandboxed command's start applies, prepared by the helper.
 #[derive(Debug)]
@@ -11,12 +11,15 @@ pub(crate) struct Prepared {
     pub(crate) landlock: Vec<OwnedFd>,
     /// The seccomp filters, in order, installed last.
     pub(crate) filters: Vec<seccompiler::BpfProgram>,
+    /// The filter that notifies the helper ([`super::notify`]), installed after them.
+    pub(crate) notify: seccompiler::BpfProgram,
 }
 
 impl Prepared {
     /// Applies the sandbox to the calling process (in the namespace tier, the namespaces are
-    /// the helper's, which bash was born in).
-    pub(crate) fn apply(&self) -> io::Result<()> {
+    /// the helper's, which bash was born in). Returns the notifying filter's listener, for the
+    /// helper.
+    pub(crate) fn apply(&self) -> io::Result<OwnedFd> {
         drop_capabilities()?;
         no_new_privs()?;
         for layer in &self.landlock {
@@ -28,9 +31,18 @@ impl Prepared {
             }
         }
         for filter in &self.filters {
-            install_filter(filter)?;
+            install_filter(filter, 0)?;
         }
-        Ok(())
+        // Its listener: received only once the helper has been notified, a process's wait for
+        // the answer ends only with its death (a signal handled meanwhile would make it ask
+        // again).
+        let listener = install_filter(
+            &self.notify,
+            (libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV)
+                as u32,
+        )?;
+        // SAFETY: with NEW_LISTENER, a successful seccomp returns a new descriptor, ours.
+        Ok(unsafe { OwnedFd::from_raw_fd(listener) })
     }
 }
 
@@ -134,8 +146,10 @@ pub(crate) fn no_new_privs() -> io::Result<()> {
     Ok(())
 }
 
-/// Installs one compiled seccomp filter on the calling thread.
-pub(crate) fn install_filter(filter: &[seccompiler::sock_filter]) -> io::Result<()> {
+/// Installs one compiled seccomp filter on the calling thread, with `flags` besides
+/// `SECCOMP_FILTER_FLAG_SPEC_ALLOW`; returns what the kernel does (a listener's descriptor with
+/// `SECCOMP_FILTER_FLAG_NEW_LISTENER`, else 0).
+pub(crate) fn install_filter(filter: &[seccompiler::sock_filter], flags: u32) -> io::Result<i32> {
     let program = libc::sock_fprog {
         len: filter.len() as u16,
         // The same C structure (`struct sock_filter`), as seccompiler and libc each declare it.
@@ -152,12 +166,12 @@ pub(crate) fn install_filter(filter: &[seccompiler::sock_filter]) -> io::Result<
         libc::syscall(
             libc::SYS_seccomp,
             libc::SECCOMP_SET_MODE_FILTER,
-            SECCOMP_FILTER_FLAG_SPEC_ALLOW,
+            SECCOMP_FILTER_FLAG_SPEC_ALLOW | flags,
             std::ptr::addr_of!(program),
         )
     };
-    if done != 0 {
+    if done < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(())
+    Ok(done as i32)
 }

@@ -25,7 +25,7 @@ use landlock::{
 };
 
 /// Devices every command may write (and truncate, as `> /dev/null` does).
-const DEVICES: [&str; 6] = [
+pub(crate) const DEVICES: [&str; 6] = [
     "/dev/null",
     "/dev/zero",
     "/dev/full",
@@ -71,7 +71,7 @@ fn open_path(path: &Path) -> io::Result<OwnedFd> {
 
 /// `path` resolved through symlinks as far as it exists, the rest appended: a denied path that
 /// does not exist yet is left out of the grants all the same, so it is denied once made.
-fn resolve(path: &Path) -> Option<PathBuf> {
+pub(crate) fn resolve(path: &Path) -> Option<PathBuf> {
     if let Ok(real) = std::fs::canonicalize(path) {
         return Some(real);
     }

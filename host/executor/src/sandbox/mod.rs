@@ -15,8 +15,11 @@
 //! only narrows, and the seccomp filter refuses new namespaces, `ptrace` and io_uring).
 
 pub(crate) mod apply;
+pub(crate) mod judge;
 pub(crate) mod landlock;
+pub(crate) mod log;
 pub(crate) mod namespaces;
+pub(crate) mod notify;
 pub(crate) mod policy;
 pub(crate) mod preflight;
 pub(crate) mod prepare;
@@ -151,6 +154,17 @@ pub fn default_denied(home: &Path) -> Vec<PathBuf> {
 pub struct SandboxError(pub String);
 
 impl Sandbox {
+    /// What the tools tell the model of this sandbox.
+    pub fn described(&self) -> crate::SandboxPolicy {
+        let text = |paths: &[PathBuf]| paths.iter().map(|p| p.display().to_string()).collect();
+        crate::SandboxPolicy {
+            mode: self.mode,
+            writable: text(&self.writable),
+            denied_reads: text(&self.deny_read),
+            network: self.network,
+        }
+    }
+
     /// The policy for `config`, given what the machine supports; `cwd` is the session's working
     /// directory (the workspace). `None` for [`SandboxMode::Off`].
     pub fn resolve(

@@ -114,7 +114,18 @@ pub(crate) fn run_probe() -> i32 {
     let seccomp = in_child(|| {
         let filter = super::seccomp::allow_all();
         super::apply::no_new_privs().map_err(|e| ("prctl(PR_SET_NO_NEW_PRIVS)", e))?;
-        super::apply::install_filter(&filter).map_err(|e| ("seccomp(SET_MODE_FILTER)", e))
+        super::apply::install_filter(&filter, 0).map_err(|e| ("seccomp(SET_MODE_FILTER)", e))?;
+        // The notifying filter, with its listener (which the probe then closes, calling
+        // nothing it notifies).
+        let flags =
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
+        let notify = super::notify::filter(super::NetworkMode::On);
+        super::apply::install_filter(&notify, flags as u32)
+            .map(|fd| {
+                // SAFETY: the listener's descriptor, ours.
+                unsafe { libc::close(fd) };
+            })
+            .map_err(|e| ("seccomp(SET_MODE_FILTER, NEW_LISTENER)", e))
     });
     let namespaces = in_child(|| super::namespaces::NsSetup::new(true, true).enter());
     println!("landlock {landlock}");

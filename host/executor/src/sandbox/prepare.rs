@@ -10,6 +10,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use super::apply::Prepared;
+use super::judge::Judge;
 use super::landlock::{Freshness, ReadGrants};
 use super::namespaces::{self, NsSetup};
 use super::policy::Policy;
@@ -31,6 +32,9 @@ pub(crate) struct Confined {
     tmpdir: PathBuf,
     /// The protected paths as they were (Landlock tier).
     snapshot: Option<Snapshot>,
+    network: NetworkMode,
+    /// The protected paths bound read-only (namespace tier), once known.
+    bound: Vec<PathBuf>,
 }
 
 impl Confined {
@@ -53,7 +57,8 @@ impl Confined {
             super::landlock::read_layer(abi, grants, std::slice::from_ref(&tmpdir), &writable)?,
             super::landlock::write_layer(abi, &writable, policy.network == NetworkMode::Off)?,
         ];
-        let filters = super::seccomp::filters(policy.network)?;
+        let filters = super::seccomp::filters()?;
+        let notify = super::notify::filter(policy.network);
         if policy.tier == Tier::Namespaces {
             NsSetup::new(
                 policy.network != NetworkMode::On,
@@ -80,7 +85,12 @@ impl Confined {
         // SAFETY: as above.
         unsafe { std::env::remove_var("SSH_AUTH_SOCK") };
         Ok(Confined {
-            prepared: Prepared { landlock, filters },
+            prepared: Prepared {
+                landlock,
+                filters,
+                notify,
+            },
+            network: policy.network,
             tier: policy.tier,
             writable: policy.writable.clone(),
             freshness: grants.freshness.clone(),
@@ -88,6 +98,7 @@ impl Confined {
             deny_read: policy.deny_read.clone(),
             tmpdir,
             snapshot: None,
+            bound: Vec::new(),
         })
     }
 
@@ -123,6 +134,7 @@ impl Confined {
                     .cloned()
                     .collect();
                 namespaces::bind_read_only(&present)?;
+                self.bound = present;
                 // Checked after the command too: a bound path moves with a renamed parent, and
                 // what did not exist could not be bound.
                 protected.paths
@@ -131,6 +143,32 @@ impl Confined {
         };
         self.snapshot = Some(Snapshot::take(&self.writable, &snapshot)?);
         Ok(())
+    }
+
+    /// What the helper judges the command's calls by ([`super::notify`]), once the workdir is
+    /// known.
+    pub(crate) fn judge(&self) -> Judge {
+        let mut writable = self.writable.clone();
+        writable.push(self.tmpdir.clone());
+        Judge {
+            writable,
+            devices: super::landlock::DEVICES
+                .iter()
+                .filter_map(|d| std::fs::canonicalize(d).ok())
+                .collect(),
+            denied: self
+                .deny_read
+                .iter()
+                .filter_map(|p| super::landlock::resolve(p))
+                .collect(),
+            readable: vec![self.tmpdir.clone()],
+            protected: self.bound.clone(),
+        }
+    }
+
+    /// The network the command may reach.
+    pub(crate) fn network(&self) -> NetworkMode {
+        self.network
     }
 
     /// Once nothing of the command is left, before the host learns it: protected paths the

@@ -7,8 +7,7 @@
 //! a filter cannot read, reports "not implemented" so that the C library falls back to `clone`),
 //! mounting, `ptrace` and `process_vm_*` (reading or writing another process), io_uring (whose
 //! operations no filter sees), kernel keyrings, BPF, kernel modules, `kexec`, `reboot` and swap, and changing
-//! another process's resource limits. Where the
-//! network is off, sockets of every family but Unix. On x86_64, the x32 system call numbers,
+//! another process's resource limits. On x86_64, the x32 system call numbers,
 //! which would reach the same calls under other numbers.
 
 use std::collections::BTreeMap;
@@ -18,8 +17,6 @@ use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule, TargetArch,
 };
-
-use super::NetworkMode;
 
 #[cfg(target_arch = "x86_64")]
 const ARCH: TargetArch = TargetArch::x86_64;
@@ -91,8 +88,9 @@ fn rule(conditions: Vec<SeccompCondition>) -> io::Result<SeccompRule> {
     SeccompRule::new(conditions).map_err(|e| io::Error::other(format!("seccomp rule: {e}")))
 }
 
-/// The filters for a command with `network`, in the order they are installed.
-pub(crate) fn filters(network: NetworkMode) -> io::Result<Vec<BpfProgram>> {
+/// The filters of every sandboxed command, in the order they are installed (sockets, which
+/// depend on the network, are the notifying filter's: [`super::notify`]).
+pub(crate) fn filters() -> io::Result<Vec<BpfProgram>> {
     let mut refused: BTreeMap<i64, Vec<SeccompRule>> =
         REFUSED.iter().map(|&call| (call, Vec::new())).collect();
     let clone_rules = NAMESPACE_FLAGS
@@ -119,13 +117,6 @@ pub(crate) fn filters(network: NetworkMode) -> io::Result<Vec<BpfProgram>> {
             SeccompAction::Errno(libc::ENOSYS as u32),
         )?,
     ];
-    if network == NetworkMode::Off {
-        let not_unix = rule(vec![condition(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])?;
-        programs.push(compile(
-            BTreeMap::from([(libc::SYS_socket, vec![not_unix])]),
-            SeccompAction::Errno(libc::EACCES as u32),
-        )?);
-    }
     #[cfg(target_arch = "x86_64")]
     programs.push(no_x32());
     Ok(programs)

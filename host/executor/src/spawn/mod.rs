@@ -23,6 +23,7 @@ use tokio::sync::oneshot;
 
 use crate::containment::process::{Exit, ProcTree};
 use crate::protocol::{self, Report, Step};
+use crate::sandbox::log::DenialLog;
 use crate::spawn::launcher::Helper;
 
 /// How often a start waiting for a report continues the helper (a command may stop it).
@@ -78,12 +79,13 @@ impl Leader {
 }
 
 /// Starts bash (`program`, as found on PATH) with `command` in `workdir` on `helper`, which
-/// serves this one command.
+/// serves this one command. What its sandbox denies it goes to `denials`.
 pub(crate) async fn spawn(
     helper: Helper,
     program: &OsStr,
     command: &str,
     workdir: &str,
+    denials: Arc<DenialLog>,
 ) -> Result<Spawned, StartError> {
     let Helper {
         pid,
@@ -189,6 +191,7 @@ pub(crate) async fn spawn(
                         let _ = tx.send(status);
                     }
                 }
+                Ok(Some(Report::Denied(denial))) => denials.add(denial),
                 // Nothing may follow.
                 Ok(Some(Report::TreeEmpty)) => return reports.buf.is_empty(),
                 _ => return false,

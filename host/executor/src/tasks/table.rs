@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::output::stream::Output;
+use crate::sandbox::log::{Cursor, DenialLog};
 use crate::{ExecError, Read, Task, TaskState};
 
 /// Signals between the table and a task's driver.
@@ -34,6 +35,8 @@ struct Record {
     outputs: [Arc<Output>; 2],
     /// Whole-stream offsets already returned by `read`.
     offsets: [u64; 2],
+    /// What the sandbox denied it, and how far `read` has returned that.
+    denials: (Arc<DenialLog>, Cursor),
     control: Arc<Control>,
 }
 
@@ -98,7 +101,7 @@ impl Tasks {
         outputs: [Arc<Output>; 2],
     ) -> Result<(Task, Arc<Control>), ExecError> {
         self.reserve()?;
-        Ok(self.insert_reserved(command, owner, outputs))
+        Ok(self.insert_reserved(command, owner, outputs, Arc::default()))
     }
 
     /// Takes a running slot for a start, or refuses without any change.
@@ -140,22 +143,31 @@ impl Tasks {
         command: &str,
         owner: Option<String>,
         outputs: [Arc<Output>; 2],
+        denials: Arc<DenialLog>,
     ) -> (Task, Arc<Control>) {
         let control = Arc::new(Control::default());
-        let task = self.adopt_reserved(command, owner, outputs, [0, 0], control.clone());
+        let task = self.adopt_reserved(
+            command,
+            owner,
+            outputs,
+            [0, 0],
+            (denials, Cursor::default()),
+            control.clone(),
+        );
         (task, control)
     }
 
     /// [`insert_reserved`](Self::insert_reserved) for a command already running: a foreground
     /// command handed over to the table. Its driver answers to `control` already, and `read_from`
     /// are the stream offsets up to which the call returned the output, so the task's first read
-    /// starts after them.
+    /// starts after them; likewise the denials, from their cursor.
     pub(crate) fn adopt_reserved(
         &mut self,
         command: &str,
         owner: Option<String>,
         outputs: [Arc<Output>; 2],
         read_from: [u64; 2],
+        denials: (Arc<DenialLog>, Cursor),
         control: Arc<Control>,
     ) -> Task {
         self.reserved -= 1;
@@ -174,6 +186,7 @@ impl Tasks {
                 task: task.clone(),
                 outputs,
                 offsets: read_from,
+                denials,
                 control: control.clone(),
             },
         );
@@ -215,10 +228,13 @@ impl Tasks {
         let (stdout, out_next) = record.outputs[0].read_since(record.offsets[0]);
         let (stderr, err_next) = record.outputs[1].read_since(record.offsets[1]);
         record.offsets = [out_next, err_next];
+        let (denials, next) = record.denials.0.since(record.denials.1);
+        record.denials.1 = next;
         Ok(Read {
             stdout,
             stderr,
             task: record.task.clone(),
+            denials,
         })
     }
 
@@ -432,7 +448,14 @@ mod tests {
         outputs[1].write(b"e1");
         tasks.reserve().unwrap();
         let control = Arc::new(Control::default());
-        let task = tasks.adopt_reserved("x", None, outputs.clone(), [4, 2], control.clone());
+        let task = tasks.adopt_reserved(
+            "x",
+            None,
+            outputs.clone(),
+            [4, 2],
+            Default::default(),
+            control.clone(),
+        );
         assert_eq!(task.id, "bash-1");
         assert!(matches!(tasks.reserve(), Err(ExecError::TaskLimit(_))));
         outputs[0].write(b"new");

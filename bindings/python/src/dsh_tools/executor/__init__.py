@@ -3,11 +3,14 @@
 from .env import EnvPolicy
 from .local import LocalExecutor
 from .types import (
+    Denial,
+    Denials,
     Executor,
     ExecutorError,
     Limits,
     Read,
     RunResult,
+    SandboxPolicy,
     Spec,
     StreamDelta,
     StreamOutput,
@@ -17,12 +20,15 @@ from .types import (
 )
 
 __all__ = [
+    "Denial",
+    "Denials",
     "EnvPolicy",
     "Executor",
     "ExecutorError",
     "Limits",
     "Read",
     "RunResult",
+    "SandboxPolicy",
     "Spec",
     "StreamDelta",
     "StreamOutput",

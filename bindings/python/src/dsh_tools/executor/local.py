@@ -15,7 +15,12 @@ from typing import Deque, Dict, List, Optional, Sequence
 
 from .env import EnvPolicy
 from .process import Process, Tail
-from .types import ExecutorError, Limits, Read, RunResult, Spec, Task, TaskDoneHandler
+from .types import Denials, ExecutorError, Limits, Read, RunResult, Spec, Task, TaskDoneHandler
+
+
+def _no_denials() -> Denials:
+    # Without a sandbox nothing is ever denied a command.
+    return {"first": [], "more": 0}
 
 
 def _os_error_text(err: OSError) -> str:
@@ -73,7 +78,8 @@ class LocalExecutor:
     Differences from the Rust executor: no spill files (a truncated stream keeps its in-memory
     tail and names no file), the process group is the tree's boundary (no cgroup or subreaper:
     a command that calls `setsid` escapes it), a foreground run never yields to the background,
-    and a running foreground call cannot be aborted.
+    a running foreground call cannot be aborted, and there is no sandbox (so the limits name
+    none and no denial is ever reported).
     """
 
     def __init__(
@@ -118,6 +124,7 @@ class LocalExecutor:
             "max_timeout_ms": self.max_timeout_ms,
             "max_output_bytes": self.max_output_bytes,
             "grace_ms": self.grace_ms,
+            "sandbox": None,
         }
 
     def resolve(self, command: str, workdir: Optional[str], timeout_ms: Optional[float], owner: Optional[str]) -> Spec:
@@ -148,6 +155,7 @@ class LocalExecutor:
             "stderr": proc.err.snapshot(),
             "leftover_processes": end["leftovers"],
             "yielded": None,
+            "denials": _no_denials(),
         }
 
     def start(self, spec: Spec) -> Task:
@@ -209,7 +217,7 @@ class LocalExecutor:
             finally:
                 if lock:
                     lock.release()
-            return {"stdout": stdout, "stderr": stderr, "task": dict(record.task)}  # type: ignore[typeddict-item]
+            return {"stdout": stdout, "stderr": stderr, "task": dict(record.task), "denials": _no_denials()}  # type: ignore[typeddict-item]
 
     def kill(self, task_id: str) -> bool:
         with self._lock:

@@ -21,11 +21,50 @@ ErrorCase = Literal[
 ]
 
 
+DeniedAccess = Literal["read", "write", "socket", "connect", "undone"]
+
+DenialReason = Literal["outside-writable-roots", "denied-read", "protected-path", "network-off", "loopback-only"]
+
+SandboxMode = Literal["read-only", "workspace-write"]
+
+SandboxNetwork = Literal["off", "loopback", "on"]
+
+
+class Denial(TypedDict):
+    """One operation a sandbox denied. `target`: the path as the kernel resolved it, the address
+    (`203.0.113.7:443`, `[2001:db8::1]:443`) or the socket family (`AF_INET`)."""
+
+    access: DeniedAccess
+    target: str
+    reason: DenialReason
+
+
+class Denials(TypedDict):
+    """What a sandbox denied a command, as the executor knows it (never guessed from output): the
+    first few distinct denials in order, and how many more distinct ones there were. An executor
+    without a sandbox reports `{"first": [], "more": 0}`."""
+
+    first: List[Denial]
+    more: int
+
+
+class SandboxPolicy(TypedDict):
+    """The sandbox every command runs in, for the tools to describe to the model."""
+
+    mode: SandboxMode
+    # Directories a command may write beneath, besides its own TMPDIR; empty in read-only.
+    writable: List[str]
+    denied_reads: List[str]
+    network: SandboxNetwork
+
+
 class Limits(TypedDict):
     default_timeout_ms: float
     max_timeout_ms: float
     max_output_bytes: int
     grace_ms: float
+    # None when commands run unconfined.
+    sandbox: Optional[SandboxPolicy]
 
 
 class Spec(TypedDict):
@@ -67,6 +106,7 @@ class RunResult(TypedDict):
     stderr: StreamOutput
     leftover_processes: int
     yielded: Optional[Yielded]
+    denials: Denials
 
 
 class StreamDelta(TypedDict):
@@ -79,6 +119,8 @@ class Read(TypedDict):
     stdout: StreamDelta
     stderr: StreamDelta
     task: Task
+    # Denied since the previous read.
+    denials: Denials
 
 
 class ExecutorError(Exception):

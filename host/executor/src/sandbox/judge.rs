@@ -1,0 +1,280 @@
+//! Whether the sandbox is what refuses an operation, judged by the spawn helper on the path the
+//! kernel will resolve for the command: outside the writable roots, a denied read, a protected
+//! git path. Only for reporting: the kernel enforces the sandbox whatever this says. So that a
+//! report is never a guess, an operation is named only when the policy refuses it *and*
+//! nothing else would: the file (or, to create or remove, its directory) exists, and its
+//! permissions allow the access (a mode-000 directory is the user's refusal, not the
+//! sandbox's).
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+
+use crate::{Denial, DenialReason, DeniedAccess};
+
+/// What the policy lets one command do, with every path resolved as the kernel sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct Judge {
+    /// Beneath these, changes are allowed (the roots and the private `TMPDIR`).
+    pub(crate) writable: Vec<PathBuf>,
+    /// These devices may be written.
+    pub(crate) devices: Vec<PathBuf>,
+    /// Beneath these, files cannot be read (directories can be listed).
+    pub(crate) denied: Vec<PathBuf>,
+    /// Readable again although beneath a denied path (the private `TMPDIR`).
+    pub(crate) readable: Vec<PathBuf>,
+    /// Bound read-only inside the writable roots (namespace tier).
+    pub(crate) protected: Vec<PathBuf>,
+}
+
+/// Where a path argument is resolved from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Base {
+    /// The process's working directory.
+    Cwd,
+    /// One of its descriptors.
+    Fd(i32),
+}
+
+/// One file operation, as the command asked it.
+#[derive(Debug)]
+pub(crate) enum Operation {
+    /// `open` and its kin, with their flags.
+    Open { flags: u64 },
+    /// Writing an existing file without opening it (`truncate`).
+    Truncate,
+    /// Making a new entry (`mkdir`, `mknod`, `symlink`, `link`'s new name).
+    Create,
+    /// Making an entry that may replace one (`rename`'s new name).
+    Replace,
+    /// Removing an entry (`unlink`, `rmdir`, `rename`'s old name).
+    Remove,
+}
+
+/// A path argument of a process, ready to be resolved in the helper.
+pub(crate) struct Target<'a> {
+    pub(crate) pid: u32,
+    pub(crate) base: Base,
+    pub(crate) path: &'a [u8],
+}
+
+impl Judge {
+    /// The denial `operation` on `target` meets, if the sandbox is what refuses it.
+    pub(crate) fn judge(&self, target: &Target<'_>, operation: &Operation) -> Option<Denial> {
+        if target.path.is_empty() {
+            return None;
+        }
+        let base = open_base(target)?;
+        match operation {
+            Operation::Open { flags } => self.open(&base, target.path, *flags),
+            Operation::Truncate => {
+                let file = resolve(&base, target.path, true)?;
+                self.write_existing(&file)
+            }
+            Operation::Create => self.entry(&base, target.path, Some(false)),
+            Operation::Replace => self.entry(&base, target.path, None),
+            Operation::Remove => self.entry(&base, target.path, Some(true)),
+        }
+    }
+
+    fn open(&self, base: &OwnedFd, path: &[u8], flags: u64) -> Option<Denial> {
+        let flags = OFlags::from_bits_retain(flags as u32);
+        if flags.contains(OFlags::PATH) || flags.contains(OFlags::TMPFILE) {
+            return None;
+        }
+        let writes = flags.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC);
+        let creates = flags.contains(OFlags::CREATE);
+        let follow = !flags.contains(OFlags::NOFOLLOW) && !flags.contains(OFlags::EXCL);
+        match resolve(base, path, follow) {
+            Some(file) => {
+                if creates && flags.contains(OFlags::EXCL) {
+                    // EEXIST, whatever the sandbox says.
+                    return None;
+                }
+                if writes {
+                    return self.write_existing(&file);
+                }
+                self.read_existing(&file)
+            }
+            None if creates => self.entry(base, path, Some(false)),
+            None => None,
+        }
+    }
+
+    fn write_existing(&self, file: &Resolved) -> Option<Denial> {
+        let reason = if self.protected.iter().any(|p| file.real.starts_with(p)) {
+            DenialReason::ProtectedPath
+        } else if self.writable.iter().any(|r| file.real.starts_with(r))
+            || self.devices.contains(&file.real)
+        {
+            return None;
+        } else {
+            DenialReason::OutsideWritableRoots
+        };
+        permits(file.fd.as_fd(), libc::W_OK).then(|| Denial {
+            access: DeniedAccess::Write,
+            target: file.real.display().to_string(),
+            reason,
+        })
+    }
+
+    fn read_existing(&self, file: &Resolved) -> Option<Denial> {
+        // Listing is allowed everywhere; so is what lies outside the denied paths.
+        if file.is_dir
+            || !self.denied.iter().any(|d| file.real.starts_with(d))
+            || self.readable.iter().any(|r| file.real.starts_with(r))
+        {
+            return None;
+        }
+        permits(file.fd.as_fd(), libc::R_OK).then(|| Denial {
+            access: DeniedAccess::Read,
+            target: file.real.display().to_string(),
+            reason: DenialReason::DeniedRead,
+        })
+    }
+
+    /// Making or removing an entry, judged on the directory that holds it; `must_exist`: whether
+    /// the entry must be there (to remove) or not (to make), if it matters.
+    fn entry(&self, base: &OwnedFd, path: &[u8], must_exist: Option<bool>) -> Option<Denial> {
+        let (parent, name) = split(path)?;
+        let dir = resolve(base, parent, true)?;
+        if !dir.is_dir {
+            return None;
+        }
+        if name == b"." || name == b".." {
+            return None;
+        }
+        let exists =
+            rustix::fs::statat(&dir.fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok();
+        // Making what exists fails with EEXIST, removing what does not with ENOENT.
+        if must_exist.is_some_and(|must| must != exists) {
+            return None;
+        }
+        let real = dir.real.join(OsStr::from_bytes(name));
+        let reason = if self
+            .protected
+            .iter()
+            .any(|p| real.starts_with(p) || dir.real.starts_with(p))
+        {
+            DenialReason::ProtectedPath
+        } else if self.writable.iter().any(|r| dir.real.starts_with(r)) {
+            return None;
+        } else {
+            DenialReason::OutsideWritableRoots
+        };
+        permits(dir.fd.as_fd(), libc::W_OK | libc::X_OK).then(|| Denial {
+            access: DeniedAccess::Write,
+            target: real.display().to_string(),
+            reason,
+        })
+    }
+}
+
+/// A path resolved in the helper: a descriptor of what it names, and where that really is.
+struct Resolved {
+    fd: OwnedFd,
+    real: PathBuf,
+    is_dir: bool,
+}
+
+/// The directory `target`'s relative paths start from, seen through `/proc`.
+fn open_base(target: &Target<'_>) -> Option<OwnedFd> {
+    let link = match target.base {
+        Base::Cwd => format!("/proc/{}/cwd", target.pid),
+        Base::Fd(fd) => format!("/proc/{}/fd/{fd}", target.pid),
+    };
+    if target.path.first() == Some(&b'/') {
+        // Absolute: the base does not matter (a command cannot change its root).
+        return rustix::fs::open("/", OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).ok();
+    }
+    rustix::fs::open(
+        link.as_str(),
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()
+}
+
+/// Resolves `path` from `base` as the kernel would for the command, but for magic links
+/// (`/proc/self/fd/N` would name the helper's own descriptors): those are not judged.
+fn resolve(base: &OwnedFd, path: &[u8], follow: bool) -> Option<Resolved> {
+    let mut flags = OFlags::PATH | OFlags::CLOEXEC;
+    if !follow {
+        flags |= OFlags::NOFOLLOW;
+    }
+    let fd = rustix::fs::openat2(
+        base,
+        OsStr::from_bytes(path),
+        flags,
+        Mode::empty(),
+        ResolveFlags::NO_MAGICLINKS,
+    )
+    .ok()?;
+    let real = real_path(&fd).ok()?;
+    let is_dir = rustix::fs::fstat(&fd)
+        .map(|s| rustix::fs::FileType::from_raw_mode(s.st_mode) == rustix::fs::FileType::Directory)
+        .ok()?;
+    Some(Resolved { fd, real, is_dir })
+}
+
+fn real_path(fd: &OwnedFd) -> io::Result<PathBuf> {
+    let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let real = std::fs::read_link(link)?;
+    // A path the kernel no longer knows (deleted) or not in this mount namespace's tree.
+    if !real.is_absolute() || real.as_os_str().as_bytes().ends_with(b" (deleted)") {
+        return Err(io::Error::from(io::ErrorKind::NotFound));
+    }
+    Ok(real)
+}
+
+/// `path` as its directory part and its last name, trailing slashes dropped.
+fn split(path: &[u8]) -> Option<(&[u8], &[u8])> {
+    let mut end = path.len();
+    while end > 1 && path[end - 1] == b'/' {
+        end -= 1;
+    }
+    let path = &path[..end];
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(0) if path.len() == 1 => None,
+        Some(0) => Some((b"/", &path[1..])),
+        Some(at) => Some((&path[..at], &path[at + 1..])),
+        None => Some((b".", path)),
+    }
+}
+
+/// Whether the file's permissions (its mode, owner and ACL, and the mount's read-only flag
+/// but for the sandbox's own) allow `mode` to the helper, which has the command's user: if
+/// not, the refusal is not the sandbox's. A read-only mount counts as allowing: in the
+/// namespace tier the sandbox made every mount outside the roots read-only.
+fn permits(fd: BorrowedFd<'_>, mode: i32) -> bool {
+    // SAFETY: faccessat2 with a valid descriptor, an empty path and integer flags.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_faccessat2,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            mode,
+            libc::AT_EMPTY_PATH | libc::AT_EACCESS,
+        )
+    };
+    done == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EROFS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_a_path_into_directory_and_name() {
+        assert_eq!(split(b"a"), Some((&b"."[..], &b"a"[..])));
+        assert_eq!(split(b"/a"), Some((&b"/"[..], &b"a"[..])));
+        assert_eq!(split(b"/a/b/"), Some((&b"/a"[..], &b"b"[..])));
+        assert_eq!(split(b"a/b"), Some((&b"a"[..], &b"b"[..])));
+        assert_eq!(split(b"/"), None);
+        assert_eq!(split(b"///"), None);
+    }
+}

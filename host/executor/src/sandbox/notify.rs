@@ -1,0 +1,450 @@
+//! How the host knows what the sandbox denied, without guessing from a command's output: a
+//! seccomp filter that hands the file, socket and connect calls of a sandboxed command to its
+//! spawn helper (a user notification), which judges each against the policy
+//! ([`super::judge`]) and lets the kernel carry on with it. The kernel's Landlock rules,
+//! read-only mounts and network namespace decide; the helper only learns what they will refuse.
+//!
+//! Only sockets are decided here: where the network is off, a socket of any family but Unix is
+//! refused by the helper's answer (`EACCES`), and Landlock's TCP rules stand behind it. Should
+//! the helper be gone, the kernel fails every notified call with `ENOSYS`: a socket is refused
+//! all the same.
+//!
+//! The filter goes last and is the only one with a listener; bash's side passes the listener to
+//! the helper over a socket pair before its `exec` ([`crate::bash::exec`]).
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use super::NetworkMode;
+use super::judge::{Base, Judge, Operation, Target};
+use crate::{Denial, DenialReason, DeniedAccess};
+
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xc000_003e;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xc000_00b7;
+
+/// The file calls judged. Reading and listing go through `open` and its kin too.
+const FILE_CALLS: &[i64] = &[
+    libc::SYS_openat,
+    libc::SYS_openat2,
+    libc::SYS_mkdirat,
+    libc::SYS_mknodat,
+    libc::SYS_unlinkat,
+    libc::SYS_renameat2,
+    libc::SYS_linkat,
+    libc::SYS_symlinkat,
+    libc::SYS_truncate,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_open,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_creat,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_mkdir,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_mknod,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_unlink,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_rmdir,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_rename,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_renameat,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_link,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_symlink,
+];
+
+/// The notifying filter for a command with `network`: the file calls; `socket` of any family
+/// but Unix where the network is off; `connect` where it is loopback only.
+pub(crate) fn filter(network: NetworkMode) -> seccompiler::BpfProgram {
+    use libc::{BPF_ABS, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
+    const NR: u32 = 0; // offsetof(struct seccomp_data, nr)
+    const ARCH_OFFSET: u32 = 4;
+    const ARG0: u32 = 16; // the low half of args[0] (little-endian)
+    let stmt = |code: u32, k: u32| seccompiler::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    // Jumps to the two returns at the end, patched once their place is known.
+    enum To {
+        Next,
+        Allow,
+        Notify,
+    }
+    let mut program: Vec<(seccompiler::sock_filter, To, To)> = Vec::new();
+    let jeq = |program: &mut Vec<_>, k: u32, jt: To, jf: To| {
+        program.push((stmt(BPF_JMP | BPF_JEQ | BPF_K, k), jt, jf));
+    };
+    program.push((
+        stmt(BPF_LD | BPF_W | BPF_ABS, ARCH_OFFSET),
+        To::Next,
+        To::Next,
+    ));
+    // Another architecture's calls are refused by the other filters.
+    jeq(&mut program, AUDIT_ARCH, To::Next, To::Allow);
+    program.push((stmt(BPF_LD | BPF_W | BPF_ABS, NR), To::Next, To::Next));
+    for &call in FILE_CALLS {
+        jeq(&mut program, call as u32, To::Notify, To::Next);
+    }
+    if network == NetworkMode::Loopback {
+        jeq(&mut program, libc::SYS_connect as u32, To::Notify, To::Next);
+    }
+    if network == NetworkMode::Off {
+        jeq(&mut program, libc::SYS_socket as u32, To::Next, To::Allow);
+        program.push((stmt(BPF_LD | BPF_W | BPF_ABS, ARG0), To::Next, To::Next));
+        jeq(&mut program, libc::AF_UNIX as u32, To::Allow, To::Notify);
+    }
+    let allow = program.len();
+    let notify = allow + 1;
+    let offset = |at: usize, to: &To| -> u8 {
+        let target = match to {
+            To::Next => at + 1,
+            To::Allow => allow,
+            To::Notify => notify,
+        };
+        u8::try_from(target - at - 1).expect("a short filter")
+    };
+    let mut out: Vec<seccompiler::sock_filter> = program
+        .iter()
+        .enumerate()
+        .map(|(at, (insn, jt, jf))| {
+            let mut insn = insn.clone();
+            if u32::from(insn.code) & 0x07 == BPF_JMP {
+                insn.jt = offset(at, jt);
+                insn.jf = offset(at, jf);
+            }
+            insn
+        })
+        .collect();
+    out.push(stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW));
+    out.push(stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_USER_NOTIF));
+    out
+}
+
+/// Answers the notifications of one command's processes.
+#[derive(Debug)]
+pub(crate) struct Supervisor {
+    listener: OwnedFd,
+    judge: Judge,
+    network: NetworkMode,
+}
+
+impl Supervisor {
+    pub(crate) fn new(listener: OwnedFd, judge: Judge, network: NetworkMode) -> Supervisor {
+        // Woken on the CPU of the process that waits: a call costs one switch there and back.
+        const SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: u64 = 1;
+        // SAFETY: an ioctl on our listener with an integer argument; failure (an older kernel)
+        // only costs speed.
+        unsafe {
+            libc::ioctl(
+                listener.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS as _,
+                SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP,
+            )
+        };
+        Supervisor {
+            listener,
+            judge,
+            network,
+        }
+    }
+
+    /// The listener, to poll.
+    pub(crate) fn listener(&self) -> &OwnedFd {
+        &self.listener
+    }
+
+    /// Receives one notification and answers it: the denial it met, if the sandbox refuses
+    /// it. `Ok(None)` also when the process gave up the call meanwhile.
+    pub(crate) fn answer(&self) -> io::Result<Option<Denial>> {
+        // SAFETY: zeroed plain C structures, as the kernel requires of the one it fills.
+        let mut notif: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+        loop {
+            // SAFETY: the RECV ioctl with a valid, zeroed seccomp_notif.
+            let got = unsafe {
+                libc::ioctl(
+                    self.listener.as_raw_fd(),
+                    libc::SECCOMP_IOCTL_NOTIF_RECV as _,
+                    std::ptr::addr_of_mut!(notif),
+                )
+            };
+            if got == 0 {
+                break;
+            }
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                // The process was interrupted or died: nothing to answer.
+                Some(libc::ENOENT) => return Ok(None),
+                _ => return Err(err),
+            }
+        }
+        let (denial, refuse) = self.judge(&notif);
+        // Read from the process's memory: only if it is still the one that asked.
+        let valid = denial.is_none() || self.still_valid(notif.id);
+        // SAFETY: as above.
+        let mut response: libc::seccomp_notif_resp = unsafe { std::mem::zeroed() };
+        response.id = notif.id;
+        match refuse {
+            Some(errno) => response.error = -errno,
+            None => response.flags = libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+        }
+        // SAFETY: the SEND ioctl with a valid seccomp_notif_resp.
+        let sent = unsafe {
+            libc::ioctl(
+                self.listener.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_SEND as _,
+                std::ptr::addr_of!(response),
+            )
+        };
+        Ok(denial.filter(|_| valid && sent == 0))
+    }
+
+    fn still_valid(&self, id: u64) -> bool {
+        // SAFETY: the ID_VALID ioctl with a pointer to the id.
+        unsafe {
+            libc::ioctl(
+                self.listener.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_ID_VALID as _,
+                std::ptr::addr_of!(id),
+            ) == 0
+        }
+    }
+
+    /// The denial a notified call meets, and the error to answer with where the helper itself
+    /// refuses it (a socket); otherwise the kernel carries on with it.
+    fn judge(&self, notif: &libc::seccomp_notif) -> (Option<Denial>, Option<i32>) {
+        let nr = i64::from(notif.data.nr);
+        let args = notif.data.args;
+        let pid = notif.pid;
+        if nr == libc::SYS_socket {
+            let family = args[0] as i32;
+            if self.network == NetworkMode::Off && family != libc::AF_UNIX {
+                let denial = Denial {
+                    access: DeniedAccess::Socket,
+                    target: family_name(family),
+                    reason: DenialReason::NetworkOff,
+                };
+                return (Some(denial), Some(libc::EACCES));
+            }
+            return (None, None);
+        }
+        if nr == libc::SYS_connect {
+            return (connect(pid, args[1], args[2]), None);
+        }
+        let fd_base = |arg: u64| {
+            let fd = arg as i32;
+            if fd == libc::AT_FDCWD {
+                Base::Cwd
+            } else {
+                Base::Fd(fd)
+            }
+        };
+        // (base, path address, operation), one or two per call.
+        let mut paths: Vec<(Base, u64, Operation)> = Vec::with_capacity(2);
+        match nr {
+            libc::SYS_openat => paths.push((
+                fd_base(args[0]),
+                args[1],
+                Operation::Open { flags: args[2] },
+            )),
+            libc::SYS_openat2 => {
+                // `struct open_how` starts with the flags.
+                let Some(flags) = read_u64(pid, args[2]) else {
+                    return (None, None);
+                };
+                paths.push((fd_base(args[0]), args[1], Operation::Open { flags }));
+            }
+            libc::SYS_mkdirat | libc::SYS_mknodat => {
+                paths.push((fd_base(args[0]), args[1], Operation::Create))
+            }
+            libc::SYS_unlinkat => paths.push((fd_base(args[0]), args[1], Operation::Remove)),
+            libc::SYS_renameat2 => {
+                paths.push((fd_base(args[0]), args[1], Operation::Remove));
+                paths.push((fd_base(args[2]), args[3], Operation::Replace));
+            }
+            libc::SYS_linkat => paths.push((fd_base(args[2]), args[3], Operation::Create)),
+            libc::SYS_symlinkat => paths.push((fd_base(args[1]), args[2], Operation::Create)),
+            libc::SYS_truncate => paths.push((Base::Cwd, args[0], Operation::Truncate)),
+            #[cfg(target_arch = "x86_64")]
+            libc::SYS_open => paths.push((Base::Cwd, args[0], Operation::Open { flags: args[1] })),
+            #[cfg(target_arch = "x86_64")]
+            libc::SYS_creat => {
+                let flags = (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) as u64;
+                paths.push((Base::Cwd, args[0], Operation::Open { flags }))
+            }
+            #[cfg(target_arch = "x86_64")]
+            libc::SYS_mkdir | libc::SYS_mknod => {
+                paths.push((Base::Cwd, args[0], Operation::Create))
+            }
+            #[cfg(target_arch = "x86_64")]
+            libc::SYS_unlink | libc::SYS_rmdir => {
+                paths.push((Base::Cwd, args[0], Operation::Remove))
+            }
+            #[cfg(target_arch = "x86_64")]
+            libc::SYS_rename => {
+                paths.push((Base::Cwd, args[0], Operation::Remove));
+                paths.push((Base::Cwd, args[1], Operation::Replace));
+            }
+            #[cfg(target_arch = "x86_64")]
+            libc::SYS_renameat => {
+                paths.push((fd_base(args[0]), args[1], Operation::Remove));
+                paths.push((fd_base(args[2]), args[3], Operation::Replace));
+            }
+            #[cfg(target_arch = "x86_64")]
+            libc::SYS_link => paths.push((Base::Cwd, args[1], Operation::Create)),
+            #[cfg(target_arch = "x86_64")]
+            libc::SYS_symlink => paths.push((Base::Cwd, args[1], Operation::Create)),
+            _ => {}
+        }
+        for (base, address, operation) in paths {
+            let Some(path) = read_path(pid, address) else {
+                continue;
+            };
+            let target = Target {
+                pid,
+                base,
+                path: &path,
+            };
+            if let Some(denial) = self.judge.judge(&target, &operation) {
+                return (Some(denial), None);
+            }
+        }
+        (None, None)
+    }
+}
+
+/// The longest path the kernel takes.
+const PATH_MAX: usize = 4096;
+
+/// A NUL-terminated string of process `pid` at `address` (without the NUL), read a page at a
+/// time so that a string ending just before an unmapped page is read whole.
+fn read_path(pid: u32, address: u64) -> Option<Vec<u8>> {
+    const PAGE: u64 = 4096;
+    let mut out = Vec::new();
+    let mut at = address;
+    while out.len() < PATH_MAX {
+        let chunk = (PAGE - at % PAGE) as usize;
+        let mut buf = vec![0u8; chunk];
+        let read = read_memory(pid, at, &mut buf)?;
+        if let Some(end) = buf[..read].iter().position(|&b| b == 0) {
+            out.extend_from_slice(&buf[..end]);
+            return Some(out);
+        }
+        if read < chunk {
+            return None;
+        }
+        out.extend_from_slice(&buf);
+        at += chunk as u64;
+    }
+    None
+}
+
+fn read_u64(pid: u32, address: u64) -> Option<u64> {
+    let mut buf = [0u8; 8];
+    (read_memory(pid, address, &mut buf)? == 8).then(|| u64::from_ne_bytes(buf))
+}
+
+/// Reads `buf.len()` bytes of process `pid` at `address`; how many it could.
+fn read_memory(pid: u32, address: u64, buf: &mut [u8]) -> Option<usize> {
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: address as usize as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: one local iovec over `buf`, one remote one the kernel checks.
+    let read = unsafe { libc::process_vm_readv(pid as i32, &local, 1, &remote, 1, 0) };
+    usize::try_from(read).ok()
+}
+
+/// A loopback-only network: a `connect` to any other address is refused by the namespace
+/// (`ENETUNREACH`), so it is named.
+fn connect(pid: u32, address: u64, len: u64) -> Option<Denial> {
+    let len = usize::try_from(len).ok()?.min(128);
+    let mut buf = vec![0u8; len];
+    if read_memory(pid, address, &mut buf)? < len || len < 2 {
+        return None;
+    }
+    let family = i32::from(u16::from_ne_bytes([buf[0], buf[1]]));
+    let target = match family {
+        libc::AF_INET if len >= 8 => {
+            let port = u16::from_be_bytes([buf[2], buf[3]]);
+            let ip = std::net::Ipv4Addr::new(buf[4], buf[5], buf[6], buf[7]);
+            if ip.is_loopback() {
+                return None;
+            }
+            format!("{ip}:{port}")
+        }
+        libc::AF_INET6 if len >= 24 => {
+            let port = u16::from_be_bytes([buf[2], buf[3]]);
+            let octets: [u8; 16] = buf[8..24].try_into().ok()?;
+            let ip = std::net::Ipv6Addr::from(octets);
+            if ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()) {
+                return None;
+            }
+            format!("[{ip}]:{port}")
+        }
+        _ => return None,
+    };
+    Some(Denial {
+        access: DeniedAccess::Connect,
+        target,
+        reason: DenialReason::LoopbackOnly,
+    })
+}
+
+/// The name of an address family, as the C headers spell it.
+fn family_name(family: i32) -> String {
+    let known = [
+        (libc::AF_INET, "AF_INET"),
+        (libc::AF_INET6, "AF_INET6"),
+        (libc::AF_NETLINK, "AF_NETLINK"),
+        (libc::AF_PACKET, "AF_PACKET"),
+        (libc::AF_BLUETOOTH, "AF_BLUETOOTH"),
+        (libc::AF_VSOCK, "AF_VSOCK"),
+        (libc::AF_ALG, "AF_ALG"),
+        (libc::AF_CAN, "AF_CAN"),
+        (libc::AF_TIPC, "AF_TIPC"),
+        (libc::AF_XDP, "AF_XDP"),
+    ];
+    known
+        .iter()
+        .find(|(f, _)| *f == family)
+        .map(|(_, name)| (*name).to_string())
+        .unwrap_or_else(|| format!("address family {family}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_jump_of_the_filter_lands_inside_it() {
+        for network in [NetworkMode::Off, NetworkMode::Loopback, NetworkMode::On] {
+            let program = filter(network);
+            let last = program.len() - 1;
+            for (at, insn) in program.iter().enumerate() {
+                if u32::from(insn.code) & 0x07 == libc::BPF_JMP {
+                    assert!(at + 1 + usize::from(insn.jt) <= last);
+                    assert!(at + 1 + usize::from(insn.jf) <= last);
+                }
+            }
+            assert_eq!(program[last].k, libc::SECCOMP_RET_USER_NOTIF);
+            assert_eq!(program[last - 1].k, libc::SECCOMP_RET_ALLOW);
+        }
+    }
+
+    #[test]
+    fn names_families() {
+        assert_eq!(family_name(libc::AF_INET), "AF_INET");
+        assert_eq!(family_name(250), "address family 250");
+    }
+}
