@@ -951,3 +951,70 @@ fn mcp_instructions_state_the_sandbox_in_force() {
         "{text}"
     );
 }
+
+/// Calls that fail before the sandbox is asked (a missing source, an existing target, a
+/// symbolic link not followed, a directory opened to write, a file its owner made unreadable)
+/// fail as they would unsandboxed, with no line: the host names only what the sandbox denied.
+#[test]
+fn no_line_for_what_fails_before_the_sandbox() {
+    for user in User::ALL {
+        for tier in TIERS {
+            let world = World::new(user);
+            let outside = world.outside.display().to_string();
+            let command = format!(
+                "mv missing '{outside}/x'; ln missing '{outside}/y'; mv -n made '{outside}/keep.txt'; \
+                 python3 -c 'import os; os.open(\"/etc/mtab\", os.O_WRONLY | os.O_NOFOLLOW)' 2>&1 | tail -1; \
+                 python3 -c 'import os; os.open(\"{outside}\", os.O_WRONLY)' 2>&1 | tail -1; \
+                 {cat}; exit 3",
+                // As root the owner's mode does not stop a read: then the sandbox does.
+                cat = if user == User::Root {
+                    "true"
+                } else {
+                    "cat ~/.ssh/id_ed25519"
+                },
+            );
+            let command = format!("touch made; {command}");
+            let key = world.home.join(".ssh/id_ed25519");
+            std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o000))
+                .unwrap();
+            let out = world.call(&flags("workspace-write", tier), &command).ran();
+            let case = format!("{user:?} {tier}: {}", out.text);
+            assert_eq!(sandbox_line(out.text.trim_end()), None, "{case}");
+            assert!(out.text.ends_with("[exit code: 3]\n"), "{case}");
+            assert!(out.text.contains("No such file or directory"), "{case}");
+            assert!(
+                out.text.contains("Too many levels of symbolic links"),
+                "{case}"
+            );
+            assert!(out.text.contains("Is a directory"), "{case}");
+            assert!(
+                holds(&world.outside.join("keep.txt"), "original\n"),
+                "{case}"
+            );
+        }
+    }
+}
+
+/// In `loopback`, the unspecified address reaches the command's own loopback: a connection to
+/// `0.0.0.0` is no denial.
+#[test]
+fn loopback_counts_the_unspecified_address_as_local() {
+    let world = World::new(User::Nobody);
+    let mut f = flags("workspace-write", "namespaces");
+    f.extend(["--sandbox-network", "loopback"]);
+    let out = world
+        .call(
+            &f,
+            "python3 -c 'import socket; socket.create_connection((\"0.0.0.0\", 9), timeout=2)' \
+             2>&1 | tail -1; python3 -c 'import socket; socket.create_connection((\"::\", 9), \
+             timeout=2)' 2>&1 | tail -1",
+        )
+        .ran();
+    assert_eq!(
+        out.text.matches("ConnectionRefusedError").count(),
+        2,
+        "{}",
+        out.text
+    );
+    assert_eq!(sandbox_line(&out.text), None, "{}", out.text);
+}

@@ -168,3 +168,43 @@ async fn the_fork_fallback_keeps_the_guarantees(mode: Mode) {
     exec.shutdown().await;
     assert_eq!(exec.get(&task.id).unwrap().state, TaskState::Killed);
 }
+
+/// Sandboxed, the `fork` fallback hands the notifying filter's listener to the helper as the
+/// `vfork` path does, though the helper runs on before bash's side has sent it: commands run
+/// (the loader's opens are answered) and a denial is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fork_fallback_supervises_a_sandboxed_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        grace_ms: 200.0,
+        spawn_helper: Some(wrapper(dir.path(), "export DSH_SPAWN_FORK=1")),
+        sandbox: dsh_executor::SandboxConfig {
+            mode: dsh_executor::SandboxMode::ReadOnly,
+            tier: dsh_executor::TierPreference::Landlock,
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    let exec = modes::executor_in(Mode::Subreaper, config).0;
+    for _ in 0..5 {
+        let spec = exec::spec(
+            exec.as_ref(),
+            "echo $DSH_SPAWN_FORK; echo x > /etc/dsh-fork-denied",
+        );
+        let r = exec
+            .run(spec, CancellationToken::new())
+            .await
+            .expect("run succeeds");
+        assert_eq!(r.stdout.text, "1\n", "{r:?}");
+        assert_eq!(r.exit_code, Some(1), "{r:?}");
+        assert_eq!(
+            r.denials.first,
+            [dsh_executor::Denial {
+                access: dsh_executor::DeniedAccess::Write,
+                target: "/etc/dsh-fork-denied".to_string(),
+                reason: dsh_executor::DenialReason::OutsideWritableRoots,
+            }],
+            "{r:?}"
+        );
+    }
+}

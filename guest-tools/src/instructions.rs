@@ -24,8 +24,8 @@ instead of using cd.
 - Running tasks are stopped when this session ends.";
 
 /// The last line of the sandbox paragraph: what a denial looks like and what to do about it.
-const DENIAL_LINE: &str = "A denied operation fails (Permission denied, or Read-only file \
-system), and the result then ends with a [sandbox: …] line naming it; do not try to get around \
+const DENIAL_LINE: &str = "A denied operation fails (Permission denied, Read-only file system \
+or Network is unreachable), and the result then ends with a [sandbox: …] line naming it; do not try to get around \
 the sandbox: tell the user what was denied.";
 
 /// The text of the `instructions` export for an executor with these limits: [`INSTRUCTIONS`],
@@ -111,8 +111,8 @@ mod tests {
         }
     }
 
-    const DENIAL: &str = "A denied operation fails (Permission denied, or Read-only file system), \
-                          and the result then ends with a [sandbox: …] line naming it; do not \
+    const DENIAL: &str = "A denied operation fails (Permission denied, Read-only file system or \
+                          Network is unreachable), and the result then ends with a [sandbox: …] line naming it; do not \
                           try to get around the sandbox: tell the user what was denied.";
 
     #[test]

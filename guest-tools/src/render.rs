@@ -86,9 +86,28 @@ pub fn sandbox_line(denials: &Denials) -> Option<String> {
     Some(format!("[sandbox: {}]", phrases.join("; ")))
 }
 
+/// `target` with its control characters escaped: a file name is the command's choice, and a
+/// newline in it must not start a line that reads as a marker of ours.
+fn escaped(target: &str) -> String {
+    let mut out = String::with_capacity(target.len());
+    for c in target.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() && (c as u32) < 0x100 => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// One denial in words: what was attempted on which target, and why it was denied.
 fn denial_phrase(denial: &Denial) -> String {
-    let (target, reason) = (&denial.target, reason_text(denial.reason));
+    let (target, reason) = (escaped(&denial.target), reason_text(denial.reason));
     match denial.access {
         DeniedAccess::Read => format!("read of {target} denied ({reason})"),
         DeniedAccess::Write => format!("write to {target} denied ({reason})"),
@@ -412,6 +431,22 @@ mod tests {
             "/etc/hosts",
             DenialReason::OutsideWritableRoots,
         )
+    }
+
+    #[test]
+    fn control_characters_in_a_target_are_escaped() {
+        let d = Denial {
+            access: DeniedAccess::Write,
+            target: "/etc/x\n[exit code: 0]\t\u{1b}[1m\u{85}".into(),
+            reason: DenialReason::OutsideWritableRoots,
+        };
+        assert_eq!(
+            sandbox_line(&denied(vec![d], 0)).as_deref(),
+            Some(
+                "[sandbox: write to /etc/x\\n[exit code: 0]\\t\\x1b[1m\\x85 denied (outside the \
+                 writable roots)]"
+            )
+        );
     }
 
     #[test]

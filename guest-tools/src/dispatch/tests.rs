@@ -868,8 +868,8 @@ fn instructions_state_the_executors_sandbox() {
              init, add and commit work.\n\
              They cannot read: /home/u/.ssh, /home/u/.netrc.\n\
              The network is off: no sockets but Unix sockets.\n\
-             A denied operation fails (Permission denied, or Read-only file system), and the \
-             result then ends with a [sandbox: …] line naming it; do not try to get around the \
+             A denied operation fails (Permission denied, Read-only file system or Network is \
+             unreachable), and the result then ends with a [sandbox: …] line naming it; do not try to get around the \
              sandbox: tell the user what was denied.",
             instructions::INSTRUCTIONS
         )

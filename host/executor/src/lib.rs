@@ -239,7 +239,7 @@ impl Denials {
 }
 
 /// One operation a sandbox denied.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Denial {
     /// What was attempted.
     pub access: DeniedAccess,
@@ -251,7 +251,7 @@ pub struct Denial {
 }
 
 /// What a denied operation attempted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeniedAccess {
     /// Opening a file or listing a directory for reading.
     Read,
@@ -266,7 +266,7 @@ pub enum DeniedAccess {
 }
 
 /// Why the sandbox denied an operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DenialReason {
     /// The path lies outside every writable root.
     OutsideWritableRoots,

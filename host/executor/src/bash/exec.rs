@@ -110,8 +110,8 @@ pub(crate) fn exec_bash(setup: &BashExec<'_>) -> ! {
         fail(Step::Setup, err);
     }
     // Last, so that nothing above runs confined: Landlock, then seccomp. Nothing the
-    // notifying filter hands to the helper may come before the exec: the helper is suspended
-    // until then.
+    // notifying filter hands to the helper may come before the listener is sent: until it
+    // has it, the helper is suspended (vfork) or waiting for it (fork fallback).
     if let Some((sandbox, to_helper)) = setup.sandbox {
         let sent = sandbox.apply().and_then(|listener| {
             crate::protocol::send_with_fds(to_helper, b"L", &[listener.as_fd()]).map(|_| ())

@@ -621,16 +621,27 @@ fn serve(
         // bash reported itself (Started) before its exec; only it keeps the command's pipes and
         // the outcome pipe, which drop here.
         Ok((bash, _pidfd)) => {
-            let supervisor = confined
-                .as_ref()
-                .zip(listener_pair)
-                .and_then(|(c, (ours, _))| {
-                    // Sent before the exec, so here by now (unless bash failed before it, and then
-                    // there is nothing to supervise).
-                    let (_, fds) = protocol::recv_some(ours.as_fd(), &mut [0u8; 1]).ok()?;
-                    let listener = fds.into_iter().next()?;
-                    Some(Supervisor::new(listener, c.judge(), c.network()))
-                });
+            let supervisor =
+                confined
+                    .as_ref()
+                    .zip(listener_pair)
+                    .and_then(|(c, (ours, theirs))| {
+                        // Sent before the exec (unless bash failed before it, and then there is
+                        // nothing to supervise). With our copy of bash's end closed, the pair turns
+                        // readable once the listener is there or bash's end is gone: at once after
+                        // a vfork, which returns after the exec; after a plain fork, when it comes.
+                        drop(theirs);
+                        let mut ready = [rustix::event::PollFd::new(
+                            &ours,
+                            rustix::event::PollFlags::IN,
+                        )];
+                        while let Err(rustix::io::Errno::INTR) =
+                            rustix::event::poll(&mut ready, None)
+                        {}
+                        let (_, fds) = protocol::recv_some(ours.as_fd(), &mut [0u8; 1]).ok()?;
+                        let listener = fds.into_iter().next()?;
+                        Some(Supervisor::new(listener, c.judge(), c.network()))
+                    });
             Served::Started(bash, confined, supervisor)
         }
         Err(err) => {

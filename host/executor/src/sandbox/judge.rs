@@ -29,6 +29,9 @@ pub(crate) struct Judge {
     pub(crate) readable: Vec<PathBuf>,
     /// Bound read-only inside the writable roots (namespace tier).
     pub(crate) protected: Vec<PathBuf>,
+    /// Whether the sandbox made every mount outside the roots read-only (namespace tier), so
+    /// that a read-only mount is the sandbox's refusal; elsewhere it is the machine's.
+    pub(crate) read_only_mounts: bool,
 }
 
 /// Where a path argument is resolved from.
@@ -81,6 +84,13 @@ impl Judge {
         }
     }
 
+    /// Whether `target` names something (not following a final symbolic link): a call whose
+    /// source is missing fails with `ENOENT` before any sandbox check.
+    pub(crate) fn exists(&self, target: &Target<'_>) -> bool {
+        !target.path.is_empty()
+            && open_base(target).is_some_and(|base| resolve(&base, target.path, false).is_some())
+    }
+
     fn open(&self, base: &OwnedFd, path: &[u8], flags: u64) -> Option<Denial> {
         let flags = OFlags::from_bits_retain(flags as u32);
         if flags.contains(OFlags::PATH) || flags.contains(OFlags::TMPFILE) {
@@ -88,11 +98,13 @@ impl Judge {
         }
         let writes = flags.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC);
         let creates = flags.contains(OFlags::CREATE);
-        let follow = !flags.contains(OFlags::NOFOLLOW) && !flags.contains(OFlags::EXCL);
+        let exclusive = creates && flags.contains(OFlags::EXCL);
+        let follow = !flags.contains(OFlags::NOFOLLOW) && !exclusive;
         match resolve(base, path, follow) {
             Some(file) => {
-                if creates && flags.contains(OFlags::EXCL) {
-                    // EEXIST, whatever the sandbox says.
+                // EEXIST, ELOOP (a symbolic link not followed) or EISDIR, whatever the sandbox
+                // says.
+                if exclusive || file.is_link || (writes && file.is_dir) {
                     return None;
                 }
                 if writes {
@@ -115,7 +127,7 @@ impl Judge {
         } else {
             DenialReason::OutsideWritableRoots
         };
-        permits(file.fd.as_fd(), libc::W_OK).then(|| Denial {
+        permits(file.fd.as_fd(), libc::W_OK, self.read_only_mounts).then(|| Denial {
             access: DeniedAccess::Write,
             target: file.real.display().to_string(),
             reason,
@@ -130,7 +142,7 @@ impl Judge {
         {
             return None;
         }
-        permits(file.fd.as_fd(), libc::R_OK).then(|| Denial {
+        permits(file.fd.as_fd(), libc::R_OK, self.read_only_mounts).then(|| Denial {
             access: DeniedAccess::Read,
             target: file.real.display().to_string(),
             reason: DenialReason::DeniedRead,
@@ -166,7 +178,12 @@ impl Judge {
         } else {
             DenialReason::OutsideWritableRoots
         };
-        permits(dir.fd.as_fd(), libc::W_OK | libc::X_OK).then(|| Denial {
+        permits(
+            dir.fd.as_fd(),
+            libc::W_OK | libc::X_OK,
+            self.read_only_mounts,
+        )
+        .then(|| Denial {
             access: DeniedAccess::Write,
             target: real.display().to_string(),
             reason,
@@ -179,6 +196,8 @@ struct Resolved {
     fd: OwnedFd,
     real: PathBuf,
     is_dir: bool,
+    /// A symbolic link itself (resolved without following it).
+    is_link: bool,
 }
 
 /// The directory `target`'s relative paths start from, seen through `/proc`.
@@ -215,10 +234,15 @@ fn resolve(base: &OwnedFd, path: &[u8], follow: bool) -> Option<Resolved> {
     )
     .ok()?;
     let real = real_path(&fd).ok()?;
-    let is_dir = rustix::fs::fstat(&fd)
-        .map(|s| rustix::fs::FileType::from_raw_mode(s.st_mode) == rustix::fs::FileType::Directory)
+    let kind = rustix::fs::fstat(&fd)
+        .map(|s| rustix::fs::FileType::from_raw_mode(s.st_mode))
         .ok()?;
-    Some(Resolved { fd, real, is_dir })
+    Some(Resolved {
+        fd,
+        real,
+        is_dir: kind == rustix::fs::FileType::Directory,
+        is_link: kind == rustix::fs::FileType::Symlink,
+    })
 }
 
 fn real_path(fd: &OwnedFd) -> io::Result<PathBuf> {
@@ -247,10 +271,11 @@ fn split(path: &[u8]) -> Option<(&[u8], &[u8])> {
 }
 
 /// Whether the file's permissions (its mode, owner and ACL, and the mount's read-only flag
-/// but for the sandbox's own) allow `mode` to the helper, which has the command's user: if
-/// not, the refusal is not the sandbox's. A read-only mount counts as allowing: in the
-/// namespace tier the sandbox made every mount outside the roots read-only.
-fn permits(fd: BorrowedFd<'_>, mode: i32) -> bool {
+/// but for the sandbox's own) allow `mode` to the command's user: if not, the refusal is not
+/// the sandbox's. Checked with the real user, as `access` does: the helper's capabilities in
+/// its user namespace are cleared for a user other than root, as bash's were at its `exec`.
+/// A read-only mount counts as allowing where the sandbox made the mounts read-only.
+fn permits(fd: BorrowedFd<'_>, mode: i32, read_only_mounts: bool) -> bool {
     // SAFETY: faccessat2 with a valid descriptor, an empty path and integer flags.
     let done = unsafe {
         libc::syscall(
@@ -258,10 +283,11 @@ fn permits(fd: BorrowedFd<'_>, mode: i32) -> bool {
             fd.as_raw_fd(),
             c"".as_ptr(),
             mode,
-            libc::AT_EMPTY_PATH | libc::AT_EACCESS,
+            libc::AT_EMPTY_PATH,
         )
     };
-    done == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EROFS)
+    done == 0
+        || (read_only_mounts && io::Error::last_os_error().raw_os_error() == Some(libc::EROFS))
 }
 
 #[cfg(test)]

@@ -2,12 +2,18 @@
 //! distinct denials in the order they happened, read from a cursor (a foreground result takes
 //! all, a background task's reads take what came since the previous one).
 
+use std::collections::HashSet;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
 
 use crate::{Denial, Denials};
 
 /// Distinct denials kept per command; more are only counted.
 const KEPT: usize = 256;
+
+/// Denials beyond [`KEPT`] told apart (by a hash) so that a repeat is not counted again; past
+/// this many, each is counted.
+const TOLD_APART: usize = 4096;
 
 /// One command's denials.
 #[derive(Debug, Default)]
@@ -20,6 +26,9 @@ struct Logged {
     seen: Vec<Denial>,
     /// Distinct denials beyond [`KEPT`], only counted.
     beyond: u32,
+    /// The hashes of those counted, up to [`TOLD_APART`].
+    counted: HashSet<u64>,
+    hasher: RandomState,
 }
 
 /// How far a reader has read a [`DenialLog`].
@@ -38,9 +47,16 @@ impl DenialLog {
         }
         if logged.seen.len() < KEPT {
             logged.seen.push(denial);
-        } else {
-            logged.beyond = logged.beyond.saturating_add(1);
+            return;
         }
+        let hash = logged.hasher.hash_one(&denial);
+        if logged.counted.contains(&hash) {
+            return;
+        }
+        if logged.counted.len() < TOLD_APART {
+            logged.counted.insert(hash);
+        }
+        logged.beyond = logged.beyond.saturating_add(1);
     }
 
     /// The denials after `cursor`, and the cursor after them.
@@ -111,5 +127,14 @@ mod tests {
         assert_eq!(all.more as usize, KEPT + 5 - 3);
         assert!(log.since(cursor).0.is_empty());
         assert_eq!(log.since(cursor).0.more, 0);
+        // Repeats of those beyond, retried, are not counted again.
+        for _ in 0..3 {
+            for n in KEPT..KEPT + 5 {
+                log.add(write(&format!("/{n}")));
+            }
+        }
+        assert!(log.since(cursor).0.is_empty());
+        log.add(write("/new"));
+        assert_eq!(log.since(cursor).0.more, 1);
     }
 }

@@ -247,6 +247,9 @@ impl Supervisor {
         };
         // (base, path address, operation), one or two per call.
         let mut paths: Vec<(Base, u64, Operation)> = Vec::with_capacity(2);
+        // What must exist for the call to reach the sandbox's checks (a rename's or a link's
+        // source): without it the call fails with ENOENT, and nothing is judged.
+        let mut sources: Vec<(Base, u64)> = Vec::new();
         match nr {
             libc::SYS_openat => paths.push((
                 fd_base(args[0]),
@@ -265,10 +268,25 @@ impl Supervisor {
             }
             libc::SYS_unlinkat => paths.push((fd_base(args[0]), args[1], Operation::Remove)),
             libc::SYS_renameat2 => {
+                const RENAME_NOREPLACE: u64 = 1;
+                const RENAME_EXCHANGE: u64 = 2;
+                sources.push((fd_base(args[0]), args[1]));
                 paths.push((fd_base(args[0]), args[1], Operation::Remove));
-                paths.push((fd_base(args[2]), args[3], Operation::Replace));
+                let target = if args[4] & RENAME_NOREPLACE != 0 {
+                    // EEXIST where it exists.
+                    Operation::Create
+                } else if args[4] & RENAME_EXCHANGE != 0 {
+                    // ENOENT where it does not.
+                    Operation::Remove
+                } else {
+                    Operation::Replace
+                };
+                paths.push((fd_base(args[2]), args[3], target));
             }
-            libc::SYS_linkat => paths.push((fd_base(args[2]), args[3], Operation::Create)),
+            libc::SYS_linkat => {
+                sources.push((fd_base(args[0]), args[1]));
+                paths.push((fd_base(args[2]), args[3], Operation::Create))
+            }
             libc::SYS_symlinkat => paths.push((fd_base(args[1]), args[2], Operation::Create)),
             libc::SYS_truncate => paths.push((Base::Cwd, args[0], Operation::Truncate)),
             #[cfg(target_arch = "x86_64")]
@@ -288,19 +306,37 @@ impl Supervisor {
             }
             #[cfg(target_arch = "x86_64")]
             libc::SYS_rename => {
+                sources.push((Base::Cwd, args[0]));
                 paths.push((Base::Cwd, args[0], Operation::Remove));
                 paths.push((Base::Cwd, args[1], Operation::Replace));
             }
             #[cfg(target_arch = "x86_64")]
             libc::SYS_renameat => {
+                sources.push((fd_base(args[0]), args[1]));
                 paths.push((fd_base(args[0]), args[1], Operation::Remove));
                 paths.push((fd_base(args[2]), args[3], Operation::Replace));
             }
             #[cfg(target_arch = "x86_64")]
-            libc::SYS_link => paths.push((Base::Cwd, args[1], Operation::Create)),
+            libc::SYS_link => {
+                sources.push((Base::Cwd, args[0]));
+                paths.push((Base::Cwd, args[1], Operation::Create))
+            }
             #[cfg(target_arch = "x86_64")]
             libc::SYS_symlink => paths.push((Base::Cwd, args[1], Operation::Create)),
             _ => {}
+        }
+        for (base, address) in sources {
+            let Some(path) = read_path(pid, address) else {
+                return (None, None);
+            };
+            let source = Target {
+                pid,
+                base,
+                path: &path,
+            };
+            if !self.judge.exists(&source) {
+                return (None, None);
+            }
         }
         for (base, address, operation) in paths {
             let Some(path) = read_path(pid, address) else {
@@ -378,7 +414,8 @@ fn connect(pid: u32, address: u64, len: u64) -> Option<Denial> {
         libc::AF_INET if len >= 8 => {
             let port = u16::from_be_bytes([buf[2], buf[3]]);
             let ip = std::net::Ipv4Addr::new(buf[4], buf[5], buf[6], buf[7]);
-            if ip.is_loopback() {
+            // The unspecified address reaches the local host, here its loopback.
+            if ip.is_loopback() || ip.is_unspecified() {
                 return None;
             }
             format!("{ip}:{port}")
@@ -387,7 +424,12 @@ fn connect(pid: u32, address: u64, len: u64) -> Option<Denial> {
             let port = u16::from_be_bytes([buf[2], buf[3]]);
             let octets: [u8; 16] = buf[8..24].try_into().ok()?;
             let ip = std::net::Ipv6Addr::from(octets);
-            if ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()) {
+            if ip.is_loopback()
+                || ip.is_unspecified()
+                || ip
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| v4.is_loopback() || v4.is_unspecified())
+            {
                 return None;
             }
             format!("[{ip}]:{port}")

@@ -163,6 +163,7 @@ impl Confined {
                 .collect(),
             readable: vec![self.tmpdir.clone()],
             protected: self.bound.clone(),
+            read_only_mounts: self.tier == Tier::Namespaces,
         }
     }
 

@@ -5,7 +5,7 @@
 //! They refuse what could lift or bypass the sandbox, for the command and everything it starts:
 //! new namespaces (`unshare`, `setns`, `clone` with a namespace flag; `clone3`, whose flags
 //! a filter cannot read, reports "not implemented" so that the C library falls back to `clone`),
-//! mounting, `ptrace` and `process_vm_*` (reading or writing another process), io_uring (whose
+//! mounting, `ptrace`, `process_vm_*` and `pidfd_getfd` (reading or writing another process), io_uring (whose
 //! operations no filter sees), kernel keyrings, BPF, kernel modules, `kexec`, `reboot` and swap, and changing
 //! another process's resource limits. On x86_64, the x32 system call numbers,
 //! which would reach the same calls under other numbers.
@@ -28,6 +28,8 @@ const REFUSED: &[i64] = &[
     libc::SYS_ptrace,
     libc::SYS_process_vm_readv,
     libc::SYS_process_vm_writev,
+    // Another process's descriptors (the helper's listener among them).
+    libc::SYS_pidfd_getfd,
     libc::SYS_io_uring_setup,
     libc::SYS_io_uring_enter,
     libc::SYS_io_uring_register,
