@@ -35,6 +35,9 @@ pub(crate) struct Confined {
     network: NetworkMode,
     /// The protected paths bound read-only (namespace tier), once known.
     bound: Vec<PathBuf>,
+    /// What the supervisor judges by but the protected paths, resolved while the helper is
+    /// idle: once bash runs, its first file call waits for the supervisor.
+    judged: Judge,
 }
 
 impl Confined {
@@ -96,6 +99,7 @@ impl Confined {
             freshness: grants.freshness.clone(),
             abi,
             deny_read: policy.deny_read.clone(),
+            judged: judge_base(policy, &tmpdir),
             tmpdir,
             snapshot: None,
             bound: Vec::new(),
@@ -115,6 +119,8 @@ impl Confined {
                 std::slice::from_ref(&self.tmpdir),
                 &writable,
             )?;
+            // A walked directory changed: a denied path may resolve elsewhere now.
+            self.judged.denied = denied_paths(&self.deny_read);
         }
         let protected = protect::find(&self.writable, workdir);
         // A mount follows a symlink: those are left to the snapshot.
@@ -148,22 +154,9 @@ impl Confined {
     /// What the helper judges the command's calls by ([`super::notify`]), once the workdir is
     /// known.
     pub(crate) fn judge(&self) -> Judge {
-        let mut writable = self.writable.clone();
-        writable.push(self.tmpdir.clone());
         Judge {
-            writable,
-            devices: super::landlock::DEVICES
-                .iter()
-                .filter_map(|d| std::fs::canonicalize(d).ok())
-                .collect(),
-            denied: self
-                .deny_read
-                .iter()
-                .filter_map(|p| super::landlock::resolve(p))
-                .collect(),
-            readable: vec![self.tmpdir.clone()],
             protected: self.bound.clone(),
-            read_only_mounts: self.tier == Tier::Namespaces,
+            ..self.judged.clone()
         }
     }
 
@@ -206,4 +199,30 @@ fn tmpdir_of(policy: &Policy, pid: i32) -> PathBuf {
 /// Removes what is left of the private `TMPDIR` of the helper `pid` (in the factory).
 pub(crate) fn remove_tmpdir(policy: &Policy, pid: i32) {
     let _ = std::fs::remove_dir_all(tmpdir_of(policy, pid));
+}
+
+/// The supervisor's judge for `policy`, with `tmpdir` the command's own, before the protected
+/// paths are known.
+fn judge_base(policy: &Policy, tmpdir: &Path) -> Judge {
+    let mut writable = policy.writable.clone();
+    writable.push(tmpdir.to_path_buf());
+    Judge {
+        writable,
+        devices: super::landlock::DEVICES
+            .iter()
+            .filter_map(|d| std::fs::canonicalize(d).ok())
+            .collect(),
+        denied: denied_paths(&policy.deny_read),
+        readable: vec![tmpdir.to_path_buf()],
+        protected: Vec::new(),
+        read_only_mounts: policy.tier == Tier::Namespaces,
+    }
+}
+
+/// The denied paths as the kernel resolves them now.
+fn denied_paths(deny_read: &[PathBuf]) -> Vec<PathBuf> {
+    deny_read
+        .iter()
+        .filter_map(|p| super::landlock::resolve(p))
+        .collect()
 }
