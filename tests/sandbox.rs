@@ -1018,3 +1018,19 @@ fn loopback_counts_the_unspecified_address_as_local() {
     );
     assert_eq!(sandbox_line(&out.text), None, "{}", out.text);
 }
+
+/// The descriptors that carry the sandbox's notifications (the helper's listener and the pair it
+/// came through) never reach the command: bash holds only its stdio, in every tier, call after
+/// call.
+#[test]
+fn a_sandboxed_command_holds_only_its_stdio() {
+    for tier in TIERS {
+        let world = World::new(User::Nobody);
+        for _ in 0..3 {
+            let out = world
+                .call(&flags("workspace-write", tier), "ls /proc/$$/fd; true") // `; true`: bash does not exec ls in its place
+                .ran();
+            assert_eq!(out.text, "0\n1\n2\n", "{tier}");
+        }
+    }
+}
