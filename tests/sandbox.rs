@@ -764,6 +764,78 @@ fn a_replaced_git_directory_neither_keeps_a_hook_nor_redirects_the_restore() {
     }
 }
 
+/// Tries to add a rule granting every read to any Landlock ruleset it can get a descriptor
+/// of: its own descriptors, and those of its helper (`argv[1]`) and the helper's parent, the
+/// factory that holds the read layer every command of the host shares.
+const WIDEN: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class Attr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+root = os.open("/", os.O_PATH)
+helper = int(sys.argv[1])
+factory = int(open(f"/proc/{helper}/stat").read().rsplit(")", 1)[1].split()[1])
+fds = list(range(3, 256))
+for pid in (helper, factory):
+    for n in range(0, 256):
+        try:
+            fds.append(os.open(f"/proc/{pid}/fd/{n}", os.O_PATH))
+        except OSError:
+            pass
+widened = 0
+for fd in fds:
+    attr = Attr(1 << 2, root)  # LANDLOCK_ACCESS_FS_READ_FILE beneath /
+    if libc.syscall(445, fd, 1, ctypes.byref(attr), 0) == 0:
+        widened += 1
+print("widened", widened)
+"#;
+
+#[test]
+fn one_commands_tmpdir_and_the_shared_read_rules_stay_out_of_anothers_reach() {
+    for user in [User::Root, User::Nobody] {
+        for tier in TIERS {
+            let world = World::new(user);
+            let case = format!("{user:?} {tier}");
+            let mut mcp = Mcp::start(
+                &world,
+                &["--sandbox", "workspace-write", "--sandbox-tier", tier],
+            );
+            // A background command of the same session holds a file in its TMPDIR.
+            mcp.request(
+                "tools/call",
+                serde_json::json!({"name": "bash", "arguments": {
+                    "command": format!(
+                        "echo {SECRET} > \"$TMPDIR/held\" && echo \"$TMPDIR\" > held.txt; sleep 6"
+                    ),
+                    "description": "x", "run_in_background": true}}),
+            );
+            let marker = world.work.join("held.txt");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let held = loop {
+                let text = std::fs::read_to_string(&marker).unwrap_or_default();
+                if text.ends_with('\n') {
+                    break text.trim().to_string();
+                }
+                assert!(Instant::now() < deadline, "{case}: the holder never wrote");
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            let file = std::path::Path::new(&held).join("held");
+            // Ground truth: the file is there, with the secret.
+            assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), SECRET, "{case}");
+            let out = mcp.bash(&format!("cat '{}'", file.display()));
+            assert!(!out.contains(SECRET), "{case}: {out}");
+            assert!(out.contains("Permission denied"), "{case}: {out}");
+            let out = mcp.bash(&format!("python3 -c '{WIDEN}' $PPID"));
+            assert!(out.contains("widened 0"), "{case}: {out}");
+            // And the next command is as confined as ever.
+            let out = mcp.bash("cat ~/.ssh/id_ed25519");
+            assert!(!out.contains(SECRET), "{case}: {out}");
+            assert!(out.contains("Permission denied"), "{case}: {out}");
+        }
+    }
+}
+
 #[test]
 fn moves_between_directories_work_inside_the_roots() {
     for tier in TIERS {

@@ -131,8 +131,8 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
         eprintln!("dsh-spawn-helper: unreadable sandbox policy");
         return 1;
     };
-    // The read grants every helper's sandbox starts from, remade when out of date.
-    let mut grants: Option<crate::sandbox::landlock::ReadGrants> = None;
+    // What every helper's sandbox starts from, remade when out of date.
+    let mut shared: Option<crate::sandbox::prepare::Shared> = None;
     let baseline = Baseline::read(open_oom_score_adj().as_ref());
     // Read once: every helper forked from here has the same dispositions.
     let changed_signals = exec::changed_signals();
@@ -182,9 +182,11 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
             }
         };
         if let Some(policy) = &policy
-            && !grants.as_ref().is_some_and(|g| g.current())
+            && !shared.as_ref().is_some_and(|s| s.current())
         {
-            grants = crate::sandbox::landlock::ReadGrants::make(&policy.deny_read).ok();
+            // Dropped first: its descriptors are not needed twice.
+            drop(shared.take());
+            shared = crate::sandbox::prepare::Shared::make(policy).ok();
         }
         // The helper starts inside the command's cgroup: bash, started from it, then is too.
         // SAFETY: this process is single-threaded.
@@ -193,7 +195,7 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
                 drop(control);
                 drop(signals);
                 drop(host_pidfd);
-                let sandbox = policy.as_ref().map(|p| (p, grants.as_ref()));
+                let sandbox = policy.as_ref().map(|p| (p, shared.as_ref()));
                 let code = helper(sock, cgroup, &baseline, &changed_signals, sandbox);
                 // Nothing to flush or clean up: the process just ends.
                 // SAFETY: _exit ends the process at once.
@@ -396,7 +398,7 @@ fn helper(
     cgroup: Option<OwnedFd>,
     baseline: &Baseline,
     changed_signals: &[i32],
-    sandbox: Option<(&Policy, Option<&crate::sandbox::landlock::ReadGrants>)>,
+    sandbox: Option<(&Policy, Option<&crate::sandbox::prepare::Shared>)>,
 ) -> i32 {
     // A session and process group of its own (see `factory`); bash then starts another.
     if rustix::process::setsid().is_err() {
@@ -408,12 +410,10 @@ fn helper(
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::CONT));
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     // The sandbox, prepared while idle (its failure is the command's).
-    let confined = sandbox.map(|(policy, grants)| match grants {
-        Some(grants) => Confined::prepare(policy, grants),
+    let confined = sandbox.map(|(policy, shared)| match shared {
+        Some(shared) => Confined::prepare(policy, shared),
         // Never unconfined: the command is refused.
-        None => Err(io::Error::other(
-            "the sandbox's read rules could not be made",
-        )),
+        None => Err(io::Error::other("the sandbox's rules could not be made")),
     });
     if confined.is_some() {
         // Entering a user namespace clears the death signal.
@@ -731,29 +731,33 @@ fn supervise(
         }
     };
     let mut reported = false;
+    // Whether a child may have ended since the last look: a notification alone says no.
+    let mut children_changed = true;
     loop {
         // Reap whatever has ended; what there is to say goes in one write (usually bash's status
         // and that nothing is left, together).
         let mut news = Vec::new();
         let mut empty = false;
-        loop {
-            match rustix::process::wait(rustix::process::WaitOptions::NOHANG | all_children()) {
-                Ok(Some((pid, status))) => {
-                    if pid.as_raw_nonzero().get() == bash && !reported {
-                        reported = true;
-                        news.extend(Report::Exited(status.as_raw()).encode());
+        if std::mem::take(&mut children_changed) {
+            loop {
+                match rustix::process::wait(rustix::process::WaitOptions::NOHANG | all_children()) {
+                    Ok(Some((pid, status))) => {
+                        if pid.as_raw_nonzero().get() == bash && !reported {
+                            reported = true;
+                            news.extend(Report::Exited(status.as_raw()).encode());
+                        }
                     }
-                }
-                Ok(None) => break,
-                Err(rustix::io::Errno::INTR) => {}
-                Err(_) => {
-                    // ECHILD: nothing is left.
-                    for denial in before_empty() {
-                        news.extend(Report::Denied(denial).encode());
+                    Ok(None) => break,
+                    Err(rustix::io::Errno::INTR) => {}
+                    Err(_) => {
+                        // ECHILD: nothing is left.
+                        for denial in before_empty() {
+                            news.extend(Report::Denied(denial).encode());
+                        }
+                        news.extend(Report::TreeEmpty.encode());
+                        empty = true;
+                        break;
                     }
-                    news.extend(Report::TreeEmpty.encode());
-                    empty = true;
-                    break;
                 }
             }
         }
@@ -794,8 +798,9 @@ fn supervise(
         }
         let host_said_something = !polls[0].revents().is_empty();
         let notified = supervisor.as_ref().and(polls.last()).map(|p| p.revents());
+        children_changed = signals.is_none() || !polls[1].revents().is_empty();
         drop(polls);
-        if let Some(signals) = &signals {
+        if let Some(signals) = signals.as_ref().filter(|_| children_changed) {
             drain(signals);
         }
         if let (Some(revents), Some(listening)) = (notified, &supervisor) {

@@ -58,10 +58,47 @@ pub(crate) enum Operation {
     Remove,
 }
 
+/// Where the resolution of a path argument starts, opened while the process still waits for
+/// the answer (its working directory or descriptor may change once it goes on).
+pub(crate) enum Start {
+    /// An absolute path: the root (a command cannot change its root).
+    Root,
+    /// The directory a relative path starts from, seen through `/proc`.
+    Dir(OwnedFd),
+}
+
+impl Start {
+    /// Opens where `path`, an argument of process `pid` relative to `base`, starts.
+    pub(crate) fn open(pid: u32, base: Base, path: &[u8]) -> Option<Start> {
+        if path.first() == Some(&b'/') {
+            return Some(Start::Root);
+        }
+        let link = match base {
+            Base::Cwd => format!("/proc/{pid}/cwd"),
+            Base::Fd(fd) => format!("/proc/{pid}/fd/{fd}"),
+        };
+        rustix::fs::open(
+            link.as_str(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()
+        .map(Start::Dir)
+    }
+
+    /// The directory to resolve from, `root` for an absolute path.
+    pub(crate) fn fd<'a>(&'a self, root: BorrowedFd<'a>) -> BorrowedFd<'a> {
+        match self {
+            Start::Root => root,
+            Start::Dir(fd) => fd.as_fd(),
+        }
+    }
+}
+
 /// A path argument of a process, ready to be resolved in the helper.
 pub(crate) struct Target<'a> {
-    pub(crate) pid: u32,
-    pub(crate) base: Base,
+    /// The directory it is resolved from.
+    pub(crate) base: BorrowedFd<'a>,
     pub(crate) path: &'a [u8],
 }
 
@@ -71,27 +108,26 @@ impl Judge {
         if target.path.is_empty() {
             return None;
         }
-        let base = open_base(target)?;
+        let base = target.base;
         match operation {
-            Operation::Open { flags } => self.open(&base, target.path, *flags),
+            Operation::Open { flags } => self.open(base, target.path, *flags),
             Operation::Truncate => {
-                let file = resolve(&base, target.path, true)?;
+                let file = resolve(base, target.path, true)?;
                 self.write_existing(&file)
             }
-            Operation::Create => self.entry(&base, target.path, Some(false)),
-            Operation::Replace => self.entry(&base, target.path, None),
-            Operation::Remove => self.entry(&base, target.path, Some(true)),
+            Operation::Create => self.entry(base, target.path, Some(false)),
+            Operation::Replace => self.entry(base, target.path, None),
+            Operation::Remove => self.entry(base, target.path, Some(true)),
         }
     }
 
     /// Whether `target` names something (not following a final symbolic link): a call whose
     /// source is missing fails with `ENOENT` before any sandbox check.
     pub(crate) fn exists(&self, target: &Target<'_>) -> bool {
-        !target.path.is_empty()
-            && open_base(target).is_some_and(|base| resolve(&base, target.path, false).is_some())
+        !target.path.is_empty() && resolve(target.base, target.path, false).is_some()
     }
 
-    fn open(&self, base: &OwnedFd, path: &[u8], flags: u64) -> Option<Denial> {
+    fn open(&self, base: BorrowedFd<'_>, path: &[u8], flags: u64) -> Option<Denial> {
         let flags = OFlags::from_bits_retain(flags as u32);
         if flags.contains(OFlags::PATH) || flags.contains(OFlags::TMPFILE) {
             return None;
@@ -151,7 +187,7 @@ impl Judge {
 
     /// Making or removing an entry, judged on the directory that holds it; `must_exist`: whether
     /// the entry must be there (to remove) or not (to make), if it matters.
-    fn entry(&self, base: &OwnedFd, path: &[u8], must_exist: Option<bool>) -> Option<Denial> {
+    fn entry(&self, base: BorrowedFd<'_>, path: &[u8], must_exist: Option<bool>) -> Option<Denial> {
         let (parent, name) = split(path)?;
         let dir = resolve(base, parent, true)?;
         if !dir.is_dir {
@@ -200,27 +236,9 @@ struct Resolved {
     is_link: bool,
 }
 
-/// The directory `target`'s relative paths start from, seen through `/proc`.
-fn open_base(target: &Target<'_>) -> Option<OwnedFd> {
-    let link = match target.base {
-        Base::Cwd => format!("/proc/{}/cwd", target.pid),
-        Base::Fd(fd) => format!("/proc/{}/fd/{fd}", target.pid),
-    };
-    if target.path.first() == Some(&b'/') {
-        // Absolute: the base does not matter (a command cannot change its root).
-        return rustix::fs::open("/", OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).ok();
-    }
-    rustix::fs::open(
-        link.as_str(),
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()
-}
-
 /// Resolves `path` from `base` as the kernel would for the command, but for magic links
 /// (`/proc/self/fd/N` would name the helper's own descriptors): those are not judged.
-fn resolve(base: &OwnedFd, path: &[u8], follow: bool) -> Option<Resolved> {
+fn resolve(base: BorrowedFd<'_>, path: &[u8], follow: bool) -> Option<Resolved> {
     let mut flags = OFlags::PATH | OFlags::CLOEXEC;
     if !follow {
         flags |= OFlags::NOFOLLOW;

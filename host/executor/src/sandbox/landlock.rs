@@ -1,12 +1,17 @@
-//! The Landlock rulesets of one command, made by the spawn helper before it forks bash (bash's
-//! side only restricts itself with them, [`super::apply`]). Two layers, each handling its own
-//! rights, so that each stays simple:
+//! The Landlock rulesets of a sandboxed command (bash's side only restricts itself with them,
+//! [`super::apply`]). Three layers, each handling its own rights, so that each stays simple:
 //!
 //! - the read layer handles reading, listing and executing: everything is allowed but the denied
 //!   paths. Landlock only grants, so "all but these" is spelled out: every directory is listable,
 //!   and reading and executing are granted beneath every entry of `/` except the one leading to a
 //!   denied path, recursively along that path, the denied path itself getting nothing
-//!   ([`ReadGrants`]). A denied path made later is denied too: it never had a grant.
+//!   ([`ReadGrants`]). A denied path made later is denied too: it never had a grant. The
+//!   directory of this host's private `TMPDIR`s is granted whole: the layer is the same for
+//!   every command of the host, made once by the helper factory (its rules are most of the
+//!   sandbox's cost).
+//! - the temporary directory layer handles reading too, for one command: everything but the
+//!   directory of the private `TMPDIR`s, and in it the command's own ([`tmpdir_layer`]). Its
+//!   walk is short: the few directories above that one.
 //! - the write layer handles every kind of change (writing, truncating, creating, removing,
 //!   linking, renaming): granted beneath the writable roots, the command's private `TMPDIR` and
 //!   a few devices only. Where the network is off, it also handles TCP bind and connect, with no
@@ -110,6 +115,16 @@ impl ReadGrants {
     /// entry off those paths; the denied paths themselves, symlinks (reached through their
     /// targets) and block devices (a disk holds every denied file) get nothing.
     pub(crate) fn make(deny: &[PathBuf]) -> io::Result<ReadGrants> {
+        Self::walk(deny, true)
+    }
+
+    /// The grants of "everything but `dir`" (a directory whose ancestors hold few entries), for
+    /// a layer of one command that leaves `/dev` to the others.
+    pub(crate) fn all_but(dir: &Path) -> io::Result<ReadGrants> {
+        Self::walk(&[dir.to_path_buf()], false)
+    }
+
+    fn walk(deny: &[PathBuf], walk_dev: bool) -> io::Result<ReadGrants> {
         let made = std::time::SystemTime::now();
         let denied: BTreeSet<PathBuf> = deny
             .iter()
@@ -118,7 +133,10 @@ impl ReadGrants {
             .collect();
         // Every proper ancestor of a denied path is walked, not granted; so are /dev and every
         // directory in it.
-        let mut ancestors = BTreeSet::from([PathBuf::from("/dev")]);
+        let mut ancestors = BTreeSet::new();
+        if walk_dev {
+            ancestors.insert(PathBuf::from("/dev"));
+        }
         for path in &denied {
             let mut up = path.parent();
             while let Some(dir) = up {
@@ -145,7 +163,9 @@ impl ReadGrants {
                 if kind.is_symlink() || kind.is_block_device() {
                     continue;
                 }
-                if ancestors.contains(&path) || (kind.is_dir() && path.starts_with("/dev")) {
+                if ancestors.contains(&path)
+                    || (walk_dev && kind.is_dir() && path.starts_with("/dev"))
+                {
                     stack.push(path);
                     continue;
                 }
@@ -158,11 +178,6 @@ impl ReadGrants {
             grants,
             freshness: Freshness { walked, made },
         })
-    }
-
-    /// Whether these grants still spell out "everything but the denied paths".
-    pub(crate) fn current(&self) -> bool {
-        self.freshness.current()
     }
 }
 
@@ -219,6 +234,46 @@ pub(crate) fn read_layer(
         ruleset = ruleset
             .add_rule(PathBeneath::new(open_path(path)?, read))
             .map_err(|e| error(&format!("rule for {}", path.display()), e))?;
+    }
+    for root in writable {
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(open_path(root)?, refer))
+            .map_err(|e| error(&format!("rule for {}", root.display()), e))?;
+    }
+    created(ruleset)
+}
+
+/// One command's own layer: reading its private `TMPDIR` (`tmpdir`) and everything but the
+/// directory of every command's (which `grants` spell out, [`ReadGrants::all_but`]); the read
+/// layer, shared by every command of a host, grants that directory whole. As every layer must,
+/// it grants moving files between directories beneath `writable` (which holds `tmpdir`).
+pub(crate) fn tmpdir_layer(
+    abi: u32,
+    grants: &ReadGrants,
+    tmpdir: &Path,
+    writable: &[PathBuf],
+) -> io::Result<OwnedFd> {
+    let read = AccessFs::from_read(ABI::from(abi as i32));
+    let refer = BitFlags::from(AccessFs::Refer);
+    let file = AccessFs::ReadFile | AccessFs::Execute;
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(read | refer)
+        .map_err(|e| error("temporary directory layer", e))?
+        .create()
+        .map_err(|e| error("temporary directory layer", e))?
+        .add_rule(PathBeneath::new(
+            open_path(Path::new("/"))?,
+            AccessFs::ReadDir,
+        ))
+        .map_err(|e| error("rule for /", e))?
+        .add_rule(PathBeneath::new(open_path(tmpdir)?, read))
+        .map_err(|e| error(&format!("rule for {}", tmpdir.display()), e))?;
+    for (fd, is_dir) in &grants.grants {
+        let access = if *is_dir { read } else { file };
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(fd.as_fd(), access))
+            .map_err(|e| error("read rule", e))?;
     }
     for root in writable {
         ruleset = ruleset

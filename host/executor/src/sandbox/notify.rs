@@ -13,10 +13,10 @@
 //! the helper over a socket pair before its `exec` ([`crate::bash::exec`]).
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use super::NetworkMode;
-use super::judge::{Base, Judge, Operation, Target};
+use super::judge::{Base, Judge, Operation, Start, Target};
 use crate::{Denial, DenialReason, DeniedAccess};
 
 #[cfg(target_arch = "x86_64")]
@@ -58,7 +58,11 @@ const FILE_CALLS: &[i64] = &[
 ];
 
 /// The notifying filter for a command with `network`: the file calls; `socket` of any family
-/// but Unix where the network is off; `connect` where it is loopback only.
+/// but Unix where the network is off; `connect` where it is loopback only. One program, so that
+/// a command's start loads two in all: it also kills a call of another architecture, and
+/// answers "not implemented" to `clone3` (whose flags a filter cannot read: the C library then
+/// falls back to `clone`, which the other filter checks) and, on x86_64, to every x32 call
+/// (numbers with bit 30 set, which would reach the same calls under other numbers).
 pub(crate) fn filter(network: NetworkMode) -> seccompiler::BpfProgram {
     use libc::{BPF_ABS, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
     const NR: u32 = 0; // offsetof(struct seccomp_data, nr)
@@ -70,11 +74,14 @@ pub(crate) fn filter(network: NetworkMode) -> seccompiler::BpfProgram {
         jf: 0,
         k,
     };
-    // Jumps to the two returns at the end, patched once their place is known.
+    // Jumps to the returns at the end, patched once their place is known.
+    #[derive(Clone, Copy)]
     enum To {
         Next,
         Allow,
         Notify,
+        NotImplemented,
+        Kill,
     }
     let mut program: Vec<(seccompiler::sock_filter, To, To)> = Vec::new();
     let jeq = |program: &mut Vec<_>, k: u32, jt: To, jf: To| {
@@ -85,9 +92,23 @@ pub(crate) fn filter(network: NetworkMode) -> seccompiler::BpfProgram {
         To::Next,
         To::Next,
     ));
-    // Another architecture's calls are refused by the other filters.
-    jeq(&mut program, AUDIT_ARCH, To::Next, To::Allow);
+    jeq(&mut program, AUDIT_ARCH, To::Next, To::Kill);
     program.push((stmt(BPF_LD | BPF_W | BPF_ABS, NR), To::Next, To::Next));
+    #[cfg(target_arch = "x86_64")]
+    {
+        const X32_BIT: u32 = 0x4000_0000;
+        program.push((
+            stmt(libc::BPF_JMP | libc::BPF_JGE | BPF_K, X32_BIT),
+            To::NotImplemented,
+            To::Next,
+        ));
+    }
+    jeq(
+        &mut program,
+        libc::SYS_clone3 as u32,
+        To::NotImplemented,
+        To::Next,
+    );
     for &call in FILE_CALLS {
         jeq(&mut program, call as u32, To::Notify, To::Next);
     }
@@ -99,13 +120,20 @@ pub(crate) fn filter(network: NetworkMode) -> seccompiler::BpfProgram {
         program.push((stmt(BPF_LD | BPF_W | BPF_ABS, ARG0), To::Next, To::Next));
         jeq(&mut program, libc::AF_UNIX as u32, To::Allow, To::Notify);
     }
-    let allow = program.len();
-    let notify = allow + 1;
-    let offset = |at: usize, to: &To| -> u8 {
+    let returns = [
+        libc::SECCOMP_RET_ALLOW,
+        libc::SECCOMP_RET_USER_NOTIF,
+        libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        libc::SECCOMP_RET_KILL_PROCESS,
+    ];
+    let first_return = program.len();
+    let offset = |at: usize, to: To| -> u8 {
         let target = match to {
             To::Next => at + 1,
-            To::Allow => allow,
-            To::Notify => notify,
+            To::Allow => first_return,
+            To::Notify => first_return + 1,
+            To::NotImplemented => first_return + 2,
+            To::Kill => first_return + 3,
         };
         u8::try_from(target - at - 1).expect("a short filter")
     };
@@ -115,14 +143,13 @@ pub(crate) fn filter(network: NetworkMode) -> seccompiler::BpfProgram {
         .map(|(at, (insn, jt, jf))| {
             let mut insn = insn.clone();
             if u32::from(insn.code) & 0x07 == BPF_JMP {
-                insn.jt = offset(at, jt);
-                insn.jf = offset(at, jf);
+                insn.jt = offset(at, *jt);
+                insn.jf = offset(at, *jf);
             }
             insn
         })
         .collect();
-    out.push(stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW));
-    out.push(stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_USER_NOTIF));
+    out.extend(returns.map(|k| stmt(BPF_RET | BPF_K, k)));
     out
 }
 
@@ -132,6 +159,8 @@ pub(crate) struct Supervisor {
     listener: OwnedFd,
     judge: Judge,
     network: NetworkMode,
+    /// Where absolute paths are resolved from (without it, nothing is judged).
+    root: Option<OwnedFd>,
 }
 
 impl Supervisor {
@@ -147,10 +176,17 @@ impl Supervisor {
                 SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP,
             )
         };
+        let root = rustix::fs::open(
+            "/",
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok();
         Supervisor {
             listener,
             judge,
             network,
+            root,
         }
     }
 
@@ -161,6 +197,10 @@ impl Supervisor {
 
     /// Receives one notification and answers it: the denial it met, if the sandbox refuses
     /// it. `Ok(None)` also when the process gave up the call meanwhile.
+    ///
+    /// What the call names is read from the process while it waits; it is answered then, and
+    /// judged after, while it goes on: the kernel decides the call whatever the judgement, and a
+    /// call the sandbox refuses changes nothing the judgement looks at.
     pub(crate) fn answer(&self) -> io::Result<Option<Denial>> {
         // SAFETY: zeroed plain C structures, as the kernel requires of the one it fills.
         let mut notif: libc::seccomp_notif = unsafe { std::mem::zeroed() };
@@ -184,15 +224,13 @@ impl Supervisor {
                 _ => return Err(err),
             }
         }
-        let (denial, refuse) = self.judge(&notif);
-        // Read from the process's memory: only if it is still the one that asked.
-        let valid = denial.is_none() || self.still_valid(notif.id);
+        let call = self.read_call(&notif);
         // SAFETY: as above.
         let mut response: libc::seccomp_notif_resp = unsafe { std::mem::zeroed() };
         response.id = notif.id;
-        match refuse {
-            Some(errno) => response.error = -errno,
-            None => response.flags = libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+        match &call {
+            Call::Decided(_, Some(errno)) => response.error = -errno,
+            _ => response.flags = libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
         }
         // SAFETY: the SEND ioctl with a valid seccomp_notif_resp.
         let sent = unsafe {
@@ -202,23 +240,18 @@ impl Supervisor {
                 std::ptr::addr_of!(response),
             )
         };
-        Ok(denial.filter(|_| valid && sent == 0))
-    }
-
-    fn still_valid(&self, id: u64) -> bool {
-        // SAFETY: the ID_VALID ioctl with a pointer to the id.
-        unsafe {
-            libc::ioctl(
-                self.listener.as_raw_fd(),
-                libc::SECCOMP_IOCTL_NOTIF_ID_VALID as _,
-                std::ptr::addr_of!(id),
-            ) == 0
+        // Answered: the process still waited, so what was read from its memory was its own.
+        if sent != 0 {
+            return Ok(None);
         }
+        Ok(match call {
+            Call::Decided(denial, _) => denial,
+            Call::Files { sources, paths } => self.judge_files(&sources, &paths),
+        })
     }
 
-    /// The denial a notified call meets, and the error to answer with where the helper itself
-    /// refuses it (a socket); otherwise the kernel carries on with it.
-    fn judge(&self, notif: &libc::seccomp_notif) -> (Option<Denial>, Option<i32>) {
+    /// What a notified call names, read from its process; a socket is decided at once.
+    fn read_call(&self, notif: &libc::seccomp_notif) -> Call {
         let nr = i64::from(notif.data.nr);
         let args = notif.data.args;
         let pid = notif.pid;
@@ -230,12 +263,12 @@ impl Supervisor {
                     target: family_name(family),
                     reason: DenialReason::NetworkOff,
                 };
-                return (Some(denial), Some(libc::EACCES));
+                return Call::Decided(Some(denial), Some(libc::EACCES));
             }
-            return (None, None);
+            return Call::Decided(None, None);
         }
         if nr == libc::SYS_connect {
-            return (connect(pid, args[1], args[2]), None);
+            return Call::Decided(connect(pid, args[1], args[2]), None);
         }
         let fd_base = |arg: u64| {
             let fd = arg as i32;
@@ -259,7 +292,7 @@ impl Supervisor {
             libc::SYS_openat2 => {
                 // `struct open_how` starts with the flags.
                 let Some(flags) = read_u64(pid, args[2]) else {
-                    return (None, None);
+                    return Call::Decided(None, None);
                 };
                 paths.push((fd_base(args[0]), args[1], Operation::Open { flags }));
             }
@@ -325,34 +358,65 @@ impl Supervisor {
             libc::SYS_symlink => paths.push((Base::Cwd, args[1], Operation::Create)),
             _ => {}
         }
+        let read = |base: Base, address: u64| {
+            let path = read_path(pid, address)?;
+            let start = Start::open(pid, base, &path)?;
+            Some((start, path))
+        };
+        let mut read_sources = Vec::with_capacity(sources.len());
         for (base, address) in sources {
-            let Some(path) = read_path(pid, address) else {
-                return (None, None);
-            };
+            match read(base, address) {
+                Some(source) => read_sources.push(source),
+                None => return Call::Decided(None, None),
+            }
+        }
+        let read_paths = paths
+            .into_iter()
+            .filter_map(|(base, address, operation)| {
+                read(base, address).map(|(start, path)| (start, path, operation))
+            })
+            .collect();
+        Call::Files {
+            sources: read_sources,
+            paths: read_paths,
+        }
+    }
+
+    /// The denial a file call met: nothing if a source it needs is missing.
+    fn judge_files(
+        &self,
+        sources: &[(Start, Vec<u8>)],
+        paths: &[(Start, Vec<u8>, Operation)],
+    ) -> Option<Denial> {
+        let root = self.root.as_ref()?.as_fd();
+        for (start, path) in sources {
             let source = Target {
-                pid,
-                base,
-                path: &path,
+                base: start.fd(root),
+                path,
             };
             if !self.judge.exists(&source) {
-                return (None, None);
+                return None;
             }
         }
-        for (base, address, operation) in paths {
-            let Some(path) = read_path(pid, address) else {
-                continue;
-            };
+        paths.iter().find_map(|(start, path, operation)| {
             let target = Target {
-                pid,
-                base,
-                path: &path,
+                base: start.fd(root),
+                path,
             };
-            if let Some(denial) = self.judge.judge(&target, &operation) {
-                return (Some(denial), None);
-            }
-        }
-        (None, None)
+            self.judge.judge(&target, operation)
+        })
     }
+}
+
+/// One notified call, as read while its process waits.
+enum Call {
+    /// Judged already: the denial, and the error the call gets where the helper refuses it.
+    Decided(Option<Denial>, Option<i32>),
+    /// File operations, to judge once answered: the sources that must exist, then the paths.
+    Files {
+        sources: Vec<(Start, Vec<u8>)>,
+        paths: Vec<(Start, Vec<u8>, Operation)>,
+    },
 }
 
 /// The longest path the kernel takes.
@@ -479,8 +543,16 @@ mod tests {
                     assert!(at + 1 + usize::from(insn.jf) <= last);
                 }
             }
-            assert_eq!(program[last].k, libc::SECCOMP_RET_USER_NOTIF);
-            assert_eq!(program[last - 1].k, libc::SECCOMP_RET_ALLOW);
+            let returns: Vec<u32> = program[last - 3..].iter().map(|i| i.k).collect();
+            assert_eq!(
+                returns,
+                [
+                    libc::SECCOMP_RET_ALLOW,
+                    libc::SECCOMP_RET_USER_NOTIF,
+                    libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+                    libc::SECCOMP_RET_KILL_PROCESS,
+                ]
+            );
         }
     }
 

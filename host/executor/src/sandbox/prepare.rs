@@ -9,6 +9,8 @@ use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
+use std::os::fd::OwnedFd;
+
 use super::apply::Prepared;
 use super::judge::Judge;
 use super::landlock::{Freshness, ReadGrants};
@@ -17,17 +19,107 @@ use super::policy::Policy;
 use super::protect::{self, Snapshot};
 use super::{NetworkMode, Tier};
 
+/// What every command's sandbox starts from, made once by the helper factory (every helper it
+/// forks inherits it) and again when a directory walked for it changed: the read layer, the
+/// walk of the temporary directory layer and the compiled seccomp filters.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    abi: u32,
+    read: ReadLayers,
+    filters: Vec<seccompiler::BpfProgram>,
+    notify: seccompiler::BpfProgram,
+}
+
+impl Shared {
+    pub(crate) fn make(policy: &Policy) -> io::Result<Shared> {
+        let abi = super::landlock::abi()?;
+        Ok(Shared {
+            abi,
+            read: ReadLayers::make(abi, &policy.deny_read, &policy.writable, &policy.tmp_base)?,
+            filters: super::seccomp::filters()?,
+            notify: super::notify::filter(policy.network),
+        })
+    }
+
+    /// Whether every walked directory is as it was.
+    pub(crate) fn current(&self) -> bool {
+        self.read.current()
+    }
+}
+
+/// The read layer, and what each command's temporary directory layer is made from.
+#[derive(Debug)]
+struct ReadLayers {
+    /// Shared by every command (its descriptor is duplicated for each).
+    layer: OwnedFd,
+    /// What the layer's grants were made from.
+    freshness: Freshness,
+    /// Everything but the directory of the private `TMPDIR`s of every host.
+    tmp_grants: ReadGrants,
+}
+
+impl ReadLayers {
+    fn make(
+        abi: u32,
+        deny_read: &[PathBuf],
+        writable: &[PathBuf],
+        tmp_base: &Path,
+    ) -> io::Result<ReadLayers> {
+        let grants = ReadGrants::make(deny_read)?;
+        // Files move freely beneath the writable roots and the private `TMPDIR`s (the write
+        // layer grants each command its own).
+        let mut refer = writable.to_vec();
+        refer.push(tmp_base.to_path_buf());
+        let layer = super::landlock::read_layer(
+            abi,
+            &grants,
+            std::slice::from_ref(&tmp_base.to_path_buf()),
+            &refer,
+        )?;
+        Ok(ReadLayers {
+            layer,
+            freshness: grants.freshness,
+            // The directory of every host's: unlike this host's, it changes whenever a host
+            // starts, and is denied by the read layer all the same.
+            tmp_grants: ReadGrants::all_but(tmp_base.parent().unwrap_or(tmp_base))?,
+        })
+    }
+
+    fn current(&self) -> bool {
+        self.freshness().iter().all(Freshness::current)
+    }
+
+    fn freshness(&self) -> [Freshness; 2] {
+        [self.freshness.clone(), self.tmp_grants.freshness.clone()]
+    }
+
+    /// The layers of the command whose `TMPDIR` is `tmpdir` and whose writable roots (that
+    /// one among them) are `writable`: the shared one and its own.
+    fn for_command(
+        &self,
+        abi: u32,
+        tmpdir: &Path,
+        writable: &[PathBuf],
+    ) -> io::Result<[OwnedFd; 2]> {
+        Ok([
+            self.layer.try_clone()?,
+            super::landlock::tmpdir_layer(abi, &self.tmp_grants, tmpdir, writable)?,
+        ])
+    }
+}
+
 /// One command's sandbox, held by its helper.
 #[derive(Debug)]
 pub(crate) struct Confined {
     pub(crate) prepared: Prepared,
     tier: Tier,
     writable: Vec<PathBuf>,
-    /// What the read layer was made from, to remake it if a walked directory changed since
-    /// (this helper was made ahead of its command).
-    freshness: Freshness,
+    /// Whether the read layers were made before a walked directory changed (this helper was
+    /// made ahead of its command): then they are remade.
+    freshness: [Freshness; 2],
     abi: u32,
     deny_read: Vec<PathBuf>,
+    tmp_base: PathBuf,
     /// The command's private temporary directory (its `TMPDIR`).
     tmpdir: PathBuf,
     /// The protected paths as they were (Landlock tier).
@@ -44,8 +136,8 @@ impl Confined {
     /// Prepares what `policy` decides, in the helper (single-threaded), before any request. In
     /// the namespace tier the helper enters the namespaces here; its death signal is re-armed
     /// after (new credentials clear it).
-    pub(crate) fn prepare(policy: &Policy, grants: &ReadGrants) -> io::Result<Confined> {
-        let abi = super::landlock::abi()?;
+    pub(crate) fn prepare(policy: &Policy, shared: &Shared) -> io::Result<Confined> {
+        let abi = shared.abi;
         let tmpdir = tmpdir_of(policy, rustix::process::getpid().as_raw_nonzero().get());
         std::fs::DirBuilder::new().mode(0o700).create(&tmpdir)?;
         // SAFETY: the helper is single-threaded; nothing reads the environment concurrently.
@@ -56,12 +148,14 @@ impl Confined {
         }
         let mut writable = policy.writable.clone();
         writable.push(tmpdir.clone());
+        let [read, own] = shared.read.for_command(abi, &tmpdir, &writable)?;
         let landlock = vec![
-            super::landlock::read_layer(abi, grants, std::slice::from_ref(&tmpdir), &writable)?,
+            read,
+            own,
             super::landlock::write_layer(abi, &writable, policy.network == NetworkMode::Off)?,
         ];
-        let filters = super::seccomp::filters()?;
-        let notify = super::notify::filter(policy.network);
+        let filters = shared.filters.clone();
+        let notify = shared.notify.clone();
         if policy.tier == Tier::Namespaces {
             NsSetup::new(
                 policy.network != NetworkMode::On,
@@ -96,9 +190,10 @@ impl Confined {
             network: policy.network,
             tier: policy.tier,
             writable: policy.writable.clone(),
-            freshness: grants.freshness.clone(),
+            freshness: shared.read.freshness(),
             abi,
             deny_read: policy.deny_read.clone(),
+            tmp_base: policy.tmp_base.clone(),
             judged: judge_base(policy, &tmpdir),
             tmpdir,
             snapshot: None,
@@ -109,16 +204,13 @@ impl Confined {
     /// Protects git's paths under the writable roots as seen from `workdir`: bound read-only in
     /// the helper's mount namespace (namespace tier) or snapshotted (Landlock tier).
     pub(crate) fn for_workdir(&mut self, workdir: &Path) -> io::Result<()> {
-        if !self.freshness.current() {
-            let grants = ReadGrants::make(&self.deny_read)?;
+        if !self.freshness.iter().all(Freshness::current) {
+            let read = ReadLayers::make(self.abi, &self.deny_read, &self.writable, &self.tmp_base)?;
             let mut writable = self.writable.clone();
             writable.push(self.tmpdir.clone());
-            self.prepared.landlock[0] = super::landlock::read_layer(
-                self.abi,
-                &grants,
-                std::slice::from_ref(&self.tmpdir),
-                &writable,
-            )?;
+            let [shared, own] = read.for_command(self.abi, &self.tmpdir, &writable)?;
+            self.prepared.landlock[0] = shared;
+            self.prepared.landlock[1] = own;
             // A walked directory changed: a denied path may resolve elsewhere now.
             self.judged.denied = denied_paths(&self.deny_read);
         }

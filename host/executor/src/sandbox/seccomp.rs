@@ -1,14 +1,15 @@
-//! The seccomp filters of a sandboxed command, compiled (with `seccompiler`) by the spawn helper
-//! before it forks bash; bash's side only installs them ([`super::apply`]), last, after the
-//! namespaces and Landlock are in place.
+//! The seccomp filter of every sandboxed command, compiled (with `seccompiler`) once by the
+//! helper factory; bash's side only installs it ([`super::apply`]), last but for the notifying
+//! filter, after the namespaces and Landlock are in place.
 //!
 //! They refuse what could lift or bypass the sandbox, for the command and everything it starts:
 //! new namespaces (`unshare`, `setns`, `clone` with a namespace flag; `clone3`, whose flags
-//! a filter cannot read, reports "not implemented" so that the C library falls back to `clone`),
+//! a filter cannot read, is the notifying filter's: it reports "not implemented", so that the C
+//! library falls back to `clone`),
 //! mounting, `ptrace`, `process_vm_*` and `pidfd_getfd` (reading or writing another process), io_uring (whose
 //! operations no filter sees), kernel keyrings, BPF, kernel modules, `kexec`, `reboot` and swap, and changing
-//! another process's resource limits. On x86_64, the x32 system call numbers,
-//! which would reach the same calls under other numbers.
+//! another process's resource limits. (The x32 system call numbers, on x86_64, are the notifying
+//! filter's too.)
 
 use std::collections::BTreeMap;
 use std::io;
@@ -112,53 +113,14 @@ pub(crate) fn filters() -> io::Result<Vec<BpfProgram>> {
         libc::SYS_prlimit64,
         vec![rule(vec![condition(0, SeccompCmpOp::Ne, 0)?])?],
     );
-    let mut programs = vec![
-        compile(refused, SeccompAction::Errno(libc::EPERM as u32))?,
-        compile(
-            BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
-            SeccompAction::Errno(libc::ENOSYS as u32),
-        )?,
-    ];
-    #[cfg(target_arch = "x86_64")]
-    programs.push(no_x32());
-    Ok(programs)
+    // `clone3` and the x32 calls are the notifying filter's ([`super::notify::filter`]).
+    Ok(vec![compile(
+        refused,
+        SeccompAction::Errno(libc::EPERM as u32),
+    )?])
 }
 
 /// A filter that allows everything (the probe's).
 pub(crate) fn allow_all() -> BpfProgram {
     compile(BTreeMap::new(), SeccompAction::KillProcess).unwrap_or_default()
-}
-
-/// Refuses every x32 system call (numbers with bit 30 set) with ENOSYS.
-#[cfg(target_arch = "x86_64")]
-fn no_x32() -> BpfProgram {
-    const X32_BIT: u32 = 0x4000_0000;
-    const NR: u32 = 0; // offsetof(struct seccomp_data, nr)
-    const ARCH_OFFSET: u32 = 4;
-    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
-    let stmt = |code: u32, k: u32| seccompiler::sock_filter {
-        code: code as u16,
-        jt: 0,
-        jf: 0,
-        k,
-    };
-    let jump = |code: u32, k: u32, jt: u8, jf: u8| seccompiler::sock_filter {
-        code: code as u16,
-        jt,
-        jf,
-        k,
-    };
-    use libc::{BPF_ABS, BPF_JEQ, BPF_JGE, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
-    vec![
-        stmt(BPF_LD | BPF_W | BPF_ABS, ARCH_OFFSET),
-        jump(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-        stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_KILL_PROCESS),
-        stmt(BPF_LD | BPF_W | BPF_ABS, NR),
-        jump(BPF_JMP | BPF_JGE | BPF_K, X32_BIT, 0, 1),
-        stmt(
-            BPF_RET | BPF_K,
-            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
-        ),
-        stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW),
-    ]
 }
