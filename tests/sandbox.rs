@@ -822,7 +822,11 @@ fn one_commands_tmpdir_and_the_shared_read_rules_stay_out_of_anothers_reach() {
             };
             let file = std::path::Path::new(&held).join("held");
             // Ground truth: the file is there, with the secret.
-            assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), SECRET, "{case}");
+            assert_eq!(
+                std::fs::read_to_string(&file).unwrap().trim(),
+                SECRET,
+                "{case}"
+            );
             let out = mcp.bash(&format!("cat '{}'", file.display()));
             assert!(!out.contains(SECRET), "{case}: {out}");
             assert!(out.contains("Permission denied"), "{case}: {out}");

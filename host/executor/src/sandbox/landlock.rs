@@ -1,5 +1,5 @@
 //! The Landlock rulesets of a sandboxed command (bash's side only restricts itself with them,
-//! [`super::apply`]). Three layers, each handling its own rights, so that each stays simple:
+//! [`super::apply`]). Two layers:
 //!
 //! - the read layer handles reading, listing and executing: everything is allowed but the denied
 //!   paths. Landlock only grants, so "all but these" is spelled out: every directory is listable,
@@ -9,14 +9,16 @@
 //!   directory of this host's private `TMPDIR`s is granted whole: the layer is the same for
 //!   every command of the host, made once by the helper factory (its rules are most of the
 //!   sandbox's cost).
-//! - the temporary directory layer handles reading too, for one command: everything but the
-//!   directory of the private `TMPDIR`s, and in it the command's own ([`tmpdir_layer`]). Its
-//!   walk is short: the few directories above that one.
-//! - the write layer handles every kind of change (writing, truncating, creating, removing,
-//!   linking, renaming): granted beneath the writable roots, the command's private `TMPDIR` and
-//!   a few devices only. Where the network is off, it also handles TCP bind and connect, with no
-//!   port granted; and it scopes signals and abstract Unix sockets to the command's own domain,
-//!   so that no command signals the host, its helper or another command.
+//! - the command's own layer ([`command_layer`]) handles reading too: everything but the
+//!   directory of the private `TMPDIR`s, and in it the command's own (a short walk: the few
+//!   directories above that one). It also handles every kind of change (writing, truncating,
+//!   creating, removing, linking, renaming): granted beneath the writable roots, the command's
+//!   `TMPDIR` and a few devices only. Where the network is off, it also handles TCP bind and
+//!   connect, with no port granted; and it scopes signals and abstract Unix sockets to the
+//!   command's own domain, so that no command signals the host, its helper or another command.
+//!
+//! The command's layer is applied first: each restriction copies the rules of the layers
+//! before it, so the big shared layer goes last.
 
 use std::collections::BTreeSet;
 use std::io;
@@ -243,25 +245,41 @@ pub(crate) fn read_layer(
     created(ruleset)
 }
 
-/// One command's own layer: reading its private `TMPDIR` (`tmpdir`) and everything but the
-/// directory of every command's (which `grants` spell out, [`ReadGrants::all_but`]); the read
-/// layer, shared by every command of a host, grants that directory whole. As every layer must,
-/// it grants moving files between directories beneath `writable` (which holds `tmpdir`).
-pub(crate) fn tmpdir_layer(
+/// One command's own layer. Reading: its private `TMPDIR` (`tmpdir`) and everything but the
+/// directory of every command's (which `grants` spell out, [`ReadGrants::all_but`]; the read
+/// layer, shared by every command of a host, grants that directory whole). Changes: beneath
+/// `writable` (which holds `tmpdir`) and to [`DEVICES`] only. TCP bind and connect refused where
+/// `network_off`; signals and abstract Unix sockets scoped to the domain.
+pub(crate) fn command_layer(
     abi: u32,
     grants: &ReadGrants,
     tmpdir: &Path,
     writable: &[PathBuf],
+    network_off: bool,
 ) -> io::Result<OwnedFd> {
-    let read = AccessFs::from_read(ABI::from(abi as i32));
-    let refer = BitFlags::from(AccessFs::Refer);
+    let abi_level = ABI::from(abi as i32);
+    let read = AccessFs::from_read(abi_level);
     let file = AccessFs::ReadFile | AccessFs::Execute;
+    // Device ioctls are not a change to the filesystem: left unhandled. Moving files between
+    // directories (`Refer`) is among the changes.
+    let write = AccessFs::from_write(abi_level) & !BitFlags::from(AccessFs::IoctlDev);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(read | refer)
-        .map_err(|e| error("temporary directory layer", e))?
+        .handle_access(read | write)
+        .map_err(|e| error("command layer", e))?;
+    if network_off && abi >= 4 {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi_level))
+            .map_err(|e| error("network rules", e))?;
+    }
+    if abi >= 6 {
+        ruleset = ruleset
+            .scope(Scope::from_all(abi_level))
+            .map_err(|e| error("scopes", e))?;
+    }
+    let mut ruleset = ruleset
         .create()
-        .map_err(|e| error("temporary directory layer", e))?
+        .map_err(|e| error("command layer", e))?
         .add_rule(PathBeneath::new(
             open_path(Path::new("/"))?,
             AccessFs::ReadDir,
@@ -275,39 +293,6 @@ pub(crate) fn tmpdir_layer(
             .add_rule(PathBeneath::new(fd.as_fd(), access))
             .map_err(|e| error("read rule", e))?;
     }
-    for root in writable {
-        ruleset = ruleset
-            .add_rule(PathBeneath::new(open_path(root)?, refer))
-            .map_err(|e| error(&format!("rule for {}", root.display()), e))?;
-    }
-    created(ruleset)
-}
-
-/// The write layer: changes allowed beneath `writable` and to [`DEVICES`] only; TCP bind and
-/// connect refused where `network_off`; signals and abstract Unix sockets scoped to the domain.
-pub(crate) fn write_layer(
-    abi: u32,
-    writable: &[PathBuf],
-    network_off: bool,
-) -> io::Result<OwnedFd> {
-    let abi_level = ABI::from(abi as i32);
-    // Device ioctls are not a change to the filesystem: left unhandled.
-    let write = AccessFs::from_write(abi_level) & !BitFlags::from(AccessFs::IoctlDev);
-    let mut ruleset = Ruleset::default()
-        .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(write)
-        .map_err(|e| error("write layer", e))?;
-    if network_off && abi >= 4 {
-        ruleset = ruleset
-            .handle_access(AccessNet::from_all(abi_level))
-            .map_err(|e| error("network rules", e))?;
-    }
-    if abi >= 6 {
-        ruleset = ruleset
-            .scope(Scope::from_all(abi_level))
-            .map_err(|e| error("scopes", e))?;
-    }
-    let mut ruleset = ruleset.create().map_err(|e| error("write layer", e))?;
     for root in writable {
         ruleset = ruleset
             .add_rule(PathBeneath::new(open_path(root)?, write))

@@ -94,16 +94,24 @@ impl ReadLayers {
     }
 
     /// The layers of the command whose `TMPDIR` is `tmpdir` and whose writable roots (that
-    /// one among them) are `writable`: the shared one and its own.
+    /// one among them) are `writable`, in the order they are applied: its own, and the shared one
+    /// (see [`super::landlock`]).
     fn for_command(
         &self,
         abi: u32,
         tmpdir: &Path,
         writable: &[PathBuf],
-    ) -> io::Result<[OwnedFd; 2]> {
-        Ok([
+        network: NetworkMode,
+    ) -> io::Result<Vec<OwnedFd>> {
+        Ok(vec![
+            super::landlock::command_layer(
+                abi,
+                &self.tmp_grants,
+                tmpdir,
+                writable,
+                network == NetworkMode::Off,
+            )?,
             self.layer.try_clone()?,
-            super::landlock::tmpdir_layer(abi, &self.tmp_grants, tmpdir, writable)?,
         ])
     }
 }
@@ -148,12 +156,9 @@ impl Confined {
         }
         let mut writable = policy.writable.clone();
         writable.push(tmpdir.clone());
-        let [read, own] = shared.read.for_command(abi, &tmpdir, &writable)?;
-        let landlock = vec![
-            read,
-            own,
-            super::landlock::write_layer(abi, &writable, policy.network == NetworkMode::Off)?,
-        ];
+        let landlock = shared
+            .read
+            .for_command(abi, &tmpdir, &writable, policy.network)?;
         let filters = shared.filters.clone();
         let notify = shared.notify.clone();
         if policy.tier == Tier::Namespaces {
@@ -208,9 +213,8 @@ impl Confined {
             let read = ReadLayers::make(self.abi, &self.deny_read, &self.writable, &self.tmp_base)?;
             let mut writable = self.writable.clone();
             writable.push(self.tmpdir.clone());
-            let [shared, own] = read.for_command(self.abi, &self.tmpdir, &writable)?;
-            self.prepared.landlock[0] = shared;
-            self.prepared.landlock[1] = own;
+            self.prepared.landlock =
+                read.for_command(self.abi, &self.tmpdir, &writable, self.network)?;
             // A walked directory changed: a denied path may resolve elsewhere now.
             self.judged.denied = denied_paths(&self.deny_read);
         }
