@@ -148,7 +148,7 @@ fn the_composed_component_imports_exactly_the_world() {
     imports.sort();
     assert_eq!(
         imports,
-        ["dsh:bash/agent@0.3.0", "dsh:bash/bash-executor@0.3.0"]
+        ["dsh:bash/agent@0.4.0", "dsh:bash/bash-executor@0.4.0"]
     );
 }
 

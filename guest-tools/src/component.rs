@@ -269,5 +269,20 @@ fn error_from_wit(e: wit_exec::ExecutorError) -> ExecError {
         E::TaskLimit(m) => ExecError::TaskLimit(m),
         E::Aborted => ExecError::Aborted,
         E::Internal(m) => ExecError::Internal(m),
+        E::Refused(r) => ExecError::Refused(crate::world::Refusal {
+            kind: match r.kind {
+                wit_exec::RefusalKind::Denied => crate::world::RefusalKind::Denied,
+                wit_exec::RefusalKind::Declined => crate::world::RefusalKind::Declined,
+                wit_exec::RefusalKind::TimedOut => crate::world::RefusalKind::TimedOut,
+                wit_exec::RefusalKind::CannotAsk => crate::world::RefusalKind::CannotAsk,
+                wit_exec::RefusalKind::NotAnalysable => crate::world::RefusalKind::NotAnalysable,
+            },
+            part: r.part,
+            rule: r.rule,
+            source: r.source,
+            message: r.message,
+            allow_rule: r.allow_rule,
+            waited_s: r.waited_s,
+        }),
     }
 }

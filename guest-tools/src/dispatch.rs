@@ -15,6 +15,7 @@ pub const INVALID_ARGS: &str = "INVALID_ARGS";
 pub const UNKNOWN_TOOL: &str = "UNKNOWN_TOOL";
 pub const ABORTED: &str = "ABORTED";
 pub const TOOL_ERROR: &str = "TOOL_ERROR";
+pub const POLICY_REFUSED: &str = "POLICY_REFUSED";
 
 /// The tools in their stable order, each with its title, schema as compact JSON, and hints.
 pub fn list_tools(exec: &dyn Executor) -> Vec<ToolDefinition> {
@@ -65,6 +66,11 @@ pub fn call_tool(exec: &dyn Executor, name: &str, arguments: &str, caller: &Call
         },
         Err(ToolError::Aborted) => error("command aborted".to_string(), ABORTED),
         Err(ToolError::Message(message)) => error(message, TOOL_ERROR),
+        Err(ToolError::Refused(text)) => ToolResult {
+            text,
+            is_error: true,
+            error_code: Some(POLICY_REFUSED.to_string()),
+        },
     }
 }
 

@@ -19,6 +19,7 @@ pub mod json;
 mod json_tokens;
 pub mod jstrim;
 pub mod notice;
+pub mod policy;
 pub mod render;
 pub mod schema;
 pub mod status;

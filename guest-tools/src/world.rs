@@ -174,6 +174,30 @@ pub enum ExecError {
     TaskLimit(String),
     Aborted,
     Internal(String),
+    /// A permission rule kept the command from running.
+    Refused(Refusal),
+}
+
+/// `bash-executor.policy-refusal`: what kept a command from running.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub kind: RefusalKind,
+    pub part: String,
+    pub rule: Option<String>,
+    pub source: Option<String>,
+    pub message: Option<String>,
+    pub allow_rule: Option<String>,
+    pub waited_s: Option<u32>,
+}
+
+/// `bash-executor.refusal-kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalKind {
+    Denied,
+    Declined,
+    TimedOut,
+    CannotAsk,
+    NotAnalysable,
 }
 
 /// The `bash-executor` import.

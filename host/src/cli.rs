@@ -243,6 +243,11 @@ pub struct CommonArgs {
     /// Repeatable.
     #[arg(long = "env-allow", global = true, value_name = "NAME", value_parser = env_name)]
     pub env_allow: Vec<String>,
+    /// Permission rules every command must pass before it runs (TOML `[permissions]`, or a
+    /// JSON settings file with `permissions`); see the README's "Permissions" section. A file
+    /// that does not read stops the host, naming its line. Repeatable: all rules apply.
+    #[arg(long = "policy", global = true, value_name = "FILE")]
+    pub policy: Vec<PathBuf>,
     /// Confine every command (enforced by the kernel; the host refuses to start where it
     /// cannot be): `read-only` or `workspace-write`. Secrets (~/.ssh, ~/.aws, ...) are never
     /// readable; see the README's "Sandbox" section.
@@ -446,7 +451,20 @@ pub async fn build_host(common: &CommonArgs) -> Result<(ToolHost, Arc<LocalExecu
     let local = LocalExecutor::new(common.executor_config(), tx)
         .map_err(|e| CliError::Usage(format!("--{}: {}", e.setting, e.reason)))?;
     tracing::info!(containment = %local.containment(), "process containment");
-    let executor: Arc<dyn dsh_executor::Executor> = local.clone();
+    let mut executor: Arc<dyn dsh_executor::Executor> = local.clone();
+    if !common.policy.is_empty() {
+        let policy =
+            crate::policy::load(&common.policy).map_err(|e| CliError::Usage(e.to_string()))?;
+        let (default, source) = policy.default_verdict();
+        tracing::info!(
+            rules = policy.rule_count(),
+            skipped_other_tools = policy.skipped(),
+            default = default.name(),
+            default_source = source,
+            "permission rules"
+        );
+        executor = Arc::new(crate::policy::PolicyExecutor::new(executor, policy));
+    }
     let host = ToolHost::new(common.host_options(), executor, rx).await?;
     Ok((host, local))
 }
@@ -518,12 +536,37 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             0
         }
         Command::Doctor => {
-            print_out(&doctor_report(&local, &cli.common.executor_config().env));
+            let mut report = doctor_report(&local, &cli.common.executor_config().env);
+            report.push_str(&policy_report(&cli.common.policy)?);
+            print_out(&report);
             0
         }
     };
     host.shutdown().await;
     Ok(code)
+}
+
+/// The doctor's line on the permission rules.
+fn policy_report(files: &[PathBuf]) -> Result<String, CliError> {
+    if files.is_empty() {
+        return Ok("permissions: none (every command runs)\n".to_string());
+    }
+    let policy = crate::policy::load(files).map_err(|e| CliError::Usage(e.to_string()))?;
+    let (default, source) = policy.default_verdict();
+    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let mut out = format!(
+        "permissions: {} rules from {}; unmatched commands: {} ({source})\n",
+        policy.rule_count(),
+        names.join(", "),
+        default.name()
+    );
+    if policy.skipped() > 0 {
+        out.push_str(&format!(
+            "  ({} rules for other tools skipped)\n",
+            policy.skipped()
+        ));
+    }
+    Ok(out)
 }
 
 fn doctor_report(local: &LocalExecutor, env: &EnvPolicy) -> String {

@@ -60,6 +60,7 @@ pub mod config_file;
 pub mod engine;
 pub mod inject;
 pub mod mcp;
+pub mod policy;
 
 pub use dsh_executor as executor;
 pub use engine::{

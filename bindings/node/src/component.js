@@ -26,7 +26,7 @@ const BUNDLED_DIR = fileURLToPath(new URL("../generated/", import.meta.url));
 export const LINKED = Object.freeze(["dsh:bash/bash-executor", "dsh:bash/agent"]);
 
 /** The WIT package version whose interfaces the host supplies. */
-export const WIT_VERSION = "0.3.0";
+export const WIT_VERSION = "0.4.0";
 
 /** Refuses a component that imports anything but the two `dsh:bash` interfaces, naming it. */
 export function checkImports(imports) {

@@ -1,4 +1,4 @@
-//! An executor middleware component: it imports `dsh:bash/bash-executor@0.3.0` (the real
+//! An executor middleware component: it imports `dsh:bash/bash-executor@0.4.0` (the real
 //! executor) and exports the same interface, so that a composition can put it in front of the
 //! tools component's executor import without rebuilding the tools:
 //!
@@ -285,6 +285,21 @@ mod component {
             I::TaskLimit(m) => O::TaskLimit(m),
             I::Aborted => O::Aborted,
             I::Internal(m) => O::Internal(m),
+            I::Refused(r) => O::Refused(outer::PolicyRefusal {
+                kind: match r.kind {
+                    inner::RefusalKind::Denied => outer::RefusalKind::Denied,
+                    inner::RefusalKind::Declined => outer::RefusalKind::Declined,
+                    inner::RefusalKind::TimedOut => outer::RefusalKind::TimedOut,
+                    inner::RefusalKind::CannotAsk => outer::RefusalKind::CannotAsk,
+                    inner::RefusalKind::NotAnalysable => outer::RefusalKind::NotAnalysable,
+                },
+                part: r.part,
+                rule: r.rule,
+                source: r.source,
+                message: r.message,
+                allow_rule: r.allow_rule,
+                waited_s: r.waited_s,
+            }),
         }
     }
 

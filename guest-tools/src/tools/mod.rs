@@ -19,6 +19,9 @@ pub enum ToolError {
     Aborted,
     /// Anything else: `Error: <message>`.
     Message(String),
+    /// A permission rule kept the command from running: the whole text is one `[policy: …]`
+    /// line (README, contract extension), code `POLICY_REFUSED`.
+    Refused(String),
 }
 
 impl From<ExecError> for ToolError {
@@ -32,6 +35,7 @@ impl From<ExecError> for ToolError {
             | ExecError::SpawnFailed(message)
             | ExecError::TaskLimit(message)
             | ExecError::Internal(message) => ToolError::Message(message),
+            ExecError::Refused(refusal) => ToolError::Refused(crate::policy::line(&refusal)),
         }
     }
 }

@@ -337,6 +337,44 @@ pub enum ExecError {
     /// Anything else the executor could not do.
     #[error("{0}")]
     Internal(String),
+    /// A permission rule kept the command from running: nothing of it ran. The tools word it
+    /// (a `[policy: …]` line) from these facts.
+    #[error("refused by the permission rules: {}", .0.part)]
+    Refused(Refusal),
+}
+
+/// What kept a command from running. Mirrors the WIT `policy-refusal` record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    /// Why.
+    pub kind: RefusalKind,
+    /// The part of the command concerned (one of its commands, or a file it writes).
+    pub part: String,
+    /// The rule as written; none for the policy's default or a part that cannot be analysed.
+    pub rule: Option<String>,
+    /// `FILE:LINE` of the rule or the default.
+    pub source: Option<String>,
+    /// The rule's message, or the construct that cannot be analysed.
+    pub message: Option<String>,
+    /// For [`RefusalKind::CannotAsk`]: a rule that would allow exactly this part.
+    pub allow_rule: Option<String>,
+    /// For [`RefusalKind::TimedOut`]: how long the person was given, in seconds.
+    pub waited_s: Option<u32>,
+}
+
+/// Why a command was refused. Mirrors the WIT `refusal-kind` enum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalKind {
+    /// A deny rule matches, or the policy's default is deny.
+    Denied,
+    /// A person was asked and declined.
+    Declined,
+    /// A person was asked and did not answer in time.
+    TimedOut,
+    /// It needs a person's approval and nobody can be asked.
+    CannotAsk,
+    /// It cannot be analysed, and the policy denies what it cannot analyse.
+    NotAnalysable,
 }
 
 /// Executor settings. Every number must be finite and > 0 ([`Config::validate`]).

@@ -218,6 +218,21 @@ impl From<ex::ExecError> for wit_ex::ExecutorError {
             ex::ExecError::TaskLimit(m) => Self::TaskLimit(m),
             ex::ExecError::Aborted => Self::Aborted,
             ex::ExecError::Internal(m) => Self::Internal(m),
+            ex::ExecError::Refused(r) => Self::Refused(wit_ex::PolicyRefusal {
+                kind: match r.kind {
+                    ex::RefusalKind::Denied => wit_ex::RefusalKind::Denied,
+                    ex::RefusalKind::Declined => wit_ex::RefusalKind::Declined,
+                    ex::RefusalKind::TimedOut => wit_ex::RefusalKind::TimedOut,
+                    ex::RefusalKind::CannotAsk => wit_ex::RefusalKind::CannotAsk,
+                    ex::RefusalKind::NotAnalysable => wit_ex::RefusalKind::NotAnalysable,
+                },
+                part: r.part,
+                rule: r.rule,
+                source: r.source,
+                message: r.message,
+                allow_rule: r.allow_rule,
+                waited_s: r.waited_s,
+            }),
         }
     }
 }

@@ -193,6 +193,7 @@ mod component {
                     E::TaskLimit(m) => ("task-limit", m),
                     E::Aborted => ("aborted", String::new()),
                     E::Internal(m) => ("internal", m),
+                    E::Refused(r) => ("refused", r.part),
                 };
                 format!("error: {case}: {message}")
             }

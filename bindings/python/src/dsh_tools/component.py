@@ -20,7 +20,7 @@ from wasmtime.component import Component, Linker, Record, Variant
 from . import wit
 from .executor.types import Executor, ExecutorError
 
-WIT_VERSION = "0.3.0"
+WIT_VERSION = "0.4.0"
 EXECUTOR = f"dsh:bash/bash-executor@{WIT_VERSION}"
 AGENT = f"dsh:bash/agent@{WIT_VERSION}"
 TOOLS = f"dsh:bash/tools@{WIT_VERSION}"

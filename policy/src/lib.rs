@@ -1,0 +1,579 @@
+//! Permission rules for the bash tools: allow, ask or deny a command before it runs.
+//!
+//! The command is parsed as bash parses it (`brush-parser`), and every simple command bash would
+//! run, wherever it sits, is checked ([`segments`]), with the commands behind wrappers and the
+//! code given to shells ([`wrappers`]). What cannot be analysed is asked or denied, never
+//! allowed. The strictest verdict of all segments wins: deny > ask > allow. `SEMANTICS.md`
+//! states the rules in full.
+//!
+//! The crate is pure: no files, processes or clocks, so that the host and a middleware
+//! component (`wasm32`) decide alike. Callers read the files and pass their text.
+
+mod rule;
+mod segments;
+mod source;
+mod words;
+mod wrappers;
+
+use std::fmt;
+
+use rule::{Pattern, Token};
+use segments::{Kind, Segment, Word};
+use source::Rule;
+
+/// A verdict, ordered from the loosest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Decision {
+    Allow,
+    Ask,
+    Deny,
+}
+
+impl Decision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Ask => "ask",
+            Decision::Deny => "deny",
+        }
+    }
+}
+
+/// A policy file that could not be read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadError {
+    pub file: String,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{line}: {}", self.file, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// The rules of every policy file, merged.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    rules: Vec<Rule>,
+    default: (Decision, String),
+    unanalysable: (Decision, String),
+    skipped: usize,
+}
+
+/// One call to decide on.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    pub command: &'a str,
+    /// The working directory the command runs in (relative `Write` globs and targets).
+    pub cwd: &'a str,
+    /// The home directory (`~/` in `Write` globs and targets).
+    pub home: Option<&'a str>,
+}
+
+/// Why a segment got its verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cause {
+    /// A rule matched.
+    Rule {
+        rule: String,
+        source: String,
+        message: Option<String>,
+    },
+    /// No rule matched: the policy's default (`source` names where it is set).
+    Default { source: String },
+    /// The engine cannot tell what would run.
+    Unanalysable { construct: String },
+}
+
+/// The segment a verdict is about.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    /// The segment's source text (a command, or a written file's name).
+    pub part: String,
+    pub cause: Cause,
+    /// For ask: the rule line that would allow exactly this segment, when one can.
+    pub allow_rule: Option<String>,
+    /// For ask: what approving it "for this session" grants (a normalised prefix rule).
+    pub session_rule: Option<String>,
+    /// Every segment that needs approval (ask), in source order.
+    pub pending: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    Allow,
+    Ask(Finding),
+    Deny(Finding),
+}
+
+/// Allow rules granted for one session by a person ("for this session").
+#[derive(Debug, Clone, Default)]
+pub struct Grants {
+    rules: Vec<(String, Vec<Token>)>,
+}
+
+impl Grants {
+    /// Add a grant (`Bash(git push *)`); an error for a rule that does not parse.
+    pub fn add(&mut self, rule: &str) -> Result<(), String> {
+        match rule::parse(rule) {
+            Ok(rule::Parsed::Mine(Pattern::Command(tokens))) => {
+                if !self.rules.iter().any(|(r, _)| r == rule) {
+                    self.rules.push((rule.to_string(), tokens));
+                }
+                Ok(())
+            }
+            Ok(_) => Err(format!("{rule:?} is not a Bash(…) rule")),
+            Err(e) => Err(e.0),
+        }
+    }
+
+    pub fn rules(&self) -> impl Iterator<Item = &str> {
+        self.rules.iter().map(|(r, _)| r.as_str())
+    }
+}
+
+const BUILTIN: &str = "the built-in default";
+
+/// The shell's own glue, allowed when no rule says otherwise.
+const GLUE: &[&str] = &[
+    "cd", "pushd", "popd", "dirs", "pwd", "true", "false", ":", "echo", "printf", "test", "[",
+    "exit", "return", "shift", "set", "unset", "wait", "break", "continue", "read", "local",
+    "export", "declare", "typeset", "readonly",
+];
+
+impl Policy {
+    /// Read the policy files given as `(name, text)`; the name's extension picks the format
+    /// (`.json` is the agent CLI's settings shape, anything else TOML).
+    pub fn from_sources(sources: &[(String, String)]) -> Result<Policy, LoadError> {
+        let mut policy = Policy {
+            rules: Vec::new(),
+            default: (Decision::Ask, BUILTIN.to_string()),
+            unanalysable: (Decision::Ask, BUILTIN.to_string()),
+            skipped: 0,
+        };
+        let mut default_set = false;
+        for (name, text) in sources {
+            let file = if name.ends_with(".json") {
+                source::load_json(name, text)?
+            } else {
+                source::load_toml(name, text)?
+            };
+            policy.rules.extend(file.rules);
+            policy.skipped += file.skipped;
+            if let Some(d) = file.default {
+                // The first file to set it sets it; later ones only make it stricter.
+                if !default_set || d.0 > policy.default.0 {
+                    policy.default = d;
+                }
+                default_set = true;
+            }
+            if let Some(u) = file.unanalysable {
+                if u.0 >= policy.unanalysable.0 {
+                    policy.unanalysable = u;
+                }
+            }
+        }
+        if policy.default.0 > policy.unanalysable.0 {
+            policy.unanalysable = policy.default.clone();
+        }
+        Ok(policy)
+    }
+
+    /// Rules naming other tools of the agent CLI, skipped.
+    pub fn skipped(&self) -> usize {
+        self.skipped
+    }
+
+    /// How many rules apply.
+    pub fn rule_count(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// The verdict for unmatched commands and where it is set.
+    pub fn default_verdict(&self) -> (Decision, &str) {
+        (self.default.0, &self.default.1)
+    }
+
+    /// Decide on `call`.
+    pub fn evaluate(&self, call: &Call, grants: &Grants) -> Verdict {
+        let mut segments = if let Some(c) = call
+            .command
+            .chars()
+            .find(|c| (c.is_control() && *c != '\n' && *c != '\t') || *c == '\u{7f}')
+        {
+            vec![unanalysable_whole(
+                call.command,
+                format!(
+                    "a control character ({}) in the command",
+                    c.escape_unicode()
+                ),
+            )]
+        } else {
+            segments::collect(call.command)
+        };
+        if segments.len() > segments::MAX_SEGMENTS {
+            let count = segments.len();
+            segments.push(unanalysable_whole(
+                call.command,
+                format!("more than {} commands ({count})", segments::MAX_SEGMENTS),
+            ));
+        }
+        let mut worst: Option<(Decision, u8, Finding)> = None;
+        let mut pending = Vec::new();
+        for segment in &segments {
+            let (decision, finding) = self.segment(segment, call, grants);
+            if decision == Decision::Allow {
+                continue;
+            }
+            if decision == Decision::Ask {
+                pending.push(finding.part.clone());
+            }
+            // Among equal verdicts, a rule's reason names the most, then the earliest.
+            let rank = match finding.cause {
+                Cause::Rule { .. } => 2,
+                Cause::Unanalysable { .. } => 1,
+                Cause::Default { .. } => 0,
+            };
+            let better = match &worst {
+                None => true,
+                Some((d, r, _)) => decision > *d || (decision == *d && rank > *r),
+            };
+            if better {
+                worst = Some((decision, rank, finding));
+            }
+        }
+        match worst {
+            None => Verdict::Allow,
+            Some((Decision::Deny, _, finding)) => Verdict::Deny(finding),
+            Some((_, _, mut finding)) => {
+                finding.pending = pending;
+                Verdict::Ask(finding)
+            }
+        }
+    }
+
+    fn segment(&self, segment: &Segment, call: &Call, grants: &Grants) -> (Decision, Finding) {
+        let finding = |cause: Cause| Finding {
+            part: escape(&segment.text),
+            cause,
+            allow_rule: None,
+            session_rule: None,
+            pending: Vec::new(),
+        };
+        let from_rule = |rule: &Rule| {
+            finding(Cause::Rule {
+                rule: rule.text.clone(),
+                source: rule.source.clone(),
+                message: rule.message.clone(),
+            })
+        };
+        match &segment.kind {
+            Kind::Command {
+                words,
+                assigns,
+                wrapper,
+            } => {
+                let texts: Vec<String> = words.iter().map(word_text).collect();
+                let loose = loose_forms(&texts);
+                for decision in [Decision::Deny, Decision::Ask] {
+                    for rule in self.rules.iter().filter(|r| r.decision == decision) {
+                        let Pattern::Command(tokens) = &rule.pattern else {
+                            continue;
+                        };
+                        if words.is_empty() && !matches!(tokens.as_slice(), [Token::Rest]) {
+                            continue;
+                        }
+                        if loose
+                            .iter()
+                            .any(|w| rule::match_words(tokens, w, true).is_some())
+                        {
+                            return (decision, from_rule(rule));
+                        }
+                    }
+                }
+                if let Some(construct) = &segment.unanalysable {
+                    return (
+                        self.unanalysable.0,
+                        finding(Cause::Unanalysable {
+                            construct: construct.clone(),
+                        }),
+                    );
+                }
+                if *wrapper || words.is_empty() && !assigns.iter().any(|a| changes_what_runs(a)) {
+                    // The wrapper's own form only meets deny and ask rules; the inner command
+                    // is a segment of its own. A segment of assignments and redirects only
+                    // runs nothing.
+                    return (
+                        Decision::Allow,
+                        finding(Cause::Default {
+                            source: String::new(),
+                        }),
+                    );
+                }
+                let env_clean = !assigns.iter().any(|a| changes_what_runs(a));
+                if env_clean {
+                    let allowed_by = |tokens: &[Token]| {
+                        rule::match_words(tokens, &texts, false)
+                            .is_some_and(|coverage| covers_safely(words, &coverage))
+                    };
+                    let by_rule = self.rules.iter().any(|r| {
+                        r.decision == Decision::Allow
+                            && matches!(&r.pattern, Pattern::Command(t) if allowed_by(t))
+                    });
+                    if by_rule || grants.rules.iter().any(|(_, t)| allowed_by(t)) {
+                        return (
+                            Decision::Allow,
+                            finding(Cause::Default {
+                                source: String::new(),
+                            }),
+                        );
+                    }
+                    if GLUE.contains(&texts[0].as_str()) {
+                        return (
+                            Decision::Allow,
+                            finding(Cause::Default {
+                                source: String::new(),
+                            }),
+                        );
+                    }
+                }
+                let mut f = finding(Cause::Default {
+                    source: self.default.1.clone(),
+                });
+                if self.default.0 == Decision::Ask && env_clean && !words.iter().any(|w| w.dynamic)
+                {
+                    f.allow_rule = Some(exact_rule(&texts));
+                    f.session_rule = Some(session_rule(&texts));
+                }
+                (self.default.0, f)
+            }
+            Kind::Write { target } => {
+                let resolved = target.as_deref().map(|t| resolve(t, call));
+                for decision in [Decision::Deny, Decision::Ask, Decision::Allow] {
+                    if decision == Decision::Allow {
+                        if let Some(construct) = &segment.unanalysable {
+                            return (
+                                self.unanalysable.0,
+                                finding(Cause::Unanalysable {
+                                    construct: construct.clone(),
+                                }),
+                            );
+                        }
+                    }
+                    for rule in self.rules.iter().filter(|r| r.decision == decision) {
+                        let Pattern::Write(glob) = &rule.pattern else {
+                            continue;
+                        };
+                        let glob = resolve(glob, call);
+                        // A dynamic target may be any file: deny and ask rules hold for it.
+                        let hit = match &resolved {
+                            Some(path) => rule::glob_match(glob.as_bytes(), path.as_bytes(), true),
+                            None => decision != Decision::Allow,
+                        };
+                        if hit {
+                            return if decision == Decision::Allow {
+                                (Decision::Allow, from_rule(rule))
+                            } else {
+                                (decision, from_rule(rule))
+                            };
+                        }
+                    }
+                }
+                let mut f = finding(Cause::Default {
+                    source: self.default.1.clone(),
+                });
+                if let Some(path) = &resolved {
+                    f.allow_rule = Some(format!("Write({path})"));
+                    f.session_rule = f.allow_rule.clone();
+                }
+                (self.default.0, f)
+            }
+        }
+    }
+}
+
+fn unanalysable_whole(command: &str, construct: String) -> Segment {
+    Segment {
+        text: command.to_string(),
+        kind: Kind::Command {
+            words: Vec::new(),
+            assigns: Vec::new(),
+            wrapper: false,
+        },
+        unanalysable: Some(construct),
+    }
+}
+
+/// A word as rules see it: a dynamic one never equals a literal word of a pattern.
+fn word_text(w: &Word) -> String {
+    if w.dynamic {
+        "\u{0}(expanded at run time)".to_string()
+    } else {
+        w.text.clone()
+    }
+}
+
+/// The forms of a command deny and ask rules are checked on: as written, and normalised (base
+/// name of the command, short flags merged, git's global options dropped).
+fn loose_forms(words: &[String]) -> Vec<Vec<String>> {
+    let mut forms = vec![words.to_vec()];
+    if words.is_empty() {
+        return forms;
+    }
+    let mut normal = words.to_vec();
+    if let Some(base) = normal[0].rsplit('/').next() {
+        if !base.is_empty() {
+            normal[0] = base.to_string();
+        }
+    }
+    if let Some(stripped) = wrappers::without_git_globals(&normal) {
+        normal = stripped;
+    }
+    let mut merged: Vec<String> = Vec::with_capacity(normal.len());
+    for w in normal {
+        let count = merged.len();
+        if let (Some(prev), Some(letters)) = (merged.last_mut(), rule::short_flags(&w)) {
+            if count > 1 && rule::short_flags(prev).is_some() {
+                prev.push_str(letters);
+                continue;
+            }
+        }
+        merged.push(w);
+    }
+    if merged != forms[0] {
+        forms.push(merged);
+    }
+    forms
+}
+
+/// An allow rule covers a command safely when no word its wildcards cover is a code-running
+/// flag of the command (or, for a command with such flags, a word known only at run time).
+fn covers_safely(words: &[Word], coverage: &[bool]) -> bool {
+    let name = &words[0].text;
+    let has_code_flags = [
+        "git", "find", "awk", "gawk", "mawk", "nawk", "perl", "ruby", "node", "tar", "rsync",
+        "ssh", "vim", "make",
+    ]
+    .contains(
+        &name
+            .rsplit('/')
+            .next()
+            .unwrap_or(name)
+            .trim_end_matches(|c: char| c.is_ascii_digit() || c == '.'),
+    ) || name.starts_with("python");
+    words.iter().zip(coverage).skip(1).all(|(w, literal)| {
+        *literal || !(wrappers::is_code_flag(name, &w.text) || has_code_flags && w.dynamic)
+    })
+}
+
+/// Variables that change what a command runs or how.
+fn changes_what_runs(name: &str) -> bool {
+    matches!(
+        name,
+        "PATH"
+            | "BASH_ENV"
+            | "ENV"
+            | "SHELLOPTS"
+            | "BASHOPTS"
+            | "PS4"
+            | "IFS"
+            | "PAGER"
+            | "EDITOR"
+            | "VISUAL"
+            | "NODE_OPTIONS"
+            | "RUBYOPT"
+            | "PROMPT_COMMAND"
+            | "CDPATH"
+            | "GLOBIGNORE"
+            | "HOME"
+    ) || name.starts_with("LD_")
+        || name.starts_with("BASH_FUNC_")
+        || name.starts_with("GIT_")
+        || name.starts_with("PYTHON")
+        || name.starts_with("PERL5")
+        || name.ends_with("_COMMAND")
+        || name.ends_with("_PAGER")
+}
+
+/// The rule that allows exactly these words.
+fn exact_rule(words: &[String]) -> String {
+    format!(
+        "Bash({})",
+        words.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ")
+    )
+}
+
+/// What "for this session" grants: the command name, its subcommand if it has one, then `*`.
+fn session_rule(words: &[String]) -> String {
+    let mut prefix = vec![quote(&words[0])];
+    if let Some(sub) = words.get(1) {
+        if sub.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+            && sub
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            prefix.push(sub.clone());
+        }
+    }
+    format!("Bash({} *)", prefix.join(" "))
+}
+
+fn quote(word: &str) -> String {
+    if !word.is_empty() && !word.contains(|c: char| c.is_whitespace() || "'\"*()".contains(c)) {
+        word.to_string()
+    } else if !word.contains('"') {
+        format!("\"{word}\"")
+    } else {
+        format!("'{word}'")
+    }
+}
+
+/// A path as written (`~/x`, `./x`, `x`, `/x`) made absolute against the call, `.` and `..`
+/// resolved by name.
+fn resolve(path: &str, call: &Call) -> String {
+    let joined = if let Some(rest) = path.strip_prefix("~/") {
+        format!("{}/{rest}", call.home.unwrap_or("~"))
+    } else if path == "~" {
+        call.home.unwrap_or("~").to_string()
+    } else if path.starts_with('/') || path.starts_with("**") {
+        path.to_string()
+    } else {
+        format!("{}/{path}", call.cwd.trim_end_matches('/'))
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    for part in joined.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    if joined.starts_with('/') {
+        format!("/{}", parts.join("/"))
+    } else {
+        parts.join("/")
+    }
+}
+
+/// A part shown on one line: control characters escaped, long parts cut.
+fn escape(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}

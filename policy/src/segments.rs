@@ -1,0 +1,532 @@
+//! The simple commands bash would run for a command line, wherever they sit, and the files its
+//! redirects write: the segments the rules are checked on.
+
+use brush_parser::ast::{self, SourceLocation};
+use brush_parser::{Parser, ParserOptions};
+
+use crate::words::{self, WordFacts};
+use crate::wrappers::{self, Inner};
+
+/// More nested code than this (`bash -c` in `bash -c` …) is not analysed.
+pub(crate) const MAX_DEPTH: usize = 8;
+/// More segments than this make the command unanalysable (after every one was checked).
+pub(crate) const MAX_SEGMENTS: usize = 512;
+
+/// One word of a command: its value, or that it is only known at run time.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Word {
+    pub text: String,
+    pub dynamic: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Kind {
+    /// A simple command: its words (empty for one of assignments and redirects only), the
+    /// variables it sets (prefix assignments, `export`, the assignments of `env`), and whether
+    /// this is a wrapper's own form (only deny and ask rules apply to it).
+    Command {
+        words: Vec<Word>,
+        assigns: Vec<String>,
+        wrapper: bool,
+    },
+    /// A file the command writes (a redirect, `tee`, `dd of=`); none when it is not literal.
+    Write { target: Option<String> },
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Segment {
+    /// The source text, for the model and the user.
+    pub text: String,
+    pub kind: Kind,
+    /// The construct that makes it unanalysable.
+    pub unanalysable: Option<String>,
+}
+
+/// The segments of `command`.
+pub(crate) fn collect(command: &str) -> Vec<Segment> {
+    let mut walker = Walker {
+        options: ParserOptions::default(),
+        segments: Vec::new(),
+    };
+    walker.program(command, 0);
+    walker.into()
+}
+
+struct Walker {
+    options: ParserOptions,
+    segments: Vec<Segment>,
+}
+
+impl From<Walker> for Vec<Segment> {
+    fn from(walker: Walker) -> Self {
+        walker.segments
+    }
+}
+
+impl Walker {
+    fn unanalysable(&mut self, text: &str, construct: impl Into<String>) {
+        self.segments.push(Segment {
+            text: text.to_string(),
+            kind: Kind::Command {
+                words: Vec::new(),
+                assigns: Vec::new(),
+                wrapper: false,
+            },
+            unanalysable: Some(construct.into()),
+        });
+    }
+
+    /// Parse and walk `code`, nested `depth` levels deep.
+    fn program(&mut self, code: &str, depth: usize) {
+        if depth > MAX_DEPTH {
+            self.unanalysable(
+                code,
+                format!("code nested more than {MAX_DEPTH} levels deep"),
+            );
+            return;
+        }
+        let mut parser = Parser::new(code.as_bytes(), &self.options);
+        match parser.parse_program() {
+            Ok(program) => {
+                let source = Source { code, depth };
+                for list in &program.complete_commands {
+                    self.list(list, &source);
+                }
+            }
+            Err(error) => {
+                self.unanalysable(code, format!("a command that does not parse ({error})"))
+            }
+        }
+    }
+
+    fn list(&mut self, list: &ast::CompoundList, s: &Source) {
+        for ast::CompoundListItem(and_or, _) in &list.0 {
+            self.pipeline(&and_or.first, s);
+            for next in &and_or.additional {
+                match next {
+                    ast::AndOr::And(p) | ast::AndOr::Or(p) => self.pipeline(p, s),
+                }
+            }
+        }
+    }
+
+    fn pipeline(&mut self, pipeline: &ast::Pipeline, s: &Source) {
+        for command in &pipeline.seq {
+            self.command(command, s);
+        }
+    }
+
+    fn command(&mut self, command: &ast::Command, s: &Source) {
+        match command {
+            ast::Command::Simple(simple) => self.simple(simple, s),
+            ast::Command::Compound(compound, redirects) => {
+                self.compound(compound, s);
+                self.redirects(redirects.iter().flat_map(|r| r.0.iter()), s);
+            }
+            ast::Command::Function(function) => {
+                let ast::FunctionBody(body, redirects) = &function.body;
+                self.compound(body, s);
+                self.redirects(redirects.iter().flat_map(|r| r.0.iter()), s);
+            }
+            ast::Command::ExtendedTest(test, redirects) => {
+                self.test(&test.expr, s);
+                self.redirects(redirects.iter().flat_map(|r| r.0.iter()), s);
+            }
+        }
+    }
+
+    fn test(&mut self, expr: &ast::ExtendedTestExpr, s: &Source) {
+        use ast::ExtendedTestExpr as E;
+        match expr {
+            E::And(a, b) | E::Or(a, b) => {
+                self.test(a, s);
+                self.test(b, s);
+            }
+            E::Not(a) | E::Parenthesized(a) => self.test(a, s),
+            E::UnaryTest(_, w) => {
+                self.word(w, s);
+            }
+            E::BinaryTest(_, a, b) => {
+                self.word(a, s);
+                self.word(b, s);
+            }
+        }
+    }
+
+    fn compound(&mut self, compound: &ast::CompoundCommand, s: &Source) {
+        use ast::CompoundCommand as C;
+        match compound {
+            C::Arithmetic(a) => self.expansion_text(&a.expr.value, s),
+            C::ArithmeticForClause(f) => {
+                for e in [&f.initializer, &f.condition, &f.updater]
+                    .into_iter()
+                    .flatten()
+                {
+                    self.expansion_text(&e.value, s);
+                }
+                self.list(&f.body.list, s);
+            }
+            C::BraceGroup(g) => self.list(&g.list, s),
+            C::Subshell(sub) => self.list(&sub.list, s),
+            C::ForClause(f) => {
+                for w in f.values.iter().flatten() {
+                    self.word(w, s);
+                }
+                self.list(&f.body.list, s);
+            }
+            C::CaseClause(c) => {
+                self.word(&c.value, s);
+                for item in &c.cases {
+                    for p in &item.patterns {
+                        self.word(p, s);
+                    }
+                    if let Some(body) = &item.cmd {
+                        self.list(body, s);
+                    }
+                }
+            }
+            C::IfClause(i) => {
+                self.list(&i.condition, s);
+                self.list(&i.then, s);
+                for e in i.elses.iter().flatten() {
+                    if let Some(c) = &e.condition {
+                        self.list(c, s);
+                    }
+                    self.list(&e.body, s);
+                }
+            }
+            C::WhileClause(w) | C::UntilClause(w) => {
+                self.list(&w.0, s);
+                self.list(&w.1.list, s);
+            }
+            C::Coprocess(c) => self.command(&c.body, s),
+        }
+    }
+
+    /// The code in a text bash expands (an arithmetic expression).
+    fn expansion_text(&mut self, text: &str, s: &Source) {
+        let facts = words::facts(&format!("\"{}\"", text.replace('"', "\\\"")), &self.options);
+        self.code_of(&facts, text, s);
+    }
+
+    /// Walk the code a word runs when expanded; its facts.
+    fn word(&mut self, w: &ast::Word, s: &Source) -> WordFacts {
+        let facts = words::facts(&w.value, &self.options);
+        self.code_of(&facts, &w.value, s);
+        facts
+    }
+
+    fn code_of(&mut self, facts: &WordFacts, text: &str, s: &Source) {
+        for code in &facts.code {
+            self.program(code, s.depth + 1);
+        }
+        if let Some(broken) = &facts.broken {
+            self.unanalysable(text, broken.clone());
+        }
+    }
+
+    fn redirects<'a>(&mut self, redirects: impl Iterator<Item = &'a ast::IoRedirect>, s: &Source) {
+        for r in redirects {
+            self.redirect(r, s, &mut None);
+        }
+    }
+
+    /// Walk one redirect; a literal heredoc or here-string body goes to `stdin_code`.
+    fn redirect(&mut self, r: &ast::IoRedirect, s: &Source, stdin_code: &mut Option<StdinSource>) {
+        use ast::IoFileRedirectKind as K;
+        use ast::IoFileRedirectTarget as T;
+        match r {
+            ast::IoRedirect::File(fd, kind, target) => match target {
+                T::Filename(w) => {
+                    let facts = self.word(w, s);
+                    let writes =
+                        matches!(kind, K::Write | K::Append | K::Clobber | K::ReadAndWrite);
+                    if writes {
+                        self.write(facts.literal, &w.value, s);
+                    } else if matches!(kind, K::Read) && fd.unwrap_or(0) == 0 {
+                        *stdin_code = Some(StdinSource::File);
+                    }
+                }
+                T::Fd(_) => {}
+                T::Duplicate(w) => {
+                    // `>&file` (not a number, not `-`) writes a file.
+                    let facts = self.word(w, s);
+                    match &facts.literal {
+                        Some(t) if t == "-" || t.chars().all(|c| c.is_ascii_digit()) => {}
+                        _ if matches!(kind, K::DuplicateOutput) => {
+                            self.write(facts.literal, &w.value, s)
+                        }
+                        _ => {}
+                    }
+                }
+                T::ProcessSubstitution(_, sub) => self.list(&sub.list, s),
+            },
+            ast::IoRedirect::HereDocument(fd, doc) => {
+                let body = if doc.requires_expansion {
+                    let facts = words::heredoc_facts(&doc.doc.value, &self.options);
+                    self.code_of(&facts, &doc.doc.value, s);
+                    facts.literal
+                } else {
+                    Some(doc.doc.value.clone())
+                };
+                if fd.unwrap_or(0) == 0 {
+                    *stdin_code = Some(body.map_or(StdinSource::Dynamic, StdinSource::Code));
+                }
+            }
+            ast::IoRedirect::HereString(fd, w) => {
+                let facts = self.word(w, s);
+                if fd.unwrap_or(0) == 0 {
+                    *stdin_code = Some(
+                        facts
+                            .literal
+                            .map_or(StdinSource::Dynamic, StdinSource::Code),
+                    );
+                }
+            }
+            ast::IoRedirect::OutputAndError(w, _) => {
+                let facts = self.word(w, s);
+                self.write(facts.literal, &w.value, s);
+            }
+        }
+    }
+
+    fn write(&mut self, target: Option<String>, raw: &str, _s: &Source) {
+        let unanalysable = target
+            .is_none()
+            .then(|| "a file written to whose name is expanded at run time".to_string());
+        if matches!(
+            target.as_deref(),
+            Some("/dev/null" | "/dev/stdout" | "/dev/stderr" | "/dev/tty")
+        ) {
+            return;
+        }
+        self.segments.push(Segment {
+            text: raw.to_string(),
+            kind: Kind::Write { target },
+            unanalysable,
+        });
+    }
+
+    fn simple(&mut self, simple: &ast::SimpleCommand, s: &Source) {
+        let text = s.slice(simple.location());
+        let mut assigns = Vec::new();
+        let mut stdin = None;
+        let mut raw_words: Vec<&ast::Word> = Vec::new();
+        let items = simple
+            .prefix
+            .iter()
+            .flat_map(|p| p.0.iter())
+            .map(|i| (i, true))
+            .chain(simple.word_or_name.iter().map(|_| (&NAME_MARK, false)))
+            .chain(
+                simple
+                    .suffix
+                    .iter()
+                    .flat_map(|p| p.0.iter())
+                    .map(|i| (i, false)),
+            );
+        for (item, in_prefix) in items {
+            if std::ptr::eq(item, &NAME_MARK) {
+                raw_words.extend(simple.word_or_name.as_ref());
+                continue;
+            }
+            match item {
+                ast::CommandPrefixOrSuffixItem::IoRedirect(r) => self.redirect(r, s, &mut stdin),
+                ast::CommandPrefixOrSuffixItem::Word(w) => raw_words.push(w),
+                ast::CommandPrefixOrSuffixItem::AssignmentWord(a, w) => {
+                    if in_prefix {
+                        assigns.push(assignment_name(a));
+                        self.assignment_value(a, s);
+                    } else {
+                        // `export X=…` and its kin: a word of the command.
+                        raw_words.push(w);
+                    }
+                }
+                ast::CommandPrefixOrSuffixItem::ProcessSubstitution(_, sub) => {
+                    self.list(&sub.list, s);
+                    raw_words.push(&DYNAMIC_WORD);
+                }
+            }
+        }
+        let mut words = Vec::with_capacity(raw_words.len());
+        let mut unanalysable = None;
+        for (i, w) in raw_words.iter().enumerate() {
+            if std::ptr::eq(*w, &DYNAMIC_WORD) {
+                words.push(Word {
+                    text: String::new(),
+                    dynamic: true,
+                });
+                continue;
+            }
+            let facts = self.word(w, s);
+            if i == 0 {
+                unanalysable = name_problem(&facts);
+            }
+            words.push(match facts.literal {
+                Some(text) => Word {
+                    text,
+                    dynamic: false,
+                },
+                None => Word {
+                    text: String::new(),
+                    dynamic: true,
+                },
+            });
+        }
+        self.command_words(text, words, assigns, unanalysable, stdin, s);
+    }
+
+    fn assignment_value(&mut self, a: &ast::Assignment, s: &Source) {
+        if let ast::AssignmentName::ArrayElementName(_, index) = &a.name {
+            self.expansion_text(index, s);
+        }
+        match &a.value {
+            ast::AssignmentValue::Scalar(w) => {
+                self.word(w, s);
+            }
+            ast::AssignmentValue::Array(items) => {
+                for (k, v) in items {
+                    if let Some(k) = k {
+                        self.word(k, s);
+                    }
+                    self.word(v, s);
+                }
+            }
+        }
+    }
+
+    /// Record a command of known words and walk what it runs in turn.
+    fn command_words(
+        &mut self,
+        text: String,
+        words: Vec<Word>,
+        mut assigns: Vec<String>,
+        unanalysable: Option<String>,
+        stdin: Option<StdinSource>,
+        s: &Source,
+    ) {
+        if unanalysable.is_some() {
+            self.segments.push(Segment {
+                text,
+                kind: Kind::Command {
+                    words,
+                    assigns,
+                    wrapper: false,
+                },
+                unanalysable,
+            });
+            return;
+        }
+        let analysis = wrappers::analyse(&words, stdin.as_ref());
+        assigns.extend(analysis.assigns);
+        let wrapper = !analysis.inner.is_empty();
+        let index = self.segments.len();
+        self.segments.push(Segment {
+            text: text.clone(),
+            kind: Kind::Command {
+                words,
+                assigns,
+                wrapper,
+            },
+            unanalysable: analysis.unanalysable,
+        });
+        for write in analysis.writes {
+            let raw = write.clone().unwrap_or_default();
+            self.write(write, &raw, s);
+        }
+        for inner in analysis.inner {
+            match inner {
+                Inner::Command(inner_words) => {
+                    let problem = inner_words.first().and_then(|w| {
+                        w.dynamic
+                            .then(|| "a command name expanded at run time".to_string())
+                    });
+                    let shown = shown(&inner_words).unwrap_or_else(|| text.clone());
+                    self.command_words(shown, inner_words, Vec::new(), problem, None, s);
+                }
+                Inner::Code(code) => self.program(&code, s.depth + 1),
+                Inner::Unanalysable(construct) => {
+                    // The wrapper itself carries it: it is what the model wrote.
+                    if let Some(segment) = self.segments.get_mut(index) {
+                        segment.unanalysable.get_or_insert(construct);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A placeholder of the walk: where the command name goes among prefix and suffix items.
+static NAME_MARK: ast::CommandPrefixOrSuffixItem =
+    ast::CommandPrefixOrSuffixItem::Word(ast::Word {
+        value: String::new(),
+        loc: None,
+    });
+/// A placeholder word: a process substitution's path, known only at run time.
+static DYNAMIC_WORD: ast::Word = ast::Word {
+    value: String::new(),
+    loc: None,
+};
+
+/// Where a command's standard input comes from, when a redirect says.
+#[derive(Debug, Clone)]
+pub(crate) enum StdinSource {
+    /// A file (`< script.sh`).
+    File,
+    /// A literal heredoc or here-string.
+    Code(String),
+    /// A heredoc or here-string with expansions.
+    Dynamic,
+}
+
+struct Source<'a> {
+    code: &'a str,
+    depth: usize,
+}
+
+impl Source<'_> {
+    fn slice(&self, span: Option<brush_parser::SourceSpan>) -> String {
+        span.and_then(|span| self.code.get(span.start.index..span.end.index))
+            .unwrap_or(self.code)
+            .trim()
+            .to_string()
+    }
+}
+
+fn assignment_name(a: &ast::Assignment) -> String {
+    match &a.name {
+        ast::AssignmentName::VariableName(name)
+        | ast::AssignmentName::ArrayElementName(name, _) => name.clone(),
+    }
+}
+
+/// Why a command name cannot be known before it runs.
+fn name_problem(facts: &WordFacts) -> Option<String> {
+    let Some(name) = &facts.literal else {
+        return Some("a command name expanded at run time".to_string());
+    };
+    if facts.pattern {
+        return Some("a glob or brace expansion in the command name".to_string());
+    }
+    if name.is_empty() {
+        return Some("an empty command name".to_string());
+    }
+    if !name.chars().all(|c| c.is_ascii_graphic()) {
+        return Some("a command name with characters outside printable ASCII".to_string());
+    }
+    None
+}
+
+/// The words of an inner command as text, for display.
+fn shown(words: &[Word]) -> Option<String> {
+    if words.is_empty() {
+        return None;
+    }
+    Some(
+        words
+            .iter()
+            .map(|w| if w.dynamic { "…" } else { w.text.as_str() })
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}

@@ -1,0 +1,944 @@
+//! Commands that run other commands or code: wrappers (`env`, `timeout`, `sudo`, `find -exec`,
+//! …), shells given code (`bash -c`, `eval`, `trap`), and builtins whose effect cannot be known
+//! (`hash -p`). Each wrapper's options are parsed from its own table; an option that is not in
+//! it makes the wrapper unanalysable, because it might take the next word as its value.
+
+use crate::segments::{StdinSource, Word};
+
+/// What runs behind one command.
+#[derive(Debug)]
+pub(crate) enum Inner {
+    /// A command with these words (a dynamic word stands for what is filled in at run time).
+    Command(Vec<Word>),
+    /// Shell code to parse in turn.
+    Code(String),
+    /// The command runs something the engine cannot know.
+    Unanalysable(String),
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Analysis {
+    pub inner: Vec<Inner>,
+    /// Variables a wrapper sets for the inner command (`env X=1`, `sudo X=1`), or a builtin
+    /// sets for later commands (`export X=1`).
+    pub assigns: Vec<String>,
+    /// Files the command writes (`tee F`, `dd of=F`, `time -o F`); none for a dynamic one.
+    pub writes: Vec<Option<String>>,
+    pub unanalysable: Option<String>,
+}
+
+/// How a wrapper's options read.
+struct Options {
+    /// Options taking a value: short letters and long names (without dashes).
+    with_value: &'static [&'static str],
+    /// Options without one.
+    flags: &'static [&'static str],
+    /// Words before the command that are not options (`timeout`'s duration).
+    positional: usize,
+    /// `NAME=VALUE` words before the command set its environment.
+    assignments: bool,
+    /// `-<digits>` is an option (`nice -5`).
+    numeric: bool,
+}
+
+const NONE: Options = Options {
+    with_value: &[],
+    flags: &[],
+    positional: 0,
+    assignments: false,
+    numeric: false,
+};
+
+fn options_of(name: &str) -> Option<Options> {
+    Some(match name {
+        "env" => Options {
+            with_value: &["u", "unset", "C", "chdir", "S", "split-string"],
+            flags: &[
+                "i",
+                "0",
+                "v",
+                "ignore-environment",
+                "null",
+                "debug",
+                "default-signal",
+                "ignore-signal",
+                "block-signal",
+                "list-signal-handling",
+            ],
+            assignments: true,
+            ..NONE
+        },
+        "timeout" => Options {
+            with_value: &["s", "signal", "k", "kill-after"],
+            flags: &["preserve-status", "foreground", "v", "verbose"],
+            positional: 1,
+            ..NONE
+        },
+        "nice" => Options {
+            with_value: &["n", "adjustment"],
+            numeric: true,
+            ..NONE
+        },
+        "nohup" | "builtin" => NONE,
+        "stdbuf" => Options {
+            with_value: &["i", "o", "e", "input", "output", "error"],
+            ..NONE
+        },
+        "setsid" => Options {
+            flags: &["c", "f", "w", "ctty", "fork", "wait"],
+            ..NONE
+        },
+        "command" => Options {
+            flags: &["p", "v", "V"],
+            ..NONE
+        },
+        "exec" => Options {
+            with_value: &["a"],
+            flags: &["c", "l"],
+            ..NONE
+        },
+        "sudo" => Options {
+            with_value: &[
+                "u",
+                "user",
+                "g",
+                "group",
+                "C",
+                "close-from",
+                "D",
+                "chdir",
+                "h",
+                "host",
+                "p",
+                "prompt",
+                "r",
+                "role",
+                "t",
+                "type",
+                "T",
+                "command-timeout",
+                "U",
+                "other-user",
+            ],
+            flags: &[
+                "A",
+                "askpass",
+                "b",
+                "background",
+                "E",
+                "preserve-env",
+                "H",
+                "set-home",
+                "K",
+                "remove-timestamp",
+                "k",
+                "reset-timestamp",
+                "n",
+                "non-interactive",
+                "P",
+                "preserve-groups",
+                "S",
+                "stdin",
+                "s",
+                "shell",
+                "i",
+                "login",
+                "e",
+                "edit",
+                "l",
+                "list",
+                "v",
+                "validate",
+                "V",
+                "version",
+                "B",
+                "bell",
+                "N",
+                "no-update",
+            ],
+            assignments: true,
+            ..NONE
+        },
+        "doas" => Options {
+            with_value: &["u", "C"],
+            flags: &["n", "s", "L"],
+            ..NONE
+        },
+        "time" => Options {
+            with_value: &["f", "format", "o", "output"],
+            flags: &[
+                "a",
+                "append",
+                "p",
+                "portability",
+                "v",
+                "verbose",
+                "q",
+                "quiet",
+            ],
+            ..NONE
+        },
+        "watch" => Options {
+            with_value: &["n", "interval", "q", "equexit", "s", "shotsdir"],
+            flags: &[
+                "d",
+                "differences",
+                "t",
+                "no-title",
+                "b",
+                "beep",
+                "e",
+                "errexit",
+                "g",
+                "chgexit",
+                "c",
+                "color",
+                "C",
+                "no-color",
+                "x",
+                "exec",
+                "p",
+                "precise",
+                "w",
+                "no-wrap",
+                "r",
+                "no-rerun",
+            ],
+            ..NONE
+        },
+        "flock" => Options {
+            with_value: &[
+                "w",
+                "wait",
+                "timeout",
+                "E",
+                "conflict-exit-code",
+                "c",
+                "command",
+            ],
+            flags: &[
+                "s",
+                "shared",
+                "x",
+                "e",
+                "exclusive",
+                "u",
+                "unlock",
+                "n",
+                "nb",
+                "nonblock",
+                "o",
+                "close",
+                "F",
+                "no-fork",
+                "verbose",
+            ],
+            positional: 1,
+            ..NONE
+        },
+        "ionice" => Options {
+            with_value: &[
+                "c",
+                "class",
+                "n",
+                "classdata",
+                "p",
+                "pid",
+                "P",
+                "pgid",
+                "u",
+                "uid",
+            ],
+            flags: &["t", "ignore"],
+            ..NONE
+        },
+        "taskset" => Options {
+            flags: &["a", "all-tasks", "c", "cpu-list"],
+            positional: 1,
+            ..NONE
+        },
+        "chroot" => Options {
+            with_value: &["userspec", "groups"],
+            flags: &["skip-chdir"],
+            positional: 1,
+            ..NONE
+        },
+        "unbuffer" => Options {
+            flags: &["p"],
+            ..NONE
+        },
+        "xargs" => Options {
+            with_value: &[
+                "a",
+                "arg-file",
+                "d",
+                "delimiter",
+                "E",
+                "eof",
+                "I",
+                "replace",
+                "L",
+                "max-lines",
+                "n",
+                "max-args",
+                "P",
+                "max-procs",
+                "s",
+                "max-chars",
+                "process-slot-var",
+            ],
+            flags: &[
+                "0",
+                "null",
+                "r",
+                "no-run-if-empty",
+                "t",
+                "verbose",
+                "p",
+                "interactive",
+                "x",
+                "exit",
+                "o",
+                "open-tty",
+                "show-limits",
+            ],
+            ..NONE
+        },
+        _ => return None,
+    })
+}
+
+/// Shells, and the options they take.
+const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "rbash"];
+/// Interpreters that read their program from standard input when given none.
+const INTERPRETERS: &[&str] = &[
+    "python", "python2", "python3", "perl", "ruby", "node", "nodejs", "php", "lua", "Rscript",
+    "irb", "bun", "deno",
+];
+
+/// The parsed options of a wrapper: where its command starts, and what the options said.
+struct Parsed<'a> {
+    /// Index of the first word of the inner command, if one follows.
+    command: Option<usize>,
+    /// Options seen, with their values (`("c", Some(code))`).
+    seen: Vec<(&'a str, Option<&'a Word>)>,
+    assigns: Vec<String>,
+    positionals: Vec<&'a Word>,
+}
+
+fn parse_options<'a>(words: &'a [Word], spec: &Options) -> Result<Parsed<'a>, String> {
+    let mut parsed = Parsed {
+        command: None,
+        seen: Vec::new(),
+        assigns: Vec::new(),
+        positionals: Vec::new(),
+    };
+    let name = words[0].text.as_str();
+    let mut i = 1;
+    while i < words.len() {
+        let word = &words[i];
+        if word.dynamic {
+            // An option or a command, only known at run time.
+            return Err(format!(
+                "a word of {name} expanded at run time before its command"
+            ));
+        }
+        let text = word.text.as_str();
+        if text == "--" {
+            i += 1;
+            break;
+        }
+        if let Some(long) = text.strip_prefix("--") {
+            let (key, value) = match long.split_once('=') {
+                Some((k, _)) => (k, true),
+                None => (long, false),
+            };
+            if spec.with_value.contains(&key) {
+                if value {
+                    parsed.seen.push((key, Some(word)));
+                } else {
+                    parsed.seen.push((key, words.get(i + 1)));
+                    i += 1;
+                }
+            } else if spec.flags.contains(&key) {
+                parsed.seen.push((key, None));
+            } else {
+                return Err(format!(
+                    "an option of {name} the policy does not know ({text})"
+                ));
+            }
+            i += 1;
+            continue;
+        }
+        if text.len() > 1 && text.starts_with('-') {
+            let letters = &text[1..];
+            if spec.numeric && letters.chars().all(|c| c.is_ascii_digit()) {
+                i += 1;
+                continue;
+            }
+            let mut taken_next = false;
+            for (at, c) in letters.char_indices() {
+                let key = &letters[at..at + c.len_utf8()];
+                if spec.with_value.contains(&key) {
+                    if at + c.len_utf8() < letters.len() {
+                        parsed.seen.push((key, Some(word)));
+                    } else {
+                        parsed.seen.push((key, words.get(i + 1)));
+                        taken_next = true;
+                    }
+                    break;
+                } else if spec.flags.contains(&key) {
+                    parsed.seen.push((key, None));
+                } else {
+                    return Err(format!(
+                        "an option of {name} the policy does not know ({text})"
+                    ));
+                }
+            }
+            i += if taken_next { 2 } else { 1 };
+            continue;
+        }
+        if spec.assignments && is_assignment(text) {
+            parsed
+                .assigns
+                .push(text.split('=').next().unwrap_or_default().to_string());
+            i += 1;
+            continue;
+        }
+        if parsed.positionals.len() < spec.positional {
+            parsed.positionals.push(word);
+            i += 1;
+            continue;
+        }
+        break;
+    }
+    if i < words.len() {
+        parsed.command = Some(i);
+    }
+    Ok(parsed)
+}
+
+fn is_assignment(text: &str) -> bool {
+    match text.split_once('=') {
+        Some((name, _)) => {
+            !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        }
+        None => false,
+    }
+}
+
+fn has(parsed: &Parsed, keys: &[&str]) -> bool {
+    parsed.seen.iter().any(|(k, _)| keys.contains(k))
+}
+
+fn value<'a>(parsed: &Parsed<'a>, keys: &[&str]) -> Option<Option<&'a Word>> {
+    parsed
+        .seen
+        .iter()
+        .find(|(k, _)| keys.contains(k))
+        .map(|(_, v)| *v)
+}
+
+/// The value of an option: the whole word (`-c`'s next word), or after `=` or the letter.
+fn option_text(word: &Word, key: &str) -> Option<String> {
+    if word.dynamic {
+        return None;
+    }
+    let text = &word.text;
+    if let Some(rest) = text.strip_prefix("--") {
+        return Some(
+            rest.split_once('=')
+                .map_or(text.clone(), |(_, v)| v.to_string()),
+        );
+    }
+    if let Some(letters) = text.strip_prefix('-') {
+        if let Some(at) = letters.find(key) {
+            let rest = &letters[at + key.len()..];
+            if !rest.is_empty() {
+                return Some(rest.to_string());
+            }
+        }
+    }
+    Some(text.clone())
+}
+
+fn code_from(word: Option<&Word>, key: &str, what: &str) -> Inner {
+    match word.and_then(|w| option_text(w, key)) {
+        Some(code) => Inner::Code(code),
+        None => Inner::Unanalysable(format!("{what} expanded at run time")),
+    }
+}
+
+fn joined(words: &[Word]) -> Option<String> {
+    if words.iter().any(|w| w.dynamic) {
+        return None;
+    }
+    Some(
+        words
+            .iter()
+            .map(|w| w.text.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
+/// What `words` (a simple command, name first) runs in turn.
+pub(crate) fn analyse(words: &[Word], stdin: Option<&StdinSource>) -> Analysis {
+    let mut out = Analysis::default();
+    let Some(first) = words.first() else {
+        return out;
+    };
+    let name = first.text.rsplit('/').next().unwrap_or(&first.text);
+    if let Some(spec) = options_of(name) {
+        wrapper(name, words, &spec, &mut out);
+        return out;
+    }
+    if SHELLS.contains(&name) {
+        shell(words, stdin, &mut out);
+        return out;
+    }
+    match name {
+        "busybox" if words.len() > 1 => out.inner.push(Inner::Command(words[1..].to_vec())),
+        "eval" => out.inner.push(match joined(&words[1..]) {
+            Some(code) => Inner::Code(code),
+            None => Inner::Unanalysable("eval of code expanded at run time".to_string()),
+        }),
+        "trap" => trap(words, &mut out),
+        "alias" => {
+            for w in &words[1..] {
+                match (w.dynamic, w.text.split_once('=')) {
+                    (true, _) => out.inner.push(Inner::Unanalysable(
+                        "an alias expanded at run time".to_string(),
+                    )),
+                    (false, Some((_, code))) => out.inner.push(Inner::Code(code.to_string())),
+                    _ => {}
+                }
+            }
+        }
+        "su" | "runuser" => {
+            let code = words
+                .iter()
+                .position(|w| matches!(w.text.as_str(), "-c" | "--command"))
+                .map(|i| words.get(i + 1));
+            match code {
+                Some(word) => out.inner.push(code_from(word, "c", "su's code")),
+                None => out.unanalysable = Some(format!("{name} starting a shell")),
+            }
+        }
+        "script" => {
+            if let Some(i) = words
+                .iter()
+                .position(|w| matches!(w.text.as_str(), "-c" | "--command"))
+            {
+                out.inner
+                    .push(code_from(words.get(i + 1), "c", "script's code"));
+            }
+        }
+        "find" => find(words, &mut out),
+        "tee" => {
+            for w in words[1..]
+                .iter()
+                .filter(|w| w.dynamic || !w.text.starts_with('-'))
+            {
+                out.writes.push((!w.dynamic).then(|| w.text.clone()));
+            }
+        }
+        "dd" => {
+            for w in &words[1..] {
+                if w.dynamic {
+                    out.writes.push(None);
+                } else if let Some(target) = w.text.strip_prefix("of=") {
+                    out.writes.push(Some(target.to_string()));
+                }
+            }
+        }
+        "export" | "declare" | "typeset" | "local" | "readonly" => {
+            for w in &words[1..] {
+                if is_assignment(&w.text) {
+                    out.assigns
+                        .push(w.text.split('=').next().unwrap_or_default().to_string());
+                } else if w.dynamic {
+                    out.unanalysable = Some(format!("{name} of a name expanded at run time"));
+                }
+            }
+        }
+        "hash" if words.iter().any(|w| w.text.starts_with("-p") || w.dynamic) => {
+            out.unanalysable = Some("hash -p, which makes a name run another program".to_string())
+        }
+        "enable" if words.iter().any(|w| w.text.starts_with("-f") || w.dynamic) => {
+            out.unanalysable = Some("enable -f, which loads a builtin from a library".to_string())
+        }
+        "mapfile" | "readarray" if words.iter().any(|w| w.text.starts_with("-C") || w.dynamic) => {
+            out.unanalysable = Some(format!("{name} -C, which runs a callback"))
+        }
+        "complete" | "compgen" if words.iter().any(|w| w.text.starts_with("-C")) => {
+            out.unanalysable = Some(format!("{name} -C, which runs a command"))
+        }
+        "bind" if words.iter().any(|w| w.text.starts_with("-x")) => {
+            out.unanalysable = Some("bind -x, which runs a command".to_string())
+        }
+        _ if INTERPRETERS.contains(&name) || is_versioned_python(name) => {
+            let reads_stdin = words.len() == 1 || words[1..].iter().any(|w| w.text == "-");
+            if reads_stdin && !matches!(stdin, Some(StdinSource::File)) {
+                out.unanalysable = Some(format!("{name} reading its program from standard input"));
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+fn is_versioned_python(name: &str) -> bool {
+    name.strip_prefix("python")
+        .is_some_and(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+}
+
+fn wrapper(name: &str, words: &[Word], spec: &Options, out: &mut Analysis) {
+    let parsed = match parse_options(words, spec) {
+        Ok(parsed) => parsed,
+        Err(problem) => {
+            out.unanalysable = Some(problem);
+            return;
+        }
+    };
+    out.assigns.extend(parsed.assigns.iter().cloned());
+    let rest = parsed.command.map(|i| &words[i..]);
+    match name {
+        "env" => {
+            if let Some(word) = value(&parsed, &["S", "split-string"]) {
+                out.inner.push(code_from(word, "S", "env -S's string"));
+                return;
+            }
+        }
+        "command" if has(&parsed, &["v", "V"]) => return,
+        "time" => {
+            if let Some(word) = value(&parsed, &["o", "output"]) {
+                out.writes.push(word.and_then(|w| option_text(w, "o")));
+            }
+        }
+        "watch" if !has(&parsed, &["x", "exec"]) => {
+            if let Some(rest) = rest {
+                out.inner.push(match joined(rest) {
+                    Some(code) => Inner::Code(code),
+                    None => Inner::Unanalysable("watch's command expanded at run time".to_string()),
+                });
+            }
+            return;
+        }
+        "flock" => {
+            if let Some(word) = value(&parsed, &["c", "command"]) {
+                out.inner.push(code_from(word, "c", "flock's code"));
+                return;
+            }
+        }
+        "sudo" => {
+            if has(
+                &parsed,
+                &[
+                    "e", "edit", "l", "list", "v", "validate", "V", "version", "K", "k",
+                ],
+            ) {
+                return;
+            }
+            if has(&parsed, &["s", "shell", "i", "login"]) {
+                match rest {
+                    Some(rest) => out.inner.push(match joined(rest) {
+                        Some(code) => Inner::Code(code),
+                        None => {
+                            Inner::Unanalysable("sudo's shell command expanded at run time".into())
+                        }
+                    }),
+                    None => out.unanalysable = Some("sudo starting a shell".to_string()),
+                }
+                return;
+            }
+        }
+        "doas" if has(&parsed, &["s"]) => {
+            out.unanalysable = Some("doas starting a shell".to_string());
+            return;
+        }
+        "taskset" if rest.is_none() => return,
+        "chroot" if rest.is_none() => {
+            out.unanalysable = Some("chroot starting a shell".to_string());
+            return;
+        }
+        "xargs" => {
+            let replace = value(&parsed, &["I", "replace"])
+                .flatten()
+                .and_then(|w| option_text(w, "I"));
+            let mut inner: Vec<Word> = match rest {
+                Some(rest) => rest.to_vec(),
+                None => vec![Word {
+                    text: "echo".to_string(),
+                    dynamic: false,
+                }],
+            };
+            match replace {
+                Some(r) => {
+                    for w in inner.iter_mut().skip(1) {
+                        if w.text.contains(&r) {
+                            w.dynamic = true;
+                        }
+                    }
+                }
+                None => inner.push(Word {
+                    text: String::new(),
+                    dynamic: true,
+                }),
+            }
+            out.inner.push(Inner::Command(inner));
+            return;
+        }
+        _ => {}
+    }
+    if let Some(rest) = rest {
+        out.inner.push(Inner::Command(rest.to_vec()));
+    }
+}
+
+fn shell(words: &[Word], stdin: Option<&StdinSource>, out: &mut Analysis) {
+    let mut code_flag = false;
+    let mut i = 1;
+    while i < words.len() {
+        let w = &words[i];
+        if w.dynamic {
+            out.unanalysable = Some(format!("a {} option expanded at run time", words[0].text));
+            return;
+        }
+        let t = w.text.as_str();
+        match t {
+            "--" => {
+                i += 1;
+                break;
+            }
+            "--rcfile" | "--init-file" | "-o" | "+o" | "-O" | "+O" => i += 2,
+            _ if t.starts_with("--") => i += 1,
+            _ if (t.starts_with('-') || t.starts_with('+')) && t.len() > 1 => {
+                let letters = &t[1..];
+                if letters.contains('c') && t.starts_with('-') {
+                    code_flag = true;
+                }
+                if letters.contains('s') && t.starts_with('-') {
+                    out.unanalysable = Some(format!(
+                        "{} reading its program from standard input",
+                        words[0].text
+                    ));
+                    return;
+                }
+                // `-o`/`-O` at the end of a cluster take the next word.
+                i += if letters.ends_with(['o', 'O']) { 2 } else { 1 };
+            }
+            _ => break,
+        }
+    }
+    if code_flag {
+        out.inner.push(match words.get(i) {
+            Some(w) if !w.dynamic => Inner::Code(w.text.clone()),
+            _ => Inner::Unanalysable(format!("{}'s -c code expanded at run time", words[0].text)),
+        });
+        return;
+    }
+    if i < words.len() {
+        // A script file: it runs what it holds (a known limit).
+        return;
+    }
+    match stdin {
+        Some(StdinSource::Code(code)) => out.inner.push(Inner::Code(code.clone())),
+        Some(StdinSource::File) => {}
+        Some(StdinSource::Dynamic) | None => {
+            out.unanalysable = Some(format!(
+                "{} reading its program from standard input",
+                words[0].text
+            ))
+        }
+    }
+}
+
+fn trap(words: &[Word], out: &mut Analysis) {
+    let Some(first) = words.get(1) else { return };
+    if first.dynamic {
+        out.inner.push(Inner::Unanalysable(
+            "a trap's code expanded at run time".to_string(),
+        ));
+        return;
+    }
+    let t = first.text.as_str();
+    if matches!(t, "-p" | "-l" | "-" | "--") || (words.len() == 2 && !t.contains(' ')) {
+        return;
+    }
+    out.inner.push(Inner::Code(t.to_string()));
+}
+
+fn find(words: &[Word], out: &mut Analysis) {
+    let mut i = 1;
+    while i < words.len() {
+        let w = &words[i];
+        if !w.dynamic && matches!(w.text.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir") {
+            let start = i + 1;
+            let mut end = start;
+            while end < words.len()
+                && !(matches!(words[end].text.as_str(), ";" | "+") && !words[end].dynamic)
+            {
+                end += 1;
+            }
+            let mut inner: Vec<Word> = words[start..end.min(words.len())].to_vec();
+            for w in &mut inner {
+                if w.text.contains("{}") {
+                    w.dynamic = true;
+                }
+            }
+            if inner.is_empty() {
+                out.unanalysable = Some("find -exec without a command".to_string());
+            } else {
+                out.inner.push(Inner::Command(inner));
+            }
+            i = end + 1;
+            continue;
+        }
+        if !w.dynamic {
+            if let Some(file) = ["-fprint", "-fprint0", "-fprintf", "-fls"]
+                .contains(&w.text.as_str())
+                .then(|| words.get(i + 1))
+                .flatten()
+            {
+                out.writes.push((!file.dynamic).then(|| file.text.clone()));
+            }
+        }
+        i += 1;
+    }
+}
+
+/// Is `word` (of the command `name`) a flag that makes it run code or programs it names, or
+/// change files it would not otherwise? An allow rule's `*` never covers one.
+pub(crate) fn is_code_flag(name: &str, word: &str) -> bool {
+    let key = word.split_once('=').map_or(word, |(k, _)| k);
+    let name = name.rsplit('/').next().unwrap_or(name);
+    match name {
+        "git" => {
+            matches!(
+                key,
+                "-c" | "--config-env"
+                    | "--exec-path"
+                    | "--upload-pack"
+                    | "--receive-pack"
+                    | "--ext-diff"
+                    | "--open-files-in-pager"
+                    | "-O"
+                    | "--exec"
+                    | "-x"
+                    | "--extcmd"
+                    | "foreach"
+                    | "--output"
+                    | "--textconv"
+                    | "--template"
+            ) || word.starts_with("-c") && word.len() > 2
+                || word.starts_with("-O") && word.len() > 2
+        }
+        "find" => matches!(
+            key,
+            "-exec"
+                | "-execdir"
+                | "-ok"
+                | "-okdir"
+                | "-delete"
+                | "-fprint"
+                | "-fprint0"
+                | "-fprintf"
+                | "-fls"
+        ),
+        "awk" | "gawk" | "mawk" | "nawk" | "busybox" => {
+            key == "-f"
+                || word.contains("system")
+                || word.contains('|')
+                || word.contains('>')
+                || word.contains("getline")
+        }
+        "perl" => {
+            word.starts_with("-e") || word.starts_with("-E") || is_cluster_with(word, &['e', 'E'])
+        }
+        "ruby" | "lua" => word.starts_with("-e"),
+        "node" | "nodejs" | "deno" | "bun" => {
+            matches!(
+                key,
+                "-e" | "--eval" | "-p" | "--print" | "eval" | "-r" | "--require" | "--import"
+            )
+        }
+        "php" => word.starts_with("-r"),
+        "tar" => matches!(
+            key,
+            "--to-command"
+                | "--checkpoint-action"
+                | "-I"
+                | "--use-compress-program"
+                | "--rsh-command"
+                | "-F"
+                | "--info-script"
+                | "--new-volume-script"
+        ),
+        "rsync" => matches!(key, "-e" | "--rsh" | "--rsync-path"),
+        "ssh" | "scp" | "sftp" => {
+            let lower = word.to_ascii_lowercase();
+            lower.contains("proxycommand") || lower.contains("localcommand") || key == "-F"
+        }
+        "vim" | "vi" | "nvim" | "ex" | "view" => {
+            matches!(key, "-c" | "--cmd" | "-S") || word.starts_with('+')
+        }
+        "make" | "gmake" => matches!(key, "-f" | "--file" | "--eval" | "-E"),
+        _ if name.starts_with("python") => word.starts_with("-c") || is_cluster_with(word, &['c']),
+        _ => false,
+    }
+}
+
+fn is_cluster_with(word: &str, letters: &[char]) -> bool {
+    word.strip_prefix('-')
+        .is_some_and(|l| !l.starts_with('-') && l.chars().any(|c| letters.contains(&c)))
+}
+
+/// Drop git's global options (between `git` and its subcommand), for deny and ask rules.
+pub(crate) fn without_git_globals(words: &[String]) -> Option<Vec<String>> {
+    let name = words.first()?;
+    if name.rsplit('/').next() != Some("git") {
+        return None;
+    }
+    let mut out = vec![name.clone()];
+    let mut i = 1;
+    let mut dropped = false;
+    while i < words.len() {
+        let w = words[i].as_str();
+        match w {
+            "-C" | "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--config-env"
+            | "--super-prefix" | "--attr-source" => {
+                i += 2;
+                dropped = true;
+            }
+            _ if w.starts_with("--") && w.contains('=') => {
+                i += 1;
+                dropped = true;
+            }
+            "--no-pager"
+            | "-P"
+            | "-p"
+            | "--paginate"
+            | "--bare"
+            | "--no-replace-objects"
+            | "--literal-pathspecs"
+            | "--glob-pathspecs"
+            | "--noglob-pathspecs"
+            | "--icase-pathspecs"
+            | "--no-optional-locks"
+            | "--no-advice"
+            | "--exec-path" => {
+                i += 1;
+                dropped = true;
+            }
+            _ => break,
+        }
+    }
+    if !dropped {
+        return None;
+    }
+    out.extend(words[i.min(words.len())..].iter().cloned());
+    Some(out)
+}

@@ -1,0 +1,214 @@
+//! The engine's verdicts on a small policy, one behaviour per test.
+
+use dsh_policy::{Call, Cause, Grants, Policy, Verdict};
+
+const POLICY: &str = r#"
+[permissions]
+default = "ask"
+allow = ["Bash(git status)", "Bash(git log *)", "Bash(ls *)", "Bash(find *)", "Bash(python3 *)", "Write(./out/**)"]
+ask = ["Bash(git push *)"]
+deny = [
+  "Bash(rm -rf *)",
+  { rule = "Bash(git push --force *)", message = "force-pushing rewrites shared history" },
+  "Write(~/.bashrc)",
+]
+"#;
+
+fn policy() -> Policy {
+    Policy::from_sources(&[("p.toml".to_string(), POLICY.to_string())]).unwrap()
+}
+
+fn verdict(command: &str) -> Verdict {
+    policy().evaluate(
+        &Call {
+            command,
+            cwd: "/work",
+            home: Some("/home/u"),
+        },
+        &Grants::default(),
+    )
+}
+
+fn kind(v: &Verdict) -> &'static str {
+    match v {
+        Verdict::Allow => "allow",
+        Verdict::Ask(_) => "ask",
+        Verdict::Deny(_) => "deny",
+    }
+}
+
+#[track_caller]
+fn check(command: &str, expected: &str) {
+    let v = verdict(command);
+    assert_eq!(kind(&v), expected, "{command:?}: {v:?}");
+}
+
+#[test]
+fn allowed_commands_stay_allowed() {
+    check("git status", "allow");
+    check("git  \"status\"", "allow");
+    check("ls -la && git log --oneline", "allow");
+    check("cd /tmp && ls", "allow");
+    check("echo hi > /dev/null", "allow");
+    check("echo hi > out/x.txt", "allow");
+}
+
+#[test]
+fn deny_rules_see_through_composition_and_nesting() {
+    for command in [
+        "echo x && rm -rf /tmp/x",
+        "echo $(rm -rf /tmp/x)",
+        "echo `rm -rf /tmp/x`",
+        "bash -c 'rm -rf /tmp/x'",
+        "sh -c \"echo; rm -rf /tmp/x\"",
+        "eval rm -rf /tmp/x",
+        "timeout 5 rm -rf /tmp/x",
+        "env -i FOO=1 rm -rf /tmp/x",
+        "FOO=1 rm -rf /tmp/x",
+        "find . -exec rm -rf {} \\;",
+        "r''m -rf /tmp/x",
+        "\\rm -rf /tmp/x",
+        "$'\\x72m' -rf /tmp/x",
+        "/bin/rm -fr /tmp/x",
+        "rm -r -f /tmp/x",
+        "f() { rm -rf /tmp/x; }; f",
+        "if true; then rm -rf /tmp/x; fi",
+        "cat <(rm -rf /tmp/x)",
+        "echo ${y:-$(rm -rf /tmp/x)}",
+        "bash <<'EOF'\nrm -rf /tmp/x\nEOF",
+        "git -C /x push --force origin main",
+        "echo x >> ~/.bashrc",
+        "echo x | tee -a ~/.bashrc",
+    ] {
+        check(command, "deny");
+    }
+}
+
+#[test]
+fn the_deny_message_and_source_are_named() {
+    let Verdict::Deny(f) = verdict("git status; git push --force origin main") else {
+        panic!()
+    };
+    assert_eq!(f.part, "git push --force origin main");
+    assert_eq!(
+        f.cause,
+        Cause::Rule {
+            rule: "Bash(git push --force *)".into(),
+            source: "p.toml:8".into(),
+            message: Some("force-pushing rewrites shared history".into())
+        }
+    );
+}
+
+#[test]
+fn what_cannot_be_analysed_is_never_allowed() {
+    for command in [
+        "$cmd -rf x",
+        "\"$(echo rm)\" -rf x",
+        "bash -c \"$x\"",
+        "eval \"$x\"",
+        "curl -s https://x | sh",
+        "/bin/r? -rf x",
+        "{rm,-rf,x}",
+        "rⅿ -rf x",
+        "echo 'unclosed",
+    ] {
+        let v = verdict(command);
+        assert!(
+            matches!(&v, Verdict::Ask(f) | Verdict::Deny(f) if matches!(f.cause, Cause::Unanalysable { .. })),
+            "{command:?}: {v:?}"
+        );
+    }
+}
+
+#[test]
+fn a_file_written_whose_name_is_dynamic_meets_every_deny_rule() {
+    let v = verdict("echo hi > \"$f\"");
+    assert!(
+        matches!(&v, Verdict::Deny(f) if f.part == "\"$f\""),
+        "{v:?}"
+    );
+}
+
+#[test]
+fn allow_rules_do_not_cover_code_flags_or_environment() {
+    check("git log -c core.pager=x", "ask");
+    check("git log --output=/etc/x", "ask");
+    check("python3 -c 'import os'", "ask");
+    check("python3 script.py", "allow");
+    check("find . -name x", "allow");
+    check("find . -delete", "ask");
+    check("PATH=/tmp ls", "ask");
+    check("GIT_SSH_COMMAND=x git log", "ask");
+    check("export PATH=/tmp; ls", "ask");
+    check("/tmp/git status", "ask");
+}
+
+#[test]
+fn deny_is_checked_past_any_cap() {
+    let mut command = "true; ".repeat(600);
+    command.push_str("rm -rf x");
+    let Verdict::Deny(f) = verdict(&command) else {
+        panic!()
+    };
+    assert!(matches!(f.cause, Cause::Rule { .. }));
+    let many = "true; ".repeat(600);
+    let v = verdict(&many);
+    assert!(
+        matches!(&v, Verdict::Ask(f) if matches!(f.cause, Cause::Unanalysable { .. })),
+        "{v:?}"
+    );
+}
+
+#[test]
+fn ask_names_the_rule_line_that_would_allow_it_and_grants_stick() {
+    let Verdict::Ask(f) = verdict("npm run build") else {
+        panic!()
+    };
+    assert_eq!(f.allow_rule.as_deref(), Some("Bash(npm run build)"));
+    assert_eq!(f.session_rule.as_deref(), Some("Bash(npm run *)"));
+    let mut grants = Grants::default();
+    grants.add(f.session_rule.as_deref().unwrap()).unwrap();
+    let call = Call {
+        command: "npm  run 'build'",
+        cwd: "/w",
+        home: None,
+    };
+    assert_eq!(policy().evaluate(&call, &grants), Verdict::Allow);
+    // A grant never lifts a deny.
+    grants.add("Bash(rm *)").unwrap();
+    let call = Call {
+        command: "rm -rf x",
+        cwd: "/w",
+        home: None,
+    };
+    assert!(matches!(
+        policy().evaluate(&call, &grants),
+        Verdict::Deny(_)
+    ));
+}
+
+#[test]
+fn bad_files_stop_with_file_and_line() {
+    for (text, line) in [
+        ("[permissions]\ndefault = \"maybe\"\n", 2),
+        ("[permissions]\nallow = [\"Bash(git\"]\n", 2),
+        ("[permissions]\nalow = []\n", 2),
+        ("[permissions\n", 1),
+    ] {
+        let e = Policy::from_sources(&[("f.toml".into(), text.into())]).unwrap_err();
+        assert_eq!(
+            (e.file.as_str(), e.line),
+            ("f.toml", Some(line)),
+            "{text:?}: {e}"
+        );
+    }
+    let e = Policy::from_sources(&[(
+        "s.json".into(),
+        "{\"permissions\": {\"allow\": [],\n \"bogus\": 1}}".into(),
+    )])
+    .unwrap_err();
+    assert_eq!(e.line, Some(2), "{e}");
+    let ok = Policy::from_sources(&[("s.json".into(), "{\"model\": \"x\", \"permissions\": {\"allow\": [\"Bash(ls)\", \"Read(~/x)\"], \"defaultMode\": \"default\"}}".into())]).unwrap();
+    assert_eq!((ok.rule_count(), ok.skipped()), (1, 1));
+}
