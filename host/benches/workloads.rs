@@ -74,6 +74,9 @@ fn main() {
     if wanted("sandbox") {
         sandbox_overhead(scale, &cache, work.path(), &mut report);
     }
+    if wanted("policy") {
+        policy_overhead(scale, &cache, work.path(), &mut report);
+    }
     if wanted("big") {
         big_output(scale, &cache, work.path(), &mut report);
     }
@@ -266,6 +269,101 @@ fn sandbox_overhead(scale: &Scale, cache: &Path, work: &Path, report: &mut Repor
         namespaces,
         plain,
         1.5,
+    );
+}
+
+/// 200 rules of every kind, the last allowing `true`.
+fn policy_file() -> String {
+    let mut deny = Vec::new();
+    let mut ask = Vec::new();
+    let mut allow = Vec::new();
+    for i in 0..66 {
+        deny.push(format!("\"Bash(tool{i} --dangerous *)\""));
+        ask.push(format!("\"Bash(deploy{i} *)\""));
+        allow.push(format!("\"Bash(build{i} --target * --release)\""));
+    }
+    deny.push("\"Write(~/.bashrc)\"".to_string());
+    allow.push("\"Bash(true)\"".to_string());
+    format!(
+        "[permissions]\ndefault = \"ask\"\ndeny = [{}]\nask = [{}]\nallow = [{}]\n",
+        deny.join(", "),
+        ask.join(", "),
+        allow.join(", ")
+    )
+}
+
+/// The engine on a 10 KB command against 200 rules (in process), and a `bash` call allowed by a
+/// rule of those 200 against the same call without a policy (both via MCP, interleaved).
+fn policy_overhead(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
+    let text = policy_file();
+    let policy = dsh_policy::Policy::from_sources(&[("bench.toml".into(), text.clone())])
+        .expect("the benchmark's policy reads");
+    assert_eq!(policy.rule_count(), 200);
+    // Lists, pipelines, substitutions, quoting and redirects: what agents send, 10 KB of it.
+    let unit = "cd src && build3 --target x86_64 --release | grep -v 'warning: unused' > /dev/null; \
+                echo \"$(git rev-parse HEAD)\" && ls -la \"dir with spaces\" || true\n";
+    let mut command = String::new();
+    while command.len() < 10 * 1024 {
+        command.push_str(unit);
+    }
+    let call = dsh_policy::Call {
+        command: &command,
+        cwd: "/work",
+        home: Some("/home/user"),
+    };
+    let grants = dsh_policy::Grants::default();
+    let runs = if scale.rounds > 1 { 200 } else { 2 };
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = Instant::now();
+        let verdict = policy.evaluate(&call, &grants);
+        times.push(t.elapsed());
+        assert!(
+            matches!(verdict, dsh_policy::Verdict::Ask(_)),
+            "{verdict:?}"
+        );
+    }
+    let evaluate = median(times);
+    report.absolute(
+        &format!(
+            "policy: {} KB command against 200 rules, one evaluation",
+            command.len() / 1024
+        ),
+        format!("{:.3} ms", ms(evaluate)),
+        "≤ 1 ms".into(),
+        evaluate <= Duration::from_millis(1),
+    );
+
+    let file = work.join("bench-policy.toml");
+    std::fs::write(&file, text).expect("policy file written");
+    let cwd = work.display().to_string();
+    let mut servers = [
+        McpServer::start(cache, &["--cwd", &cwd]),
+        McpServer::start(cache, &["--cwd", &cwd, "--policy", file.to_str().unwrap()]),
+    ];
+    let mut times: [Vec<Duration>; 2] = Default::default();
+    for _ in 0..scale.rounds {
+        for (server, times) in servers.iter_mut().zip(times.iter_mut()) {
+            for _ in 0..BLOCK {
+                let t = Instant::now();
+                let r = server.call(
+                    "bash",
+                    json!({"command": "true", "description": "Run true"}),
+                );
+                times.push(t.elapsed());
+                assert_eq!(r["content"][0]["text"], "(no output)", "{r}");
+            }
+        }
+    }
+    for server in servers {
+        server.stop();
+    }
+    let [plain, allowed] = times.map(median);
+    report.ratio(
+        "`bash` true allowed by a rule of 200 ÷ no policy (both via MCP)",
+        allowed,
+        plain,
+        1.05,
     );
 }
 

@@ -248,6 +248,11 @@ pub struct CommonArgs {
     /// that does not read stops the host, naming its line. Repeatable: all rules apply.
     #[arg(long = "policy", global = true, value_name = "FILE")]
     pub policy: Vec<PathBuf>,
+    /// How long a person is given to answer a permission question (MCP elicitation) before
+    /// the command is refused as not approved in time (default 50000: below the 60 s after
+    /// which common clients give up on a request).
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "MS", value_parser = positive_ms)]
+    pub policy_ask_timeout_ms: Option<f64>,
     /// Confine every command (enforced by the kernel; the host refuses to start where it
     /// cannot be): `read-only` or `workspace-write`. Secrets (~/.ssh, ~/.aws, ...) are never
     /// readable; see the README's "Sandbox" section.
@@ -445,8 +450,19 @@ impl CliError {
     }
 }
 
-/// Build the host the flags describe: a local executor and the component.
-pub async fn build_host(common: &CommonArgs) -> Result<(ToolHost, Arc<LocalExecutor>), CliError> {
+/// What [`build_host`] builds.
+pub struct BuiltHost {
+    /// The tools and their executor.
+    pub host: ToolHost,
+    /// The local executor behind any policy.
+    pub local: Arc<LocalExecutor>,
+    /// Where front ends register who to ask, when `--policy` is in force.
+    pub approvals: Option<crate::policy::Approvals>,
+}
+
+/// Build the host the flags describe: a local executor (behind the permission rules, if any)
+/// and the component.
+pub async fn build_host(common: &CommonArgs) -> Result<BuiltHost, CliError> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let local = LocalExecutor::new(common.executor_config(), tx)
         .map_err(|e| CliError::Usage(format!("--{}: {}", e.setting, e.reason)))?;
@@ -463,10 +479,31 @@ pub async fn build_host(common: &CommonArgs) -> Result<(ToolHost, Arc<LocalExecu
             default_source = source,
             "permission rules"
         );
-        executor = Arc::new(crate::policy::PolicyExecutor::new(executor, policy));
+        let approvals = crate::policy::Approvals::default();
+        let timeout = common
+            .policy_ask_timeout_ms
+            .map_or(crate::policy::ASK_TIMEOUT, |ms| {
+                Duration::from_secs_f64(ms / 1000.0)
+            });
+        executor = Arc::new(crate::policy::PolicyExecutor::new(
+            executor,
+            policy,
+            approvals.clone(),
+            timeout,
+        ));
+        let host = ToolHost::new(common.host_options(), executor, rx).await?;
+        return Ok(BuiltHost {
+            host,
+            local,
+            approvals: Some(approvals),
+        });
     }
     let host = ToolHost::new(common.host_options(), executor, rx).await?;
-    Ok((host, local))
+    Ok(BuiltHost {
+        host,
+        local,
+        approvals: None,
+    })
 }
 
 /// Cancels `abort` on SIGINT. The handler is in place when this returns, before the call starts:
@@ -495,7 +532,11 @@ fn abort_on_interrupt(abort: CancellationToken) -> Result<tokio::task::JoinHandl
 /// Run the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> Result<i32, CliError> {
     let cwd = cli.common.session_cwd()?;
-    let (host, local) = build_host(&cli.common).await?;
+    let BuiltHost {
+        host,
+        local,
+        approvals,
+    } = build_host(&cli.common).await?;
     let code = match cli.command {
         Command::Tools { format } => {
             let defs = definitions_json(host.tools(), format)?;
@@ -528,6 +569,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
                 cwd,
                 max_calls_in_flight,
                 progress_interval: Duration::from_secs_f64(progress_interval_ms / 1000.0),
+                approvals,
             };
             match http.options(options.clone()) {
                 Some(http) => crate::mcp::serve_http(host.clone(), http).await?,

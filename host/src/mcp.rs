@@ -35,6 +35,7 @@
 #![allow(deprecated)]
 
 mod big_numbers;
+mod elicit;
 mod http;
 mod roots;
 mod transport;
@@ -102,6 +103,9 @@ pub struct McpOptions {
     /// The interval of `notifications/progress` for a call whose request carries a
     /// `progressToken`.
     pub progress_interval: Duration,
+    /// Where each session registers its client as the one to ask about a command that needs
+    /// approval (MCP elicitation), when permission rules are in force.
+    pub approvals: Option<crate::policy::Approvals>,
 }
 
 impl Default for McpOptions {
@@ -110,6 +114,7 @@ impl Default for McpOptions {
             cwd: None,
             max_calls_in_flight: DEFAULT_MAX_CALLS_IN_FLIGHT,
             progress_interval: DEFAULT_PROGRESS_INTERVAL,
+            approvals: None,
         }
     }
 }
@@ -345,6 +350,7 @@ struct McpServer {
     notices: Arc<Notices>,
     call_slots: CallSlots,
     progress_interval: Duration,
+    approvals: Option<crate::policy::Approvals>,
     /// Opened by the first tool call; dropped with the handler, which is when the session
     /// ended.
     dsh: OnceLock<DshSession>,
@@ -368,6 +374,7 @@ impl McpServer {
             notices: Arc::new(Notices::default()),
             call_slots: CallSlots::new(options.max_calls_in_flight),
             progress_interval: options.progress_interval,
+            approvals: options.approvals.clone(),
             dsh: OnceLock::new(),
             _in_flight: in_flight,
         }
@@ -380,9 +387,16 @@ impl McpServer {
             let mut session = self.host.open_session(None);
             let injections = session.take_receiver();
             let pump = tokio::spawn(pump_notices(injections, peer.clone(), self.notices.clone()));
+            let approver = self.approvals.as_ref().map(|approvals| {
+                approvals.register(
+                    session.owner(),
+                    Arc::new(elicit::Elicitation::new(peer.clone())),
+                )
+            });
             DshSession {
                 session,
                 _pump: AbortOnDropHandle::new(pump),
+                _approver: approver,
             }
         })
     }
@@ -394,6 +408,8 @@ impl McpServer {
 struct DshSession {
     session: Session,
     _pump: AbortOnDropHandle<()>,
+    /// The client, as the one to ask about this session's commands (permission rules).
+    _approver: Option<crate::policy::Registration>,
 }
 
 impl ServerHandler for McpServer {

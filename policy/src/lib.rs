@@ -203,20 +203,25 @@ impl Policy {
 
     /// Decide on `call`.
     pub fn evaluate(&self, call: &Call, grants: &Grants) -> Verdict {
-        let mut segments = if let Some(c) = call
-            .command
-            .chars()
-            .find(|c| (c.is_control() && *c != '\n' && *c != '\t') || *c == '\u{7f}')
-        {
-            vec![unanalysable_whole(
+        let control = |c: char| (c.is_control() && c != '\n' && c != '\t') || c == '\u{7f}';
+        let mut segments = if let Some(c) = call.command.chars().find(|c| control(*c)) {
+            // Unanalysable; still read (the character as a blank) for deny and ask rules.
+            let blanked: String = call
+                .command
+                .chars()
+                .map(|c| if control(c) { ' ' } else { c })
+                .collect();
+            let mut segments = segments::collect(&blanked, true);
+            segments.push(unanalysable_whole(
                 call.command,
                 format!(
                     "a control character ({}) in the command",
                     c.escape_unicode()
                 ),
-            )]
+            ));
+            segments
         } else {
-            segments::collect(call.command)
+            segments::collect(call.command, false)
         };
         if segments.len() > segments::MAX_SEGMENTS {
             let count = segments.len();
@@ -280,7 +285,11 @@ impl Policy {
                 assigns,
                 wrapper,
             } => {
-                let texts: Vec<String> = words.iter().map(word_text).collect();
+                let texts: Vec<String> = words
+                    .iter()
+                    .enumerate()
+                    .map(|(i, w)| word_text(i, w))
+                    .collect();
                 let loose = loose_forms(&texts);
                 for decision in [Decision::Deny, Decision::Ask] {
                     for rule in self.rules.iter().filter(|r| r.decision == decision) {
@@ -298,6 +307,15 @@ impl Policy {
                         }
                     }
                 }
+                if segment.probe {
+                    // Read for deny and ask rules only.
+                    return (
+                        Decision::Allow,
+                        finding(Cause::Default {
+                            source: String::new(),
+                        }),
+                    );
+                }
                 if let Some(construct) = &segment.unanalysable {
                     return (
                         self.unanalysable.0,
@@ -306,7 +324,8 @@ impl Policy {
                         }),
                     );
                 }
-                if *wrapper || words.is_empty() && !assigns.iter().any(|a| changes_what_runs(a)) {
+                let env_clean = !assigns.iter().any(|a| changes_what_runs(a));
+                if env_clean && (*wrapper || words.is_empty()) {
                     // The wrapper's own form only meets deny and ask rules; the inner command
                     // is a segment of its own. A segment of assignments and redirects only
                     // runs nothing.
@@ -317,7 +336,6 @@ impl Policy {
                         }),
                     );
                 }
-                let env_clean = !assigns.iter().any(|a| changes_what_runs(a));
                 if env_clean {
                     let allowed_by = |tokens: &[Token]| {
                         rule::match_words(tokens, &texts, false)
@@ -358,6 +376,14 @@ impl Policy {
                 let resolved = target.as_deref().map(|t| resolve(t, call));
                 for decision in [Decision::Deny, Decision::Ask, Decision::Allow] {
                     if decision == Decision::Allow {
+                        if segment.probe {
+                            return (
+                                Decision::Allow,
+                                finding(Cause::Default {
+                                    source: String::new(),
+                                }),
+                            );
+                        }
                         if let Some(construct) = &segment.unanalysable {
                             return (
                                 self.unanalysable.0,
@@ -408,15 +434,17 @@ fn unanalysable_whole(command: &str, construct: String) -> Segment {
             wrapper: false,
         },
         unanalysable: Some(construct),
+        probe: false,
     }
 }
 
-/// A word as rules see it: a dynamic one never equals a literal word of a pattern.
-fn word_text(w: &Word) -> String {
-    if w.dynamic {
-        "\u{0}(expanded at run time)".to_string()
-    } else {
-        w.text.clone()
+/// A word as rules see it: a dynamic argument meets any word of a deny or ask pattern, never
+/// one of an allow pattern; a dynamic command name meets none (it is unanalysable instead).
+fn word_text(index: usize, w: &Word) -> String {
+    match (w.dynamic, index) {
+        (false, _) => w.text.clone(),
+        (true, 0) => "\u{1}(a name expanded at run time)".to_string(),
+        (true, _) => format!("{}(expanded at run time)", rule::DYNAMIC),
     }
 }
 
@@ -499,7 +527,8 @@ fn changes_what_runs(name: &str) -> bool {
         || name.starts_with("PYTHON")
         || name.starts_with("PERL5")
         || name.ends_with("_COMMAND")
-        || name.ends_with("_PAGER")
+        || name.ends_with("PAGER")
+        || name.ends_with("EDITOR")
 }
 
 /// The rule that allows exactly these words.
@@ -538,6 +567,21 @@ fn quote(word: &str) -> String {
 /// A path as written (`~/x`, `./x`, `x`, `/x`) made absolute against the call, `.` and `..`
 /// resolved by name.
 fn resolve(path: &str, call: &Call) -> String {
+    // The process's own views of the filesystem name the same files.
+    let path = if let Some(rest) = path
+        .strip_prefix("/proc/self/root/")
+        .or_else(|| path.strip_prefix("/proc/thread-self/root/"))
+    {
+        format!("/{rest}")
+    } else if let Some(rest) = path
+        .strip_prefix("/proc/self/cwd/")
+        .or_else(|| path.strip_prefix("/proc/thread-self/cwd/"))
+    {
+        format!("{}/{rest}", call.cwd.trim_end_matches('/'))
+    } else {
+        path.to_string()
+    };
+    let path = path.as_str();
     let joined = if let Some(rest) = path.strip_prefix("~/") {
         format!("{}/{rest}", call.home.unwrap_or("~"))
     } else if path == "~" {

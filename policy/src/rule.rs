@@ -2,6 +2,9 @@
 
 use std::fmt;
 
+/// How a word known only at run time starts, as rules see it.
+pub(crate) const DYNAMIC: char = '\u{0}';
+
 /// A rule as read from a file.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Pattern {
@@ -167,7 +170,10 @@ fn go(tokens: &[Token], words: &[String], loose: bool, coverage: &mut Coverage) 
             _ => false,
         },
         Token::Glob(glob) => match words.split_first() {
-            Some((word, more)) if glob_match(glob.as_bytes(), word.as_bytes(), false) => {
+            Some((word, more))
+                if glob_match(glob.as_bytes(), word.as_bytes(), false)
+                    || loose && word.starts_with(DYNAMIC) =>
+            {
                 coverage.push(false);
                 go(rest, more, loose, coverage) || {
                     coverage.pop();
@@ -181,6 +187,10 @@ fn go(tokens: &[Token], words: &[String], loose: bool, coverage: &mut Coverage) 
 
 fn word_matches(expected: &str, word: &str, loose: bool) -> bool {
     if expected == word {
+        return true;
+    }
+    // A word known only at run time may be any word, for deny and ask rules.
+    if loose && word.starts_with(DYNAMIC) {
         return true;
     }
     loose

@@ -11,6 +11,8 @@ use crate::wrappers::{self, Inner};
 pub(crate) const MAX_DEPTH: usize = 8;
 /// More segments than this make the command unanalysable (after every one was checked).
 pub(crate) const MAX_SEGMENTS: usize = 512;
+/// Deeper than [`MAX_DEPTH`], code is still read for deny and ask rules, down to this depth.
+const MAX_PROBE_DEPTH: usize = 32;
 
 /// One word of a command: its value, or that it is only known at run time.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,15 +42,18 @@ pub(crate) struct Segment {
     pub kind: Kind,
     /// The construct that makes it unanalysable.
     pub unanalysable: Option<String>,
+    /// Code that may run, read only for deny and ask rules (a value that may be evaluated
+    /// later, code nested too deep, a command with a control character): it allows nothing.
+    pub probe: bool,
 }
 
-/// The segments of `command`.
-pub(crate) fn collect(command: &str) -> Vec<Segment> {
+/// The segments of `command`; all of them probes with `probe`.
+pub(crate) fn collect(command: &str, probe: bool) -> Vec<Segment> {
     let mut walker = Walker {
         options: ParserOptions::default(),
         segments: Vec::new(),
     };
-    walker.program(command, 0);
+    walker.program(command, 0, probe);
     walker.into()
 }
 
@@ -64,7 +69,7 @@ impl From<Walker> for Vec<Segment> {
 }
 
 impl Walker {
-    fn unanalysable(&mut self, text: &str, construct: impl Into<String>) {
+    fn unanalysable(&mut self, text: &str, construct: impl Into<String>, probe: bool) {
         self.segments.push(Segment {
             text: text.to_string(),
             kind: Kind::Command {
@@ -73,28 +78,63 @@ impl Walker {
                 wrapper: false,
             },
             unanalysable: Some(construct.into()),
+            probe,
         });
     }
 
     /// Parse and walk `code`, nested `depth` levels deep.
-    fn program(&mut self, code: &str, depth: usize) {
+    fn program(&mut self, code: &str, depth: usize, mut probe: bool) {
         if depth > MAX_DEPTH {
-            self.unanalysable(
-                code,
-                format!("code nested more than {MAX_DEPTH} levels deep"),
-            );
-            return;
+            if !probe {
+                self.unanalysable(
+                    code,
+                    format!("code nested more than {MAX_DEPTH} levels deep"),
+                    false,
+                );
+            }
+            if depth > MAX_PROBE_DEPTH {
+                return;
+            }
+            probe = true;
         }
         let mut parser = Parser::new(code.as_bytes(), &self.options);
         match parser.parse_program() {
             Ok(program) => {
-                let source = Source { code, depth };
+                let source = Source { code, depth, probe };
                 for list in &program.complete_commands {
                     self.list(list, &source);
                 }
             }
-            Err(error) => {
-                self.unanalysable(code, format!("a command that does not parse ({error})"))
+            Err(error) => self.unanalysable(
+                code,
+                format!("a command that does not parse ({error})"),
+                probe,
+            ),
+        }
+    }
+
+    /// Code a value may run later (`x='$(…)'` evaluated by arithmetic or a prompt, a variable
+    /// that holds a command): read for deny and ask rules.
+    fn probe_value(&mut self, value: &str, s: &Source) {
+        self.program(value, s.depth + 1, true);
+    }
+
+    /// A variable set to `value` (literal): code it carries is probed.
+    fn assigned(&mut self, name: &str, value: Option<&str>, s: &Source) {
+        let Some(value) = value else { return };
+        if let Some(function) = name.strip_prefix("BASH_FUNC_") {
+            // An exported function: `BASH_FUNC_f%%=() { body; }`.
+            let function = function.trim_end_matches('%');
+            self.probe_value(&format!("{function} {value}"), s);
+        } else if carries_code(name) {
+            self.probe_value(value, s);
+        } else if name.starts_with("PS") || value.contains("$(") || value.contains('`') {
+            // A prompt string, or a value that holds a command substitution as text: either
+            // may be expanded later.
+            let quoted = format!("\"{}\"", value.replace('"', "\\\""));
+            let facts = words::facts(&quoted, &self.options);
+            for code in &facts.code {
+                self.probe_value(code, s);
             }
         }
     }
@@ -156,7 +196,21 @@ impl Walker {
     fn compound(&mut self, compound: &ast::CompoundCommand, s: &Source) {
         use ast::CompoundCommand as C;
         match compound {
-            C::Arithmetic(a) => self.expansion_text(&a.expr.value, s),
+            C::Arithmetic(a) => {
+                // `( (cmd) )` with a blank between the parentheses is two subshells, which the
+                // parser reads as arithmetic: read it as bash does.
+                let text = s.slice(Some(a.loc.clone()));
+                if !text.starts_with("((") {
+                    let inner = text
+                        .trim()
+                        .strip_prefix('(')
+                        .and_then(|t| t.strip_suffix(')'));
+                    if let Some(inner) = inner {
+                        self.program(inner, s.depth, s.probe);
+                    }
+                }
+                self.expansion_text(&a.expr.value, s)
+            }
             C::ArithmeticForClause(f) => {
                 for e in [&f.initializer, &f.condition, &f.updater]
                     .into_iter()
@@ -172,6 +226,15 @@ impl Walker {
                 for w in f.values.iter().flatten() {
                     self.word(w, s);
                 }
+                // The loop assigns its variable.
+                self.command_words(
+                    format!("for {}", f.variable_name),
+                    Vec::new(),
+                    vec![(f.variable_name.clone(), None)],
+                    None,
+                    None,
+                    s,
+                );
                 self.list(&f.body.list, s);
             }
             C::CaseClause(c) => {
@@ -218,10 +281,10 @@ impl Walker {
 
     fn code_of(&mut self, facts: &WordFacts, text: &str, s: &Source) {
         for code in &facts.code {
-            self.program(code, s.depth + 1);
+            self.program(code, s.depth + 1, s.probe);
         }
         if let Some(broken) = &facts.broken {
-            self.unanalysable(text, broken.clone());
+            self.unanalysable(text, broken.clone(), s.probe);
         }
     }
 
@@ -290,7 +353,7 @@ impl Walker {
         }
     }
 
-    fn write(&mut self, target: Option<String>, raw: &str, _s: &Source) {
+    fn write(&mut self, target: Option<String>, raw: &str, s: &Source) {
         let unanalysable = target
             .is_none()
             .then(|| "a file written to whose name is expanded at run time".to_string());
@@ -304,6 +367,7 @@ impl Walker {
             text: raw.to_string(),
             kind: Kind::Write { target },
             unanalysable,
+            probe: s.probe,
         });
     }
 
@@ -335,8 +399,8 @@ impl Walker {
                 ast::CommandPrefixOrSuffixItem::Word(w) => raw_words.push(w),
                 ast::CommandPrefixOrSuffixItem::AssignmentWord(a, w) => {
                     if in_prefix {
-                        assigns.push(assignment_name(a));
-                        self.assignment_value(a, s);
+                        let value = self.assignment_value(a, s);
+                        assigns.push((assignment_name(a), value));
                     } else {
                         // `export X=…` and its kin: a word of the command.
                         raw_words.push(w);
@@ -376,21 +440,23 @@ impl Walker {
         self.command_words(text, words, assigns, unanalysable, stdin, s);
     }
 
-    fn assignment_value(&mut self, a: &ast::Assignment, s: &Source) {
+    /// Walk an assignment's value; its literal value, if a scalar has one.
+    fn assignment_value(&mut self, a: &ast::Assignment, s: &Source) -> Option<String> {
         if let ast::AssignmentName::ArrayElementName(_, index) = &a.name {
             self.expansion_text(index, s);
         }
         match &a.value {
-            ast::AssignmentValue::Scalar(w) => {
-                self.word(w, s);
-            }
+            ast::AssignmentValue::Scalar(w) => self.word(w, s).literal,
             ast::AssignmentValue::Array(items) => {
                 for (k, v) in items {
                     if let Some(k) = k {
                         self.word(k, s);
                     }
-                    self.word(v, s);
+                    if let Some(value) = self.word(v, s).literal {
+                        self.assigned("", Some(&value), s);
+                    }
                 }
+                None
             }
         }
     }
@@ -400,11 +466,15 @@ impl Walker {
         &mut self,
         text: String,
         words: Vec<Word>,
-        mut assigns: Vec<String>,
+        assigned: Vec<(String, Option<String>)>,
         unanalysable: Option<String>,
         stdin: Option<StdinSource>,
         s: &Source,
     ) {
+        for (name, value) in &assigned {
+            self.assigned(name, value.as_deref(), s);
+        }
+        let mut assigns: Vec<String> = assigned.into_iter().map(|(name, _)| name).collect();
         if unanalysable.is_some() {
             self.segments.push(Segment {
                 text,
@@ -414,12 +484,20 @@ impl Walker {
                     wrapper: false,
                 },
                 unanalysable,
+                probe: s.probe,
             });
             return;
         }
         let analysis = wrappers::analyse(&words, stdin.as_ref());
-        assigns.extend(analysis.assigns);
-        let wrapper = !analysis.inner.is_empty();
+        for (name, value) in &analysis.assigns {
+            self.assigned(name, value.as_deref(), s);
+        }
+        assigns.extend(analysis.assigns.into_iter().map(|(name, _)| name));
+        // A wrapper's own form meets only deny and ask rules, unless it changes who runs the
+        // command or what runs (`sudo`, `chroot`, `find`'s own actions): then it needs an allow
+        // rule of its own too.
+        let runs_inner = analysis.inner.iter().any(|i| !matches!(i, Inner::Probe(_)));
+        let wrapper = runs_inner && !analysis.own_check;
         let index = self.segments.len();
         self.segments.push(Segment {
             text: text.clone(),
@@ -429,6 +507,7 @@ impl Walker {
                 wrapper,
             },
             unanalysable: analysis.unanalysable,
+            probe: s.probe,
         });
         for write in analysis.writes {
             let raw = write.clone().unwrap_or_default();
@@ -444,7 +523,9 @@ impl Walker {
                     let shown = shown(&inner_words).unwrap_or_else(|| text.clone());
                     self.command_words(shown, inner_words, Vec::new(), problem, None, s);
                 }
-                Inner::Code(code) => self.program(&code, s.depth + 1),
+                Inner::Code(code) => self.program(&code, s.depth + 1, s.probe),
+                Inner::Probe(code) => self.probe_value(&code, s),
+                Inner::Arithmetic(text) => self.expansion_text(&text, s),
                 Inner::Unanalysable(construct) => {
                     // The wrapper itself carries it: it is what the model wrote.
                     if let Some(segment) = self.segments.get_mut(index) {
@@ -482,6 +563,7 @@ pub(crate) enum StdinSource {
 struct Source<'a> {
     code: &'a str,
     depth: usize,
+    probe: bool,
 }
 
 impl Source<'_> {
@@ -511,10 +593,18 @@ fn name_problem(facts: &WordFacts) -> Option<String> {
     if name.is_empty() {
         return Some("an empty command name".to_string());
     }
-    if !name.chars().all(|c| c.is_ascii_graphic()) {
+    if !name.chars().all(|c| c.is_ascii_graphic() || c == ' ') {
         return Some("a command name with characters outside printable ASCII".to_string());
     }
     None
+}
+
+/// Variables whose value is a command some program runs (`GIT_SSH_COMMAND`, `PAGER`, …).
+fn carries_code(name: &str) -> bool {
+    name.ends_with("_COMMAND")
+        || name.ends_with("PAGER")
+        || name.ends_with("EDITOR")
+        || matches!(name, "VISUAL" | "PROMPT_COMMAND" | "LESSOPEN" | "LESSCLOSE")
 }
 
 /// The words of an inner command as text, for display.

@@ -224,7 +224,13 @@ fn parameter_strings(expr: &ParameterExpr) -> Vec<&str> {
 }
 
 fn is_pattern(text: &str) -> bool {
-    if text.contains(['*', '?', '[']) {
+    if text.contains(['*', '?']) {
+        return true;
+    }
+    // `[` opens a bracket expression only with a `]` after it (`[` alone is the test command).
+    if let Some(open) = text.find('[')
+        && text[open + 1..].contains(']')
+    {
         return true;
     }
     // Brace expansion: `{a,b}` or `{1..3}`.

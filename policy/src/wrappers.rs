@@ -12,6 +12,10 @@ pub(crate) enum Inner {
     Command(Vec<Word>),
     /// Shell code to parse in turn.
     Code(String),
+    /// Code that may run, read for deny and ask rules only (a git alias, a pager setting).
+    Probe(String),
+    /// An arithmetic expression bash evaluates (`let`).
+    Arithmetic(String),
     /// The command runs something the engine cannot know.
     Unanalysable(String),
 }
@@ -21,10 +25,13 @@ pub(crate) struct Analysis {
     pub inner: Vec<Inner>,
     /// Variables a wrapper sets for the inner command (`env X=1`, `sudo X=1`), or a builtin
     /// sets for later commands (`export X=1`).
-    pub assigns: Vec<String>,
+    pub assigns: Vec<(String, Option<String>)>,
     /// Files the command writes (`tee F`, `dd of=F`, `time -o F`); none for a dynamic one.
     pub writes: Vec<Option<String>>,
     pub unanalysable: Option<String>,
+    /// The wrapper changes who runs its command or what runs (`sudo`, `chroot`) or acts itself
+    /// (`find -delete`): its own form needs an allow rule too.
+    pub own_check: bool,
 }
 
 /// How a wrapper's options read.
@@ -267,6 +274,179 @@ fn options_of(name: &str) -> Option<Options> {
             flags: &["p"],
             ..NONE
         },
+        "strace" | "ltrace" => Options {
+            with_value: &[
+                "o",
+                "output",
+                "e",
+                "p",
+                "attach",
+                "s",
+                "string-limit",
+                "u",
+                "user",
+                "E",
+                "env",
+                "a",
+                "columns",
+                "b",
+                "detach-on",
+                "I",
+                "interruptible",
+                "O",
+                "S",
+                "summary-sort-by",
+                "P",
+                "trace-path",
+                "X",
+                "const-print-style",
+                "trace",
+                "signal",
+                "status",
+                "abbrev",
+                "verbose",
+                "raw",
+                "read",
+                "write",
+                "fault",
+                "inject",
+                "kvm",
+            ],
+            flags: &[
+                "f",
+                "follow-forks",
+                "ff",
+                "output-separately",
+                "c",
+                "summary-only",
+                "C",
+                "summary",
+                "d",
+                "debug",
+                "D",
+                "daemonize",
+                "F",
+                "h",
+                "help",
+                "i",
+                "instruction-pointer",
+                "k",
+                "stack-trace",
+                "q",
+                "quiet",
+                "r",
+                "relative-timestamps",
+                "t",
+                "absolute-timestamps",
+                "T",
+                "syscall-times",
+                "v",
+                "no-abbrev",
+                "V",
+                "version",
+                "w",
+                "summary-wall-clock",
+                "x",
+                "strings-in-hex",
+                "y",
+                "decode-fds",
+                "z",
+                "successful-only",
+                "Z",
+                "failed-only",
+                "n",
+                "syscall-number",
+                "seccomp-bpf",
+            ],
+            ..NONE
+        },
+        "chrt" => Options {
+            with_value: &[
+                "T",
+                "sched-runtime",
+                "P",
+                "sched-period",
+                "D",
+                "sched-deadline",
+            ],
+            flags: &[
+                "a",
+                "all-tasks",
+                "b",
+                "batch",
+                "d",
+                "deadline",
+                "f",
+                "fifo",
+                "i",
+                "idle",
+                "o",
+                "other",
+                "r",
+                "rr",
+                "R",
+                "reset-on-fork",
+                "v",
+                "verbose",
+            ],
+            positional: 1,
+            ..NONE
+        },
+        "prlimit" => Options {
+            with_value: &[
+                "as",
+                "core",
+                "cpu",
+                "data",
+                "fsize",
+                "locks",
+                "memlock",
+                "msgqueue",
+                "nice",
+                "nofile",
+                "nproc",
+                "rss",
+                "rtprio",
+                "rttime",
+                "sigpending",
+                "stack",
+                "o",
+                "output",
+            ],
+            flags: &["noheadings", "raw", "verbose"],
+            ..NONE
+        },
+        "setpriv" => Options {
+            with_value: &[
+                "inh-caps",
+                "ambient-caps",
+                "bounding-set",
+                "ruid",
+                "euid",
+                "rgid",
+                "egid",
+                "reuid",
+                "regid",
+                "groups",
+                "securebits",
+                "pdeathsig",
+                "selinux-label",
+                "apparmor-profile",
+                "landlock-access",
+                "landlock-rule",
+            ],
+            flags: &[
+                "d",
+                "dump",
+                "nnp",
+                "no-new-privs",
+                "clear-groups",
+                "keep-groups",
+                "init-groups",
+                "reset-env",
+            ],
+            ..NONE
+        },
         "xargs" => Options {
             with_value: &[
                 "a",
@@ -322,7 +502,7 @@ struct Parsed<'a> {
     command: Option<usize>,
     /// Options seen, with their values (`("c", Some(code))`).
     seen: Vec<(&'a str, Option<&'a Word>)>,
-    assigns: Vec<String>,
+    assigns: Vec<(String, Option<String>)>,
     positionals: Vec<&'a Word>,
 }
 
@@ -399,9 +579,7 @@ fn parse_options<'a>(words: &'a [Word], spec: &Options) -> Result<Parsed<'a>, St
             continue;
         }
         if spec.assignments && is_assignment(text) {
-            parsed
-                .assigns
-                .push(text.split('=').next().unwrap_or_default().to_string());
+            parsed.assigns.push(split_assignment(text));
             i += 1;
             continue;
         }
@@ -421,11 +599,22 @@ fn parse_options<'a>(words: &'a [Word], spec: &Options) -> Result<Parsed<'a>, St
 fn is_assignment(text: &str) -> bool {
     match text.split_once('=') {
         Some((name, _)) => {
+            // `BASH_FUNC_f%%` is how an exported function travels in the environment.
+            let name = name
+                .strip_prefix("BASH_FUNC_")
+                .map_or(name, |f| f.trim_end_matches('%'));
             !name.is_empty()
                 && !name.starts_with(|c: char| c.is_ascii_digit())
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         }
         None => false,
+    }
+}
+
+fn split_assignment(text: &str) -> (String, Option<String>) {
+    match text.split_once('=') {
+        Some((name, value)) => (name.to_string(), Some(value.to_string())),
+        None => (text.to_string(), None),
     }
 }
 
@@ -493,6 +682,8 @@ pub(crate) fn analyse(words: &[Word], stdin: Option<&StdinSource>) -> Analysis {
     let name = first.text.rsplit('/').next().unwrap_or(&first.text);
     if let Some(spec) = options_of(name) {
         wrapper(name, words, &spec, &mut out);
+        // Who runs the command, or what a name runs, changes: the wrapper needs an allow too.
+        out.own_check |= matches!(name, "sudo" | "doas" | "chroot" | "setpriv");
         return out;
     }
     if SHELLS.contains(&name) {
@@ -506,6 +697,51 @@ pub(crate) fn analyse(words: &[Word], stdin: Option<&StdinSource>) -> Analysis {
             None => Inner::Unanalysable("eval of code expanded at run time".to_string()),
         }),
         "trap" => trap(words, &mut out),
+        "source" | "." => match words.get(1) {
+            None => {}
+            Some(file) if file.dynamic => {
+                out.unanalysable = Some(format!("{name} of a file named at run time"))
+            }
+            Some(file)
+                if matches!(
+                    file.text.as_str(),
+                    "/dev/stdin" | "/dev/fd/0" | "/proc/self/fd/0"
+                ) =>
+            {
+                match stdin {
+                    Some(StdinSource::Code(code)) => out.inner.push(Inner::Code(code.clone())),
+                    _ => {
+                        out.unanalysable =
+                            Some(format!("{name} reading its program from standard input"))
+                    }
+                }
+            }
+            // A script file: it runs what it holds (a known limit).
+            Some(_) => {}
+        },
+        "let" => {
+            for w in &words[1..] {
+                if w.dynamic {
+                    out.unanalysable = Some("let of an expression expanded at run time".into());
+                } else {
+                    out.inner.push(Inner::Arithmetic(w.text.clone()));
+                }
+            }
+        }
+        "git" => git_config_code(words, &mut out),
+        "read" | "mapfile" | "readarray" | "getopts" | "printf" => {
+            // Every name among their words may be assigned (`read -r PATH`, `printf -v PATH`).
+            for w in &words[1..] {
+                if !w.dynamic && is_name(&w.text) {
+                    out.assigns.push((w.text.clone(), None));
+                }
+            }
+            if matches!(name, "mapfile" | "readarray")
+                && words.iter().any(|w| w.text.starts_with("-C") || w.dynamic)
+            {
+                out.unanalysable = Some(format!("{name} -C, which runs a callback"));
+            }
+        }
         "alias" => {
             for w in &words[1..] {
                 match (w.dynamic, w.text.split_once('=')) {
@@ -528,15 +764,23 @@ pub(crate) fn analyse(words: &[Word], stdin: Option<&StdinSource>) -> Analysis {
             }
         }
         "script" => {
-            if let Some(i) = words
-                .iter()
-                .position(|w| matches!(w.text.as_str(), "-c" | "--command"))
-            {
+            let flag = |w: &Word| {
+                w.text == "--command"
+                    || w.text.starts_with('-') && !w.text.starts_with("--") && w.text.ends_with('c')
+            };
+            if let Some(i) = words.iter().position(flag) {
                 out.inner
                     .push(code_from(words.get(i + 1), "c", "script's code"));
+            } else if let Some(w) = words.iter().find(|w| w.text.starts_with("--command=")) {
+                out.inner
+                    .push(code_from(Some(w), "command", "script's code"));
             }
         }
-        "find" => find(words, &mut out),
+        "find" => {
+            find(words, &mut out);
+            // Its own actions (`-delete`, `-fprint`) are its own: checked as a command too.
+            out.own_check = true;
+        }
         "tee" => {
             for w in words[1..]
                 .iter()
@@ -557,10 +801,16 @@ pub(crate) fn analyse(words: &[Word], stdin: Option<&StdinSource>) -> Analysis {
         "export" | "declare" | "typeset" | "local" | "readonly" => {
             for w in &words[1..] {
                 if is_assignment(&w.text) {
-                    out.assigns
-                        .push(w.text.split('=').next().unwrap_or_default().to_string());
+                    let (var, value) = split_assignment(&w.text);
+                    // A nameref (`declare -n p=PATH`) assigns what it names.
+                    if let Some(target) = value.as_deref().filter(|v| is_name(v)) {
+                        out.assigns.push((target.to_string(), None));
+                    }
+                    out.assigns.push((var, value));
                 } else if w.dynamic {
                     out.unanalysable = Some(format!("{name} of a name expanded at run time"));
+                } else if is_name(&w.text) {
+                    out.assigns.push((w.text.clone(), None));
                 }
             }
         }
@@ -570,9 +820,7 @@ pub(crate) fn analyse(words: &[Word], stdin: Option<&StdinSource>) -> Analysis {
         "enable" if words.iter().any(|w| w.text.starts_with("-f") || w.dynamic) => {
             out.unanalysable = Some("enable -f, which loads a builtin from a library".to_string())
         }
-        "mapfile" | "readarray" if words.iter().any(|w| w.text.starts_with("-C") || w.dynamic) => {
-            out.unanalysable = Some(format!("{name} -C, which runs a callback"))
-        }
+
         "complete" | "compgen" if words.iter().any(|w| w.text.starts_with("-C")) => {
             out.unanalysable = Some(format!("{name} -C, which runs a command"))
         }
@@ -764,8 +1012,21 @@ fn trap(words: &[Word], out: &mut Analysis) {
         ));
         return;
     }
+    let (first, at) = match first.text.as_str() {
+        "--" => match words.get(2) {
+            Some(w) => (w, 2),
+            None => return,
+        },
+        _ => (first, 1),
+    };
+    if first.dynamic {
+        out.inner.push(Inner::Unanalysable(
+            "a trap's code expanded at run time".to_string(),
+        ));
+        return;
+    }
     let t = first.text.as_str();
-    if matches!(t, "-p" | "-l" | "-" | "--") || (words.len() == 2 && !t.contains(' ')) {
+    if matches!(t, "-p" | "-l" | "-") || (words.len() == at + 1 && !t.contains(' ')) {
         return;
     }
     out.inner.push(Inner::Code(t.to_string()));
@@ -836,17 +1097,10 @@ pub(crate) fn is_code_flag(name: &str, word: &str) -> bool {
             ) || word.starts_with("-c") && word.len() > 2
                 || word.starts_with("-O") && word.len() > 2
         }
+        // `-exec` and its kin run a command checked as a segment of its own.
         "find" => matches!(
             key,
-            "-exec"
-                | "-execdir"
-                | "-ok"
-                | "-okdir"
-                | "-delete"
-                | "-fprint"
-                | "-fprint0"
-                | "-fprintf"
-                | "-fls"
+            "-delete" | "-fprint" | "-fprint0" | "-fprintf" | "-fls"
         ),
         "awk" | "gawk" | "mawk" | "nawk" | "busybox" => {
             key == "-f"
@@ -941,4 +1195,52 @@ pub(crate) fn without_git_globals(words: &[String]) -> Option<Vec<String>> {
     }
     out.extend(words[i.min(words.len())..].iter().cloned());
     Some(out)
+}
+
+fn is_name(text: &str) -> bool {
+    !text.is_empty()
+        && !text.starts_with(|c: char| c.is_ascii_digit())
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `git -c KEY=VALUE` settings whose value is a command git runs: read for deny and ask rules.
+fn git_config_code(words: &[Word], out: &mut Analysis) {
+    let mut i = 1;
+    while i < words.len() {
+        let w = &words[i];
+        let setting = match w.text.as_str() {
+            "-c" => words.get(i + 1).map(|v| v.text.as_str()),
+            t => t.strip_prefix("-c").filter(|rest| rest.contains('=')),
+        };
+        if let Some((key, value)) = setting.and_then(|s| s.split_once('=')) {
+            let key = key.to_ascii_lowercase();
+            let code = if key.starts_with("alias.") {
+                value.strip_prefix('!')
+            } else if matches!(
+                key.as_str(),
+                "core.pager"
+                    | "core.sshcommand"
+                    | "core.editor"
+                    | "core.fsmonitor"
+                    | "sequence.editor"
+                    | "diff.external"
+                    | "gpg.program"
+                    | "core.askpass"
+            ) || key.starts_with("pager.")
+                || key.ends_with(".textconv")
+                || key.ends_with(".command")
+                || key.ends_with(".cmd")
+            {
+                Some(value)
+            } else if key.starts_with("credential.") {
+                value.strip_prefix('!')
+            } else {
+                None
+            };
+            if let Some(code) = code {
+                out.inner.push(Inner::Probe(code.to_string()));
+            }
+        }
+        i += 1;
+    }
 }
