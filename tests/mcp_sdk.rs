@@ -195,3 +195,180 @@ fn python_sdk_client_roots_set_the_session_cwd_over_stdio() {
         "{stderr}"
     );
 }
+
+/// The question `elicit_client.py` expects for `command` (its lines) needing approval of `part`,
+/// asked because of the policy's default (line 2 of `policy.toml` in `scratch`).
+fn permission_question(command: &str, part: &str, scratch: &std::path::Path) -> String {
+    let lines: String = command.lines().map(|l| format!("    {l}\n")).collect();
+    format!(
+        "A command needs your approval before it runs.\n\nCommand:\n{lines}\n\
+         Working directory: {}\n\nNeeds approval:\n    {part}\n\n\
+         Asked because of: no rule allows it; the default is to ask ({}:2)\n",
+        scratch.display(),
+        scratch.join("policy.toml").display()
+    )
+}
+
+/// Checks the outcome of every scenario of `elicit_client.py` run in `scratch` (canonical).
+fn check_permission_questions(r: &Value, scratch: &std::path::Path) {
+    let at = |name: &str| scratch.join(name).to_str().unwrap().to_string();
+    let touch = |name: &str| format!("touch {}", at(name));
+    // The choices: once, for the session (naming the rule it grants), deny; one is required.
+    let schema = json!({
+        "type": "object",
+        "title": "Permission",
+        "properties": {"decision": {"type": "string", "title": "Decision", "oneOf": [
+            {"const": "allow_once", "title": "Allow once"},
+            {"const": "allow_for_session", "title": "Allow Bash(touch *) for the rest of this session"},
+            {"const": "deny", "title": "Deny"},
+        ]}},
+        "required": ["decision"],
+    });
+    let asked = |questions: &Value, command: &str, part: &str| {
+        assert_eq!(
+            questions,
+            &json!([{
+                "mode": "form",
+                "message": permission_question(command, part, scratch),
+                "schema": schema,
+            }]),
+            "{r}"
+        );
+    };
+    // A refusal: one line with the prefix, naming the command, and an error.
+    let refused = |result: &Value, prefix: &str, name: &str| {
+        let text = result["text"].as_array().unwrap();
+        assert_eq!(text.len(), 1, "{r}");
+        let text = text[0].as_str().unwrap();
+        assert!(
+            text.starts_with(prefix),
+            "{text:?} does not start with {prefix:?}"
+        );
+        assert!(!text.contains('\n'), "{text:?} is not one line");
+        assert!(text.contains(&format!("`{}`", touch(name))), "{text:?}");
+        assert_eq!(result["isError"], true, "{r}");
+    };
+    let ran = |result: &Value, text: &str| {
+        assert_eq!(result["text"], json!([text]), "{r}");
+        assert_eq!(result["isError"], false, "{r}");
+    };
+
+    // Allowed once: asked, and it ran.
+    let once = &r["once"];
+    asked(&once["questions"], &touch("once"), &touch("once"));
+    ran(&once["result"], "(no output)");
+    assert_eq!(once["created"], true, "{r}");
+
+    // Allowed for the session: later `touch`es of that session ran unasked; another session,
+    // open at the same time, was asked.
+    let session = &r["session"];
+    asked(&session["questions"], &touch("s1"), &touch("s1"));
+    assert_eq!(session["asked_after_first"], 1, "{r}");
+    assert_eq!(session["asked_after_second"], 1, "{r}");
+    assert_eq!(session["asked_after_third"], 1, "{r}");
+    for step in ["first", "second", "fresh", "third"] {
+        ran(&session[step], "(no output)");
+    }
+    asked(&session["fresh_questions"], &touch("s3"), &touch("s3"));
+    assert_eq!(
+        session["created"],
+        json!({"s1": true, "s2": true, "s3": true, "s4": true}),
+        "{r}"
+    );
+
+    // Declined, cancelled, or accepted with no offered choice: refused as declined.
+    let decline = &r["decline"];
+    for name in ["declined", "cancelled", "bogus"] {
+        refused(&decline[name], "[policy: declined by the user — ", name);
+        assert_eq!(decline[name]["asked"], 1, "{name}: {r}");
+    }
+    assert_eq!(
+        decline["created"],
+        json!({"declined": false, "cancelled": false, "bogus": false}),
+        "{r}"
+    );
+
+    // No answer in 1.5 s: refused then (not after the 4 s answer), the question withdrawn, the
+    // late answer ignored, the session serving on.
+    let timeout = &r["timeout"];
+    refused(
+        &timeout["result"],
+        "[policy: not approved in time — ",
+        "late",
+    );
+    let text = timeout["result"]["text"][0].as_str().unwrap_or_default();
+    assert!(text.contains("got no answer within 1.5 s."), "{r}");
+    let elapsed = timeout["result"]["elapsed_s"].as_f64().unwrap();
+    assert!(
+        (1.4..3.5).contains(&elapsed),
+        "refused after {elapsed} s: {r}"
+    );
+    assert_eq!(timeout["asked"], 1, "{r}");
+    assert_eq!(timeout["callback_cancelled"], true, "{r}");
+    assert_eq!(timeout["callback_answered"], 0, "{r}");
+    assert_eq!(timeout["created_at_refusal"], false, "{r}");
+    assert_eq!(timeout["created"], false, "{r}");
+    assert_eq!(timeout["after"]["isError"], false, "{r}");
+    assert!(
+        timeout["after"]["text"][0]
+            .as_str()
+            .unwrap()
+            .contains("policy.toml\n"),
+        "{r}"
+    );
+
+    // A client that cannot be asked: refused as such, with the rule an operator could add.
+    let noask = &r["noask"];
+    refused(&noask["result"], "[policy: needs approval — ", "noask");
+    let text = noask["result"]["text"][0].as_str().unwrap();
+    assert!(text.contains("this client cannot ask the user"), "{text:?}");
+    let rule = format!(
+        "An operator can allow it with the rule Bash({}).]",
+        touch("noask")
+    );
+    assert!(text.ends_with(&rule), "{text:?} does not end with {rule:?}");
+    assert_eq!(noask["created"], false, "{r}");
+
+    // Two lines: the question shows both; the part needing approval is the `touch`.
+    let multi = &r["multi"];
+    let command = format!("echo one\n{}", touch("multi"));
+    assert_eq!(multi["command"], command.as_str(), "{r}");
+    asked(&multi["questions"], &command, &touch("multi"));
+    let message = multi["questions"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("    echo one\n    {}\n", touch("multi"))),
+        "{message:?}"
+    );
+    ran(&multi["result"], "one\n");
+    assert_eq!(multi["created"], true, "{r}");
+
+    // Every question could be put.
+    for stderr in r["stderr"].as_array().unwrap() {
+        let stderr = stderr.as_str().unwrap();
+        assert!(!stderr.contains("could not be asked"), "{stderr}");
+    }
+}
+
+/// Permission questions (`--policy`, default "ask") put to the Python SDK's client over stdio
+/// as form elicitations: allow once, allow for the session (later matches run unasked, a new
+/// session asks again), decline, cancel, no answer in time, a client that cannot be asked, and
+/// a command of two lines. What ran is checked on disk.
+#[test]
+fn python_sdk_client_answers_permission_questions_over_stdio() {
+    let scratch = tempfile::tempdir().unwrap();
+    let scratch = std::fs::canonicalize(scratch.path()).unwrap();
+    let r = python_client("elicit_client.py", &scratch, &["stdio"]);
+    assert_eq!(r["transport"], "stdio", "{r}");
+    check_permission_questions(&r, &scratch);
+}
+
+/// The same questions over streamable HTTP: one server, an MCP session per scenario, so the
+/// grant of one session does not reach the next.
+#[test]
+fn python_sdk_client_answers_permission_questions_over_http() {
+    let scratch = tempfile::tempdir().unwrap();
+    let scratch = std::fs::canonicalize(scratch.path()).unwrap();
+    let r = python_client("elicit_client.py", &scratch, &["http"]);
+    assert_eq!(r["transport"], "http", "{r}");
+    check_permission_questions(&r, &scratch);
+}

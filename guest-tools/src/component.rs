@@ -282,7 +282,7 @@ fn error_from_wit(e: wit_exec::ExecutorError) -> ExecError {
             source: r.source,
             message: r.message,
             allow_rule: r.allow_rule,
-            waited_s: r.waited_s,
+            waited_ms: r.waited_ms,
         }),
     }
 }

@@ -34,7 +34,7 @@ pub fn line(r: &Refusal) -> String {
         RefusalKind::TimedOut => format!(
             "[policy: not approved in time — {part} ({}) got no answer within {} s. The command did not run.]",
             asked_by(rule.as_deref(), &source),
-            r.waited_s.unwrap_or_default()
+            seconds(r.waited_ms.unwrap_or_default())
         ),
         RefusalKind::CannotAsk => {
             let why = match (&rule, &r.message) {
@@ -61,6 +61,15 @@ pub fn line(r: &Refusal) -> String {
                     .unwrap_or("a construct the rules cannot see through")
             )
         ),
+    }
+}
+
+/// `50`, `1.5`: whole seconds without a fraction, else to a tenth.
+fn seconds(ms: u32) -> String {
+    if ms % 1000 == 0 {
+        (ms / 1000).to_string()
+    } else {
+        format!("{:.1}", f64::from(ms) / 1000.0)
     }
 }
 
@@ -98,7 +107,7 @@ mod tests {
             source: Some("policy.toml:12".into()),
             message: Some("force-pushing rewrites shared history".into()),
             allow_rule: None,
-            waited_s: None,
+            waited_ms: None,
         }
     }
 
@@ -122,9 +131,15 @@ mod tests {
             "{declined}"
         );
         let mut timed = refusal(RefusalKind::TimedOut);
-        timed.waited_s = Some(50);
+        timed.waited_ms = Some(50_000);
         assert!(
             line(&timed).contains("got no answer within 50 s."),
+            "{}",
+            line(&timed)
+        );
+        timed.waited_ms = Some(1_500);
+        assert!(
+            line(&timed).contains("got no answer within 1.5 s."),
             "{}",
             line(&timed)
         );
@@ -135,7 +150,7 @@ mod tests {
             source: None,
             message: Some("a command name expanded at run time".into()),
             allow_rule: None,
-            waited_s: None,
+            waited_ms: None,
         };
         assert_eq!(
             line(&unanalysable),

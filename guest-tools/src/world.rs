@@ -187,7 +187,7 @@ pub struct Refusal {
     pub source: Option<String>,
     pub message: Option<String>,
     pub allow_rule: Option<String>,
-    pub waited_s: Option<u32>,
+    pub waited_ms: Option<u32>,
 }
 
 /// `bash-executor.refusal-kind`.

@@ -255,7 +255,8 @@ impl PolicyExecutor {
             other => {
                 let mut refused = refusal(finding, Some(other));
                 if other == Answer::TimedOut {
-                    refused.waited_s = Some(self.ask_timeout.as_secs_f64().ceil() as u32);
+                    refused.waited_ms =
+                        Some(self.ask_timeout.as_millis().min(u32::MAX as u128) as u32);
                 }
                 Err(ExecError::Refused(refused))
             }
@@ -299,7 +300,7 @@ fn refusal(finding: Finding, answer: Option<Answer>) -> Refusal {
         } else {
             None
         },
-        waited_s: None,
+        waited_ms: None,
     }
 }
 

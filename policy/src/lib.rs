@@ -62,6 +62,10 @@ impl std::error::Error for LoadError {}
 #[derive(Debug, Clone)]
 pub struct Policy {
     rules: Vec<Rule>,
+    /// The `Bash` rules by the command name they start with (indices into `rules`, in order);
+    /// `wild` holds those that start with a wildcard or a flag.
+    by_name: std::collections::HashMap<String, Vec<usize>>,
+    wild: Vec<usize>,
     default: (Decision, String),
     unanalysable: (Decision, String),
     skipped: usize,
@@ -154,6 +158,8 @@ impl Policy {
     pub fn from_sources(sources: &[(String, String)]) -> Result<Policy, LoadError> {
         let mut policy = Policy {
             rules: Vec::new(),
+            by_name: Default::default(),
+            wild: Vec::new(),
             default: (Decision::Ask, BUILTIN.to_string()),
             unanalysable: (Decision::Ask, BUILTIN.to_string()),
             skipped: 0,
@@ -183,7 +189,28 @@ impl Policy {
         if policy.default.0 > policy.unanalysable.0 {
             policy.unanalysable = policy.default.clone();
         }
+        for (i, rule) in policy.rules.iter().enumerate() {
+            match &rule.pattern {
+                Pattern::Command(tokens) => match tokens.first() {
+                    Some(Token::Word(name)) if !name.starts_with('-') => {
+                        policy.by_name.entry(name.clone()).or_default().push(i)
+                    }
+                    _ => policy.wild.push(i),
+                },
+                Pattern::Write(_) => {}
+            }
+        }
         Ok(policy)
+    }
+
+    /// The `Bash` rules that may match a command named `name`, in file order.
+    fn command_rules<'a>(&'a self, name: Option<&str>) -> impl Iterator<Item = &'a Rule> {
+        let named = name
+            .and_then(|n| self.by_name.get(n))
+            .map_or(&[][..], |v| v.as_slice());
+        let mut indices: Vec<usize> = named.iter().chain(&self.wild).copied().collect();
+        indices.sort_unstable();
+        indices.into_iter().map(|i| &self.rules[i])
     }
 
     /// Rules naming other tools of the agent CLI, skipped.
@@ -292,18 +319,20 @@ impl Policy {
                     .collect();
                 let loose = loose_forms(&texts);
                 for decision in [Decision::Deny, Decision::Ask] {
-                    for rule in self.rules.iter().filter(|r| r.decision == decision) {
-                        let Pattern::Command(tokens) = &rule.pattern else {
-                            continue;
-                        };
-                        if words.is_empty() && !matches!(tokens.as_slice(), [Token::Rest]) {
-                            continue;
-                        }
-                        if loose
-                            .iter()
-                            .any(|w| rule::match_words(tokens, w, true).is_some())
-                        {
-                            return (decision, from_rule(rule));
+                    for form in &loose {
+                        let rules = self
+                            .command_rules(form.first().map(String::as_str))
+                            .filter(|r| r.decision == decision);
+                        for rule in rules {
+                            let Pattern::Command(tokens) = &rule.pattern else {
+                                continue;
+                            };
+                            if words.is_empty() && !matches!(tokens.as_slice(), [Token::Rest]) {
+                                continue;
+                            }
+                            if rule::match_words(tokens, form, true).is_some() {
+                                return (decision, from_rule(rule));
+                            }
                         }
                     }
                 }
@@ -341,10 +370,12 @@ impl Policy {
                         rule::match_words(tokens, &texts, false)
                             .is_some_and(|coverage| covers_safely(words, &coverage))
                     };
-                    let by_rule = self.rules.iter().any(|r| {
-                        r.decision == Decision::Allow
-                            && matches!(&r.pattern, Pattern::Command(t) if allowed_by(t))
-                    });
+                    let by_rule = self
+                        .command_rules(texts.first().map(String::as_str))
+                        .any(|r| {
+                            r.decision == Decision::Allow
+                                && matches!(&r.pattern, Pattern::Command(t) if allowed_by(t))
+                        });
                     if by_rule || grants.rules.iter().any(|(_, t)| allowed_by(t)) {
                         return (
                             Decision::Allow,
@@ -620,4 +651,25 @@ fn escape(text: &str) -> String {
         }
     }
     out
+}
+
+/// The command names of every segment the engine finds in `command` (after quote removal, in
+/// source order), or none when any part of it cannot be analysed. For tools and the fuzz target
+/// that compares the engine's reading with real bash's.
+pub fn command_names(command: &str) -> Option<Vec<String>> {
+    let mut names = Vec::new();
+    for segment in segments::collect(command, false) {
+        if segment.unanalysable.is_some() {
+            return None;
+        }
+        if let Kind::Command { words, .. } = &segment.kind {
+            if let Some(first) = words.first() {
+                if first.dynamic {
+                    return None;
+                }
+                names.push(first.text.clone());
+            }
+        }
+    }
+    Some(names)
 }

@@ -19,6 +19,15 @@ pub(crate) struct WordFacts {
 
 /// The facts of the raw word `raw` (as it appears in the source, quotes included).
 pub(crate) fn facts(raw: &str, options: &ParserOptions) -> WordFacts {
+    // Most words are plain: nothing in them is quoted, escaped or expanded.
+    if !raw.contains([
+        '\'', '"', '\\', '$', '`', '~', '*', '?', '[', '{', '<', '>', '(',
+    ]) {
+        return WordFacts {
+            literal: Some(raw.to_string()),
+            ..WordFacts::default()
+        };
+    }
     let mut out = WordFacts::default();
     match word::parse(raw, options) {
         Ok(pieces) => {

@@ -298,7 +298,7 @@ mod component {
                 source: r.source,
                 message: r.message,
                 allow_rule: r.allow_rule,
-                waited_s: r.waited_s,
+                waited_ms: r.waited_ms,
             }),
         }
     }

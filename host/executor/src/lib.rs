@@ -358,8 +358,8 @@ pub struct Refusal {
     pub message: Option<String>,
     /// For [`RefusalKind::CannotAsk`]: a rule that would allow exactly this part.
     pub allow_rule: Option<String>,
-    /// For [`RefusalKind::TimedOut`]: how long the person was given, in seconds.
-    pub waited_s: Option<u32>,
+    /// For [`RefusalKind::TimedOut`]: how long the person was given, in milliseconds.
+    pub waited_ms: Option<u32>,
 }
 
 /// Why a command was refused. Mirrors the WIT `refusal-kind` enum.

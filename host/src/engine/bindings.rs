@@ -231,7 +231,7 @@ impl From<ex::ExecError> for wit_ex::ExecutorError {
                 source: r.source,
                 message: r.message,
                 allow_rule: r.allow_rule,
-                waited_s: r.waited_s,
+                waited_ms: r.waited_ms,
             }),
         }
     }
