@@ -706,3 +706,101 @@ fn a_config_file_sets_flags_and_the_command_line_wins() {
         stderr(&o)
     );
 }
+
+/// `--policy`: a refused command is an error result of one `[policy: …]` line and nothing runs;
+/// a file that does not read stops the host (exit 2) naming its line, before anything runs; the
+/// config file's `policy` list works like the flag; `doctor` names the rules in force.
+#[test]
+fn permission_rules_refuse_before_anything_runs_and_bad_files_stop_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("p.toml");
+    std::fs::write(
+        &policy,
+        "[permissions]\ndefault = \"allow\"\ndeny = [{ rule = \"Bash(touch *)\", message = \"no new files\" }]\n",
+    )
+    .unwrap();
+    let marker = dir.path().join("marker");
+    let command = serde_json::json!({
+        "command": format!("echo hi && touch '{}'", marker.display()),
+        "description": "Try the rules"
+    })
+    .to_string();
+    let o = run(&[
+        "--policy",
+        policy.to_str().unwrap(),
+        "call",
+        "bash",
+        &command,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "[policy: denied — `touch '{}'` matches deny rule Bash(touch *) ({}:3): no new files. \
+             The command did not run; do not retry it in another form.]\n",
+            marker.display(),
+            policy.display()
+        )
+    );
+    assert!(!marker.exists(), "the refused command ran");
+
+    // The same through the config file.
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!("policy = [{:?}]\n", policy.to_str().unwrap()),
+    )
+    .unwrap();
+    let o = run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "call",
+        "bash",
+        &command,
+    ]);
+    assert!(
+        stdout(&o).starts_with("[policy: denied — "),
+        "{}",
+        stdout(&o)
+    );
+    assert!(!marker.exists(), "the refused command ran");
+    let o = run(&["--policy", policy.to_str().unwrap(), "doctor"]);
+    assert!(
+        stdout(&o).contains(&format!(
+            "permissions: 1 rules from {}; unmatched commands: allow ({}:2)",
+            policy.display(),
+            policy.display()
+        )),
+        "{}",
+        stdout(&o)
+    );
+
+    // Files that do not read: the host does not start, and nothing runs.
+    let bad = dir.path().join("bad.toml");
+    for (text, line) in [
+        ("[permissions]\nalow = []\n", 2),
+        ("[permissions]\ndeny = [\"Bash(rm\"]\n", 2),
+        ("[permissions]\ndefault = \"perhaps\"\n", 2),
+    ] {
+        std::fs::write(&bad, text).unwrap();
+        let o = run(&["--policy", bad.to_str().unwrap(), "call", "bash", &command]);
+        assert_eq!(o.status.code(), Some(2), "{text}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!("--policy {}:{line}: ", bad.display())),
+            "{text}: {}",
+            stderr(&o)
+        );
+        assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    }
+    let missing = dir.path().join("missing.toml");
+    let o = run(&[
+        "--policy",
+        missing.to_str().unwrap(),
+        "call",
+        "bash",
+        &command,
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("missing.toml"), "{}", stderr(&o));
+    assert!(!marker.exists());
+}

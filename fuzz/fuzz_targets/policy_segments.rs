@@ -21,6 +21,9 @@ use std::process::{Command, Stdio};
 
 use libfuzzer_sys::fuzz_target;
 
+/// The home directory of `nobody`.
+const HOME: &str = "/nonexistent";
+
 fuzz_target!(|data: &[u8]| {
     let Ok(command) = std::str::from_utf8(data) else {
         return;
@@ -32,7 +35,15 @@ fuzz_target!(|data: &[u8]| {
     let Some(names) = dsh_policy::command_names(command) else {
         return;
     };
-    let traced = bash_trace(command);
+        let traced = bash_trace(command);
+    // `~` is the home directory of `nobody`, whom bash runs as.
+    let names: Vec<String> = names
+        .iter()
+        .map(|n| match n.strip_prefix('~') {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("{HOME}{rest}"),
+            _ => n.clone(),
+        })
+        .collect();
     for name in traced {
         assert!(
             names.iter().any(|n| *n == name),
@@ -57,9 +68,11 @@ fn skipped(command: &str) -> bool {
 /// The command names bash traced running `command`.
 fn bash_trace(command: &str) -> Vec<String> {
     let dir = tempfile_dir();
-    let out = Command::new("timeout")
-        .args(["-s", "KILL", "1", "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"])
-        .args(["prlimit", "--nproc=32", "--", "/bin/bash", "-x", "-c", command])
+    // Absolute paths: the commands run with no PATH.
+    let out = Command::new("/usr/bin/timeout")
+        .args(["-s", "KILL", "1", "/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup"])
+        .args(["--clear-groups", "/usr/bin/prlimit", "--nproc=32", "--", "/bin/bash", "-x"])
+        .args(["-c", command])
         .env_clear()
         .env("PATH", "/nonexistent")
         .current_dir(&dir)
@@ -90,13 +103,16 @@ fn first_word(line: &str) -> Option<String> {
     let mut chars = line.chars().peekable();
     match chars.peek() {
         Some('$') => return None, // `$'…'`: control characters; the engine calls them unanalysable
-        Some('\'') => {
-            chars.next();
-            for c in chars.by_ref() {
-                if c == '\'' {
-                    break;
+                Some('\'') => {
+            // `'…'`, with `'\''` for a quote inside, up to a blank outside quotes.
+            let mut quoted = false;
+            while let Some(c) = chars.next() {
+                match c {
+                    '\'' => quoted = !quoted,
+                    '\\' if !quoted => out.extend(chars.next()),
+                    ' ' if !quoted => break,
+                    c => out.push(c),
                 }
-                out.push(c);
             }
         }
         _ => {

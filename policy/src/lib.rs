@@ -657,6 +657,12 @@ fn escape(text: &str) -> String {
 /// source order), or none when any part of it cannot be analysed. For tools and the fuzz target
 /// that compares the engine's reading with real bash's.
 pub fn command_names(command: &str) -> Option<Vec<String>> {
+    if command
+        .chars()
+        .any(|c| (c.is_control() && c != '\n' && c != '\t') || c == '\u{7f}')
+    {
+        return None;
+    }
     let mut names = Vec::new();
     for segment in segments::collect(command, false) {
         if segment.unanalysable.is_some() {

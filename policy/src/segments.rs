@@ -97,8 +97,16 @@ impl Walker {
             }
             probe = true;
         }
-        let mut parser = Parser::new(code.as_bytes(), &self.options);
-        match parser.parse_program() {
+        // The parser panics on some input (an fd number that overflows): that is a command it
+        // cannot read, like one that does not parse.
+        let parsed = std::panic::catch_unwind(|| {
+            Parser::new(code.as_bytes(), &self.options).parse_program()
+        });
+        let Ok(parsed) = parsed else {
+            self.unanalysable(code, "a command the parser cannot read", probe);
+            return;
+        };
+        match parsed {
             Ok(program) => {
                 let source = Source { code, depth, probe };
                 for list in &program.complete_commands {
@@ -200,7 +208,9 @@ impl Walker {
                 // `( (cmd) )` with a blank between the parentheses is two subshells, which the
                 // parser reads as arithmetic: read it as bash does.
                 let text = s.slice(Some(a.loc.clone()));
-                if !text.starts_with("((") {
+                // bash reads `((` as arithmetic only up to a `))`; `( (a) )` and `((a) )` are
+                // subshells.
+                if !(text.starts_with("((") && text.ends_with("))")) {
                     let inner = text
                         .trim()
                         .strip_prefix('(')
@@ -592,6 +602,11 @@ fn name_problem(facts: &WordFacts) -> Option<String> {
     }
     if name.is_empty() {
         return Some("an empty command name".to_string());
+    }
+    if name != "[" && name.contains('[') {
+        // bash reads `name[ … ]` at a command's start as one word (an array subscript, spaces
+        // and all), where the parser sees several.
+        return Some("a command name with `[`, which bash may read as a subscript".to_string());
     }
     if !name.chars().all(|c| c.is_ascii_graphic() || c == ' ') {
         return Some("a command name with characters outside printable ASCII".to_string());

@@ -29,7 +29,12 @@ pub(crate) fn facts(raw: &str, options: &ParserOptions) -> WordFacts {
         };
     }
     let mut out = WordFacts::default();
-    match word::parse(raw, options) {
+    let parsed = std::panic::catch_unwind(|| word::parse(raw, options));
+    let Ok(parsed) = parsed else {
+        out.broken = Some("a word the parser cannot read".to_string());
+        return out;
+    };
+    match parsed {
         Ok(pieces) => {
             let mut literal = Some(String::new());
             walk(&pieces, false, &mut literal, &mut out, options);
@@ -43,7 +48,12 @@ pub(crate) fn facts(raw: &str, options: &ParserOptions) -> WordFacts {
 /// The facts of an unquoted heredoc body (expansions apply, quotes are literal).
 pub(crate) fn heredoc_facts(body: &str, options: &ParserOptions) -> WordFacts {
     let mut out = WordFacts::default();
-    match word::parse_heredoc(body, options) {
+    let parsed = std::panic::catch_unwind(|| word::parse_heredoc(body, options));
+    let Ok(parsed) = parsed else {
+        out.broken = Some("a heredoc the parser cannot read".to_string());
+        return out;
+    };
+    match parsed {
         Ok(pieces) => {
             let mut literal = Some(String::new());
             walk(&pieces, true, &mut literal, &mut out, options);
@@ -93,10 +103,21 @@ fn walk(
                     push(literal, rest);
                 }
             }
-            WordPiece::TildeExpansion(_) => {
-                // The home directory is not known here: a word that starts with `~` is literal
-                // text only for display; as a command name it is a path (its base name counts).
-                push(literal, "~");
+            WordPiece::TildeExpansion(tilde) => {
+                // The directory is not known here: the word keeps the tilde form, which is a
+                // path (as a command name, its base name counts), or stays `~user` when bash
+                // finds no such user.
+                let text = match tilde {
+                    word::TildeExpr::Home => "~".to_string(),
+                    word::TildeExpr::UserHome(user) => format!("~{user}"),
+                    word::TildeExpr::WorkingDir => "~+".to_string(),
+                    word::TildeExpr::OldWorkingDir => "~-".to_string(),
+                    _ => {
+                        *literal = None;
+                        String::new()
+                    }
+                };
+                push(literal, &text);
             }
             WordPiece::ParameterExpansion(expr) => {
                 *literal = None;

@@ -212,3 +212,21 @@ fn bad_files_stop_with_file_and_line() {
     let ok = Policy::from_sources(&[("s.json".into(), "{\"model\": \"x\", \"permissions\": {\"allow\": [\"Bash(ls)\", \"Read(~/x)\"], \"defaultMode\": \"default\"}}".into())]).unwrap();
     assert_eq!((ok.rule_count(), ok.skipped()), (1, 1));
 }
+
+/// What the fuzz target comparing the engine with bash's own trace found.
+#[test]
+fn bash_reads_these_as_it_runs_them() {
+    // `((` is arithmetic only up to `))`: otherwise these are subshells running `rm`.
+    check("(( rm -rf /tmp/x ) )", "deny");
+    check("( (rm -rf /tmp/x) )", "deny");
+    // bash reads `name[ … ]` at a command's start as one word.
+    let v = verdict("x[ y ] z");
+    assert!(
+        matches!(&v, Verdict::Ask(f) if matches!(f.cause, Cause::Unanalysable { .. })),
+        "{v:?}"
+    );
+    // The parser panics on an fd number that overflows; the engine answers.
+    let v = verdict("et} indo 777777777777777777777} indo 7777<<<1");
+    assert!(!matches!(v, Verdict::Allow), "{v:?}");
+    assert_eq!(dsh_policy::command_names("echo a\u{e}b"), None);
+}
