@@ -821,6 +821,7 @@ enum ErrKind {
     TaskLimit,
     Aborted,
     Internal,
+    Refused,
     Other,
 }
 
@@ -840,6 +841,8 @@ impl From<ExecError> for Failure {
             ExecError::TaskLimit(_) => ErrKind::TaskLimit,
             ExecError::Aborted => ErrKind::Aborted,
             ExecError::Internal(_) => ErrKind::Internal,
+            // No policy is in front of the executor these sequences drive.
+            ExecError::Refused(_) => ErrKind::Refused,
         };
         Failure {
             kind,

@@ -269,7 +269,7 @@ fn error_from_wit(e: wit_exec::ExecutorError) -> ExecError {
         E::TaskLimit(m) => ExecError::TaskLimit(m),
         E::Aborted => ExecError::Aborted,
         E::Internal(m) => ExecError::Internal(m),
-        E::Refused(r) => ExecError::Refused(crate::world::Refusal {
+        E::Refused(r) => ExecError::Refused(Box::new(crate::world::Refusal {
             kind: match r.kind {
                 wit_exec::RefusalKind::Denied => crate::world::RefusalKind::Denied,
                 wit_exec::RefusalKind::Declined => crate::world::RefusalKind::Declined,
@@ -283,6 +283,6 @@ fn error_from_wit(e: wit_exec::ExecutorError) -> ExecError {
             message: r.message,
             allow_rule: r.allow_rule,
             waited_ms: r.waited_ms,
-        }),
+        })),
     }
 }

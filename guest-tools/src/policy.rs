@@ -66,7 +66,7 @@ pub fn line(r: &Refusal) -> String {
 
 /// `50`, `1.5`: whole seconds without a fraction, else to a tenth.
 fn seconds(ms: u32) -> String {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         (ms / 1000).to_string()
     } else {
         format!("{:.1}", f64::from(ms) / 1000.0)

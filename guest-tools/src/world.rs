@@ -175,7 +175,7 @@ pub enum ExecError {
     Aborted,
     Internal(String),
     /// A permission rule kept the command from running.
-    Refused(Refusal),
+    Refused(Box<Refusal>),
 }
 
 /// `bash-executor.policy-refusal`: what kept a command from running.

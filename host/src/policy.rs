@@ -216,14 +216,16 @@ impl PolicyExecutor {
         let owner = spec.owner.as_deref();
         let finding = match self.policy.evaluate(&call, &self.approvals.grants(owner)) {
             Verdict::Allow => return Ok(()),
-            Verdict::Deny(finding) => return Err(ExecError::Refused(refusal(finding, None))),
+            Verdict::Deny(finding) => {
+                return Err(ExecError::Refused(Box::new(refusal(finding, None))));
+            }
             Verdict::Ask(finding) => finding,
         };
         let Some(approver) = self.approvals.approver(owner) else {
-            return Err(ExecError::Refused(refusal(
+            return Err(ExecError::Refused(Box::new(refusal(
                 finding,
                 Some(Answer::CannotAsk),
-            )));
+            ))));
         };
         let (rule, source, construct) = match &finding.cause {
             Cause::Rule { rule, source, .. } => (Some(rule.clone()), Some(source.clone()), None),
@@ -258,7 +260,7 @@ impl PolicyExecutor {
                     refused.waited_ms =
                         Some(self.ask_timeout.as_millis().min(u32::MAX as u128) as u32);
                 }
-                Err(ExecError::Refused(refused))
+                Err(ExecError::Refused(Box::new(refused)))
             }
         }
     }

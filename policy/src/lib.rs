@@ -180,10 +180,10 @@ impl Policy {
                 }
                 default_set = true;
             }
-            if let Some(u) = file.unanalysable {
-                if u.0 >= policy.unanalysable.0 {
-                    policy.unanalysable = u;
-                }
+            if let Some(u) = file.unanalysable
+                && u.0 >= policy.unanalysable.0
+            {
+                policy.unanalysable = u;
             }
         }
         if policy.default.0 > policy.unanalysable.0 {
@@ -487,10 +487,10 @@ fn loose_forms(words: &[String]) -> Vec<Vec<String>> {
         return forms;
     }
     let mut normal = words.to_vec();
-    if let Some(base) = normal[0].rsplit('/').next() {
-        if !base.is_empty() {
-            normal[0] = base.to_string();
-        }
+    if let Some(base) = normal[0].rsplit('/').next()
+        && !base.is_empty()
+    {
+        normal[0] = base.to_string();
     }
     if let Some(stripped) = wrappers::without_git_globals(&normal) {
         normal = stripped;
@@ -498,11 +498,12 @@ fn loose_forms(words: &[String]) -> Vec<Vec<String>> {
     let mut merged: Vec<String> = Vec::with_capacity(normal.len());
     for w in normal {
         let count = merged.len();
-        if let (Some(prev), Some(letters)) = (merged.last_mut(), rule::short_flags(&w)) {
-            if count > 1 && rule::short_flags(prev).is_some() {
-                prev.push_str(letters);
-                continue;
-            }
+        if let (Some(prev), Some(letters)) = (merged.last_mut(), rule::short_flags(&w))
+            && count > 1
+            && rule::short_flags(prev).is_some()
+        {
+            prev.push_str(letters);
+            continue;
         }
         merged.push(w);
     }
@@ -573,14 +574,13 @@ fn exact_rule(words: &[String]) -> String {
 /// What "for this session" grants: the command name, its subcommand if it has one, then `*`.
 fn session_rule(words: &[String]) -> String {
     let mut prefix = vec![quote(&words[0])];
-    if let Some(sub) = words.get(1) {
-        if sub.chars().next().is_some_and(|c| c.is_ascii_lowercase())
-            && sub
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            prefix.push(sub.clone());
-        }
+    if let Some(sub) = words.get(1)
+        && sub.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+        && sub
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        prefix.push(sub.clone());
     }
     format!("Bash({} *)", prefix.join(" "))
 }
@@ -668,13 +668,13 @@ pub fn command_names(command: &str) -> Option<Vec<String>> {
         if segment.unanalysable.is_some() {
             return None;
         }
-        if let Kind::Command { words, .. } = &segment.kind {
-            if let Some(first) = words.first() {
-                if first.dynamic {
-                    return None;
-                }
-                names.push(first.text.clone());
+        if let Kind::Command { words, .. } = &segment.kind
+            && let Some(first) = words.first()
+        {
+            if first.dynamic {
+                return None;
             }
+            names.push(first.text.clone());
         }
     }
     Some(names)

@@ -218,10 +218,11 @@ pub(crate) fn glob_match(glob: &[u8], text: &[u8], path: bool) -> bool {
                     let double = path && glob.get(g + 1) == Some(&b'*');
                     g += if double { 2 } else { 1 };
                     // `**/` also matches no directory at all.
-                    if double && glob.get(g) == Some(&b'/') {
-                        if glob_match(&glob[g + 1..], &text[t..], path) {
-                            return true;
-                        }
+                    if double
+                        && glob.get(g) == Some(&b'/')
+                        && glob_match(&glob[g + 1..], &text[t..], path)
+                    {
+                        return true;
                     }
                     star = Some((g, t, double || !path));
                     continue;

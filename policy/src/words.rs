@@ -279,14 +279,13 @@ fn unescape_backquoted(code: &str) -> String {
     let mut out = String::with_capacity(code.len());
     let mut chars = code.chars().peekable();
     while let Some(c) = chars.next() {
-        if c == '\\' {
-            if let Some(&next) = chars.peek() {
-                if matches!(next, '\\' | '`' | '$') {
-                    out.push(next);
-                    chars.next();
-                    continue;
-                }
-            }
+        if c == '\\'
+            && let Some(&next) = chars.peek()
+            && matches!(next, '\\' | '`' | '$')
+        {
+            out.push(next);
+            chars.next();
+            continue;
         }
         out.push(c);
     }

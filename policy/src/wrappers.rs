@@ -642,12 +642,12 @@ fn option_text(word: &Word, key: &str) -> Option<String> {
                 .map_or(text.clone(), |(_, v)| v.to_string()),
         );
     }
-    if let Some(letters) = text.strip_prefix('-') {
-        if let Some(at) = letters.find(key) {
-            let rest = &letters[at + key.len()..];
-            if !rest.is_empty() {
-                return Some(rest.to_string());
-            }
+    if let Some(letters) = text.strip_prefix('-')
+        && let Some(at) = letters.find(key)
+    {
+        let rest = &letters[at + key.len()..];
+        if !rest.is_empty() {
+            return Some(rest.to_string());
         }
     }
     Some(text.clone())
@@ -1039,8 +1039,9 @@ fn find(words: &[Word], out: &mut Analysis) {
         if !w.dynamic && matches!(w.text.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir") {
             let start = i + 1;
             let mut end = start;
+            // Up to a literal `;` or `+` (one from an expansion ends nothing).
             while end < words.len()
-                && !(matches!(words[end].text.as_str(), ";" | "+") && !words[end].dynamic)
+                && (words[end].dynamic || !matches!(words[end].text.as_str(), ";" | "+"))
             {
                 end += 1;
             }
@@ -1058,14 +1059,13 @@ fn find(words: &[Word], out: &mut Analysis) {
             i = end + 1;
             continue;
         }
-        if !w.dynamic {
-            if let Some(file) = ["-fprint", "-fprint0", "-fprintf", "-fls"]
+        if !w.dynamic
+            && let Some(file) = ["-fprint", "-fprint0", "-fprintf", "-fls"]
                 .contains(&w.text.as_str())
                 .then(|| words.get(i + 1))
                 .flatten()
-            {
-                out.writes.push((!file.dynamic).then(|| file.text.clone()));
-            }
+        {
+            out.writes.push((!file.dynamic).then(|| file.text.clone()));
         }
         i += 1;
     }

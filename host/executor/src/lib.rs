@@ -340,7 +340,7 @@ pub enum ExecError {
     /// A permission rule kept the command from running: nothing of it ran. The tools word it
     /// (a `[policy: …]` line) from these facts.
     #[error("refused by the permission rules: {}", .0.part)]
-    Refused(Refusal),
+    Refused(Box<Refusal>),
 }
 
 /// What kept a command from running. Mirrors the WIT `policy-refusal` record.

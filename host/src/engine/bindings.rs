@@ -219,6 +219,7 @@ impl From<ex::ExecError> for wit_ex::ExecutorError {
             ex::ExecError::Aborted => Self::Aborted,
             ex::ExecError::Internal(m) => Self::Internal(m),
             ex::ExecError::Refused(r) => Self::Refused(wit_ex::PolicyRefusal {
+                // Moved out of its box field by field.
                 kind: match r.kind {
                     ex::RefusalKind::Denied => wit_ex::RefusalKind::Denied,
                     ex::RefusalKind::Declined => wit_ex::RefusalKind::Declined,
