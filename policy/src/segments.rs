@@ -50,7 +50,12 @@ pub(crate) struct Segment {
 /// The segments of `command`; all of them probes with `probe`.
 pub(crate) fn collect(command: &str, probe: bool) -> Vec<Segment> {
     let mut walker = Walker {
-        options: ParserOptions::default(),
+        // As `bash -c` parses: extended globs are off unless a command turns them on, so that
+        // `!(cmd)` is a negated subshell, not a pattern.
+        options: ParserOptions {
+            enable_extended_globbing: false,
+            ..ParserOptions::default()
+        },
         segments: Vec::new(),
     };
     walker.program(command, 0, probe);
@@ -435,6 +440,12 @@ impl Walker {
             let facts = self.word(w, s);
             if i == 0 {
                 unanalysable = name_problem(&facts);
+                // `name<(…)`: the substitution's path joins the name (`name/dev/fd/63`).
+                let end = w.loc.as_ref().map(|l| l.end.index);
+                let next = end.and_then(|e| s.code.get(e..e + 2));
+                if matches!(next, Some("<(" | ">(")) {
+                    unanalysable = Some("a command name joined to a process substitution".into());
+                }
             }
             words.push(match facts.literal {
                 Some(text) => Word {

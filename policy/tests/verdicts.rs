@@ -230,3 +230,14 @@ fn bash_reads_these_as_it_runs_them() {
     assert!(!matches!(v, Verdict::Allow), "{v:?}");
     assert_eq!(dsh_policy::command_names("echo a\u{e}b"), None);
 }
+
+#[test]
+fn negation_and_joined_substitutions_read_as_bash_reads_them() {
+    // Without extglob, `!(…)` is a negated subshell.
+    check("!(rm -rf /tmp/x)", "deny");
+    let v = verdict(".<(true) -rf x");
+    assert!(
+        matches!(&v, Verdict::Ask(f) if matches!(f.cause, Cause::Unanalysable { .. })),
+        "{v:?}"
+    );
+}
