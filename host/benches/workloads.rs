@@ -215,7 +215,7 @@ fn spawn_overhead(scale: &Scale, cache: &Path, report: &mut Report) {
 /// unsandboxed, through `dsh-host mcp`, interleaved in blocks in one run.
 fn sandbox_overhead(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
     let cwd = work.display().to_string();
-    let mut servers = [
+    let servers = [
         McpServer::start(cache, &["--cwd", &cwd]),
         McpServer::start(
             cache,
@@ -240,8 +240,27 @@ fn sandbox_overhead(scale: &Scale, cache: &Path, work: &Path, report: &mut Repor
             ],
         ),
     ];
-    let mut times: [Vec<Duration>; 3] = Default::default();
-    for _ in 0..scale.rounds {
+    let [plain, landlock, namespaces] = median_true_calls(servers, scale.rounds);
+    report.ratio(
+        "`bash` true, Landlock + seccomp sandbox ÷ unsandboxed (both via MCP)",
+        landlock,
+        plain,
+        1.10,
+    );
+    report.ratio(
+        "`bash` true, namespace-tier sandbox ÷ unsandboxed (both via MCP)",
+        namespaces,
+        plain,
+        1.5,
+    );
+}
+
+/// The median time of a `bash` `true` call on each server, calls interleaved in blocks of
+/// [`BLOCK`] over `rounds` rounds, so that every server sees the same machine; then the servers
+/// are stopped.
+fn median_true_calls<const N: usize>(mut servers: [McpServer; N], rounds: usize) -> [Duration; N] {
+    let mut times: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::new());
+    for _ in 0..rounds {
         for (server, times) in servers.iter_mut().zip(times.iter_mut()) {
             for _ in 0..BLOCK {
                 let t = Instant::now();
@@ -257,19 +276,7 @@ fn sandbox_overhead(scale: &Scale, cache: &Path, work: &Path, report: &mut Repor
     for server in servers {
         server.stop();
     }
-    let [plain, landlock, namespaces] = times.map(median);
-    report.ratio(
-        "`bash` true, Landlock + seccomp sandbox ÷ unsandboxed (both via MCP)",
-        landlock,
-        plain,
-        1.10,
-    );
-    report.ratio(
-        "`bash` true, namespace-tier sandbox ÷ unsandboxed (both via MCP)",
-        namespaces,
-        plain,
-        1.5,
-    );
+    times.map(median)
 }
 
 /// 200 rules of every kind, the last allowing `true`.
@@ -337,28 +344,11 @@ fn policy_overhead(scale: &Scale, cache: &Path, work: &Path, report: &mut Report
     let file = work.join("bench-policy.toml");
     std::fs::write(&file, text).expect("policy file written");
     let cwd = work.display().to_string();
-    let mut servers = [
+    let servers = [
         McpServer::start(cache, &["--cwd", &cwd]),
         McpServer::start(cache, &["--cwd", &cwd, "--policy", file.to_str().unwrap()]),
     ];
-    let mut times: [Vec<Duration>; 2] = Default::default();
-    for _ in 0..scale.rounds {
-        for (server, times) in servers.iter_mut().zip(times.iter_mut()) {
-            for _ in 0..BLOCK {
-                let t = Instant::now();
-                let r = server.call(
-                    "bash",
-                    json!({"command": "true", "description": "Run true"}),
-                );
-                times.push(t.elapsed());
-                assert_eq!(r["content"][0]["text"], "(no output)", "{r}");
-            }
-        }
-    }
-    for server in servers {
-        server.stop();
-    }
-    let [plain, allowed] = times.map(median);
+    let [plain, allowed] = median_true_calls(servers, scale.rounds);
     report.ratio(
         "`bash` true allowed by a rule of 200 ÷ no policy (both via MCP)",
         allowed,
