@@ -29,11 +29,11 @@ pub fn line(r: &Refusal) -> String {
         },
         RefusalKind::Declined => format!(
             "[policy: declined by the user — {part} ({}). {dont_retry}]",
-            asked_by(rule.as_deref(), &source)
+            asked_by(rule.as_deref(), &source, r.message.as_deref())
         ),
         RefusalKind::TimedOut => format!(
             "[policy: not approved in time — {part} ({}) got no answer within {} s. The command did not run.]",
-            asked_by(rule.as_deref(), &source),
+            asked_by(rule.as_deref(), &source, r.message.as_deref()),
             seconds(r.waited_ms.unwrap_or_default())
         ),
         RefusalKind::CannotAsk => {
@@ -73,10 +73,12 @@ fn seconds(ms: u32) -> String {
     }
 }
 
-fn asked_by(rule: Option<&str>, source: &str) -> String {
-    match rule {
-        Some(rule) => format!("ask rule {rule}, {source}"),
-        None => format!("the default verdict, {source}"),
+/// Why it was asked: a rule, a part that cannot be analysed, or the default.
+fn asked_by(rule: Option<&str>, source: &str, construct: Option<&str>) -> String {
+    match (rule, construct) {
+        (Some(rule), _) => format!("ask rule {rule}, {source}"),
+        (None, Some(construct)) => format!("it cannot be analysed: {}", one_line(construct)),
+        (None, None) => format!("the default verdict, {source}"),
     }
 }
 
@@ -142,6 +144,19 @@ mod tests {
             line(&timed).contains("got no answer within 1.5 s."),
             "{}",
             line(&timed)
+        );
+        let declined_unanalysable = Refusal {
+            kind: RefusalKind::Declined,
+            part: "$x".into(),
+            rule: None,
+            source: None,
+            message: Some("a command name expanded at run time".into()),
+            allow_rule: None,
+            waited_ms: None,
+        };
+        assert_eq!(
+            line(&declined_unanalysable),
+            "[policy: declined by the user — `$x` (it cannot be analysed: a command name expanded at run time). The command did not run; do not retry it in another form.]"
         );
         let unanalysable = Refusal {
             kind: RefusalKind::NotAnalysable,

@@ -483,7 +483,8 @@ pub async fn build_host(common: &CommonArgs) -> Result<BuiltHost, CliError> {
         let timeout = common
             .policy_ask_timeout_ms
             .map_or(crate::policy::ASK_TIMEOUT, |ms| {
-                Duration::from_secs_f64(ms / 1000.0)
+                // A day at most: longer is no answer anyway, and any f64 converts.
+                Duration::from_secs_f64(ms.min(86_400_000.0) / 1000.0)
             });
         executor = Arc::new(crate::policy::PolicyExecutor::new(
             executor,

@@ -257,6 +257,19 @@ impl Policy {
                 format!("more than {} commands ({count})", segments::MAX_SEGMENTS),
             ));
         }
+        // After a `cd`, a relative path written to is relative to a directory not known here.
+        let moves = segments.iter().any(|s| {
+            matches!(&s.kind, Kind::Command { words, .. }
+                if words.first().is_some_and(|w| matches!(w.text.as_str(), "cd" | "pushd" | "popd")))
+        });
+        let call = &Call {
+            cwd: if moves || !call.cwd.starts_with('/') {
+                ""
+            } else {
+                call.cwd
+            },
+            ..*call
+        };
         let mut worst: Option<(Decision, u8, Finding)> = None;
         let mut pending = Vec::new();
         for segment in &segments {
@@ -404,7 +417,7 @@ impl Policy {
                 (self.default.0, f)
             }
             Kind::Write { target } => {
-                let resolved = target.as_deref().map(|t| resolve(t, call));
+                let resolved = target.as_deref().and_then(|t| resolve(t, call));
                 for decision in [Decision::Deny, Decision::Ask, Decision::Allow] {
                     if decision == Decision::Allow {
                         if segment.probe {
@@ -428,7 +441,9 @@ impl Policy {
                         let Pattern::Write(glob) = &rule.pattern else {
                             continue;
                         };
-                        let glob = resolve(glob, call);
+                        let Some(glob) = resolve(glob, call) else {
+                            continue;
+                        };
                         // A dynamic target may be any file: deny and ask rules hold for it.
                         let hit = match &resolved {
                             Some(path) => rule::glob_match(glob.as_bytes(), path.as_bytes(), true),
@@ -447,8 +462,8 @@ impl Policy {
                     source: self.default.1.clone(),
                 });
                 if let Some(path) = &resolved {
+                    // Allowed once, or by a rule: a session grant holds commands only.
                     f.allow_rule = Some(format!("Write({path})"));
-                    f.session_rule = f.allow_rule.clone();
                 }
                 (self.default.0, f)
             }
@@ -596,8 +611,12 @@ fn quote(word: &str) -> String {
 }
 
 /// A path as written (`~/x`, `./x`, `x`, `/x`) made absolute against the call, `.` and `..`
-/// resolved by name.
-fn resolve(path: &str, call: &Call) -> String {
+/// resolved by name; none where that is not known here (a relative path with no known
+/// directory, `~+`, `~-`, `~user`, `..` above the root).
+fn resolve(path: &str, call: &Call) -> Option<String> {
+    if path.starts_with('~') && !(path == "~" || path.starts_with("~/")) {
+        return None;
+    }
     // The process's own views of the filesystem name the same files.
     let path = if let Some(rest) = path
         .strip_prefix("/proc/self/root/")
@@ -614,11 +633,13 @@ fn resolve(path: &str, call: &Call) -> String {
     };
     let path = path.as_str();
     let joined = if let Some(rest) = path.strip_prefix("~/") {
-        format!("{}/{rest}", call.home.unwrap_or("~"))
+        format!("{}/{rest}", call.home?)
     } else if path == "~" {
-        call.home.unwrap_or("~").to_string()
+        call.home?.to_string()
     } else if path.starts_with('/') || path.starts_with("**") {
         path.to_string()
+    } else if call.cwd.is_empty() {
+        return None;
     } else {
         format!("{}/{path}", call.cwd.trim_end_matches('/'))
     };
@@ -627,16 +648,16 @@ fn resolve(path: &str, call: &Call) -> String {
         match part {
             "" | "." => {}
             ".." => {
-                parts.pop();
+                parts.pop()?;
             }
             other => parts.push(other),
         }
     }
-    if joined.starts_with('/') {
+    Some(if joined.starts_with('/') {
         format!("/{}", parts.join("/"))
     } else {
         parts.join("/")
-    }
+    })
 }
 
 /// A part shown on one line: control characters escaped, long parts cut.

@@ -13,6 +13,10 @@ pub(crate) const MAX_DEPTH: usize = 8;
 pub(crate) const MAX_SEGMENTS: usize = 512;
 /// Deeper than [`MAX_DEPTH`], code is still read for deny and ask rules, down to this depth.
 const MAX_PROBE_DEPTH: usize = 32;
+/// The parser and the walk recurse once per level of nesting (groups, subshells, `$(`, `${`,
+/// `if`, loops), across nested code too: past this many levels in all, a command is
+/// unanalysable and not parsed, so that no command can exhaust the host's stack.
+const MAX_NESTING: usize = 64;
 
 /// One word of a command: its value, or that it is only known at run time.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,6 +61,7 @@ pub(crate) fn collect(command: &str, probe: bool) -> Vec<Segment> {
             ..ParserOptions::default()
         },
         segments: Vec::new(),
+        nesting: 0,
     };
     walker.program(command, 0, probe);
     walker.into()
@@ -65,6 +70,8 @@ pub(crate) fn collect(command: &str, probe: bool) -> Vec<Segment> {
 struct Walker {
     options: ParserOptions,
     segments: Vec<Segment>,
+    /// Levels of nesting of the code being walked, nested code included.
+    nesting: usize,
 }
 
 impl From<Walker> for Vec<Segment> {
@@ -102,6 +109,21 @@ impl Walker {
             }
             probe = true;
         }
+        let levels = nesting(code);
+        if self.nesting + levels > MAX_NESTING {
+            self.unanalysable(
+                code,
+                format!("nesting more than {MAX_NESTING} levels deep"),
+                probe,
+            );
+            return;
+        }
+        self.nesting += levels;
+        self.parse_and_walk(code, depth, probe);
+        self.nesting -= levels;
+    }
+
+    fn parse_and_walk(&mut self, code: &str, depth: usize, probe: bool) {
         // The parser panics on some input (an fd number that overflows): that is a command it
         // cannot read, like one that does not parse.
         let parsed = std::panic::catch_unwind(|| {
@@ -320,7 +342,9 @@ impl Walker {
                     let writes =
                         matches!(kind, K::Write | K::Append | K::Clobber | K::ReadAndWrite);
                     if writes {
-                        self.write(facts.literal, &w.value, s);
+                        // bash expands a glob in a redirect target to the one file it matches.
+                        let target = facts.literal.filter(|_| !facts.pattern);
+                        self.write(target, &w.value, s);
                     } else if matches!(kind, K::Read) && fd.unwrap_or(0) == 0 {
                         *stdin_code = Some(StdinSource::File);
                     }
@@ -448,11 +472,12 @@ impl Walker {
                 }
             }
             words.push(match facts.literal {
-                Some(text) => Word {
+                // A glob or brace expansion becomes other words at run time.
+                Some(text) if !facts.pattern => Word {
                     text,
                     dynamic: false,
                 },
-                None => Word {
+                _ => Word {
                     text: String::new(),
                     dynamic: true,
                 },
@@ -496,6 +521,12 @@ impl Walker {
             self.assigned(name, value.as_deref(), s);
         }
         let mut assigns: Vec<String> = assigned.into_iter().map(|(name, _)| name).collect();
+        let unanalysable = unanalysable.or_else(|| {
+            assigns
+                .iter()
+                .any(|a| a == "BASH_CMDS" || a == "BASH_ALIASES")
+                .then(|| "an assignment to BASH_CMDS or BASH_ALIASES, which makes a name run another program".to_string())
+        });
         if unanalysable.is_some() {
             self.segments.push(Segment {
                 text,
@@ -645,4 +676,45 @@ fn shown(words: &[Word]) -> Option<String> {
             .collect::<Vec<_>>()
             .join(" "),
     )
+}
+
+/// How deeply `code` nests, at most (quotes aside, which only lower it): the deepest run of
+/// open `(` and `{`, and of open `if`, loops and `case`, together.
+fn nesting(code: &str) -> usize {
+    let (mut brackets, mut keywords, mut deepest) = (0usize, 0usize, 0usize);
+    let mut chars = code.chars().peekable();
+    let mut word = String::new();
+    let end_word = |word: &mut String, keywords: &mut usize| {
+        match word.as_str() {
+            "if" | "while" | "until" | "for" | "case" | "select" => *keywords += 1,
+            "fi" | "done" | "esac" => *keywords = keywords.saturating_sub(1),
+            _ => {}
+        }
+        word.clear();
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '\'' => {
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        break;
+                    }
+                }
+            }
+            '(' | '{' => brackets += 1,
+            ')' | '}' => brackets = brackets.saturating_sub(1),
+            c if c.is_ascii_alphabetic() => {
+                word.push(c);
+                continue;
+            }
+            _ => {}
+        }
+        end_word(&mut word, &mut keywords);
+        deepest = deepest.max(brackets + keywords);
+    }
+    end_word(&mut word, &mut keywords);
+    deepest.max(brackets + keywords)
 }

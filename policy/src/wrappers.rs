@@ -528,6 +528,11 @@ fn parse_options<'a>(words: &'a [Word], spec: &Options) -> Result<Parsed<'a>, St
             i += 1;
             break;
         }
+        if name == "env" && text == "-" {
+            // `env -` is `env -i`.
+            i += 1;
+            continue;
+        }
         if let Some(long) = text.strip_prefix("--") {
             let (key, value) = match long.split_once('=') {
                 Some((k, _)) => (k, true),
@@ -680,6 +685,41 @@ pub(crate) fn analyse(words: &[Word], stdin: Option<&StdinSource>) -> Analysis {
         return out;
     };
     let name = first.text.rsplit('/').next().unwrap_or(&first.text);
+    // Bash evaluates an array subscript as arithmetic, running a `$(…)` written in it: these
+    // builtins take names with subscripts (`test -v 'a[$(…)]'`, `printf -v 'a[…]'`).
+    if matches!(
+        name,
+        "test"
+            | "["
+            | "printf"
+            | "read"
+            | "declare"
+            | "typeset"
+            | "local"
+            | "export"
+            | "readonly"
+            | "unset"
+            | "mapfile"
+            | "readarray"
+            | "getopts"
+            | "let"
+    ) && words[1..]
+        .iter()
+        .any(|w| w.text.contains('[') && (w.text.contains("$(") || w.text.contains('`')))
+    {
+        out.unanalysable =
+            Some("a subscript holding a command substitution, which bash runs".into());
+        // The substitution's command is checked too (deny rules name it).
+        for w in &words[1..] {
+            if w.text.contains('[') {
+                out.inner.push(Inner::Arithmetic(w.text.clone()));
+            }
+        }
+    }
+    if SHELLS.contains(&name) && words.iter().any(|w| w.text == "expand_aliases") {
+        out.unanalysable = Some("expand_aliases, which makes names run their aliases".into());
+        return out;
+    }
     if let Some(spec) = options_of(name) {
         wrapper(name, words, &spec, &mut out);
         // Who runs the command, or what a name runs, changes: the wrapper needs an allow too.
@@ -692,30 +732,34 @@ pub(crate) fn analyse(words: &[Word], stdin: Option<&StdinSource>) -> Analysis {
     }
     match name {
         "busybox" if words.len() > 1 => out.inner.push(Inner::Command(words[1..].to_vec())),
-        "eval" => out.inner.push(match joined(&words[1..]) {
-            Some(code) => Inner::Code(code),
-            None => Inner::Unanalysable("eval of code expanded at run time".to_string()),
-        }),
+        "eval" => out.inner.push(
+            match joined(&words[1..])
+                .map(|c| c.strip_prefix("-- ").map(str::to_string).unwrap_or(c))
+            {
+                Some(code) => Inner::Code(code),
+                None => Inner::Unanalysable("eval of code expanded at run time".to_string()),
+            },
+        ),
         "trap" => trap(words, &mut out),
+        "shopt"
+            if words
+                .iter()
+                .any(|w| w.dynamic || w.text == "expand_aliases") =>
+        {
+            out.unanalysable =
+                Some("shopt expand_aliases, which makes names run their aliases".into())
+        }
         "source" | "." => match words.get(1) {
             None => {}
             Some(file) if file.dynamic => {
                 out.unanalysable = Some(format!("{name} of a file named at run time"))
             }
-            Some(file)
-                if matches!(
-                    file.text.as_str(),
-                    "/dev/stdin" | "/dev/fd/0" | "/proc/self/fd/0"
-                ) =>
-            {
-                match stdin {
-                    Some(StdinSource::Code(code)) => out.inner.push(Inner::Code(code.clone())),
-                    _ => {
-                        out.unanalysable =
-                            Some(format!("{name} reading its program from standard input"))
-                    }
+            Some(file) if stream_fd(&file.text).is_some() => match (stream_fd(&file.text), stdin) {
+                (Some(0), Some(StdinSource::Code(code))) => {
+                    out.inner.push(Inner::Code(code.clone()))
                 }
-            }
+                _ => out.unanalysable = Some(format!("{name} reading its program from a stream")),
+            },
             // A script file: it runs what it holds (a known limit).
             Some(_) => {}
         },
@@ -988,8 +1032,22 @@ fn shell(words: &[Word], stdin: Option<&StdinSource>, out: &mut Analysis) {
         });
         return;
     }
-    if i < words.len() {
-        // A script file: it runs what it holds (a known limit).
+    if let Some(script) = words.get(i) {
+        if script.dynamic {
+            out.unanalysable = Some(format!("{} of a script named at run time", words[0].text));
+        } else if let Some(fd) = stream_fd(&script.text) {
+            // `bash -`, `bash /dev/stdin`, `bash /dev/fd/3`: the program comes from a stream.
+            match (fd, stdin) {
+                (0, Some(StdinSource::Code(code))) => out.inner.push(Inner::Code(code.clone())),
+                _ => {
+                    out.unanalysable = Some(format!(
+                        "{} reading its program from a stream",
+                        words[0].text
+                    ))
+                }
+            }
+        }
+        // Otherwise a script file: it runs what it holds (a known limit).
         return;
     }
     match stdin {
@@ -1242,5 +1300,16 @@ fn git_config_code(words: &[Word], out: &mut Analysis) {
             }
         }
         i += 1;
+    }
+}
+
+/// The descriptor a path reads a stream from (`-` and `/dev/stdin` are 0, `/dev/fd/3` is 3).
+fn stream_fd(path: &str) -> Option<u32> {
+    match path {
+        "-" | "/dev/stdin" => Some(0),
+        _ => path
+            .strip_prefix("/dev/fd/")
+            .or_else(|| path.strip_prefix("/proc/self/fd/"))
+            .and_then(|n| n.parse().ok()),
     }
 }

@@ -241,3 +241,49 @@ fn negation_and_joined_substitutions_read_as_bash_reads_them() {
         "{v:?}"
     );
 }
+
+/// Nesting deep enough to exhaust a stack is refused unparsed: the host stays up.
+#[test]
+fn deep_nesting_is_unanalysable_not_a_crash() {
+    for command in [
+        format!("{}rm -rf x{}", "{ ".repeat(3000), " }".repeat(3000)),
+        format!(
+            "{}true{}",
+            "if true; then ".repeat(2000),
+            "; fi".repeat(2000)
+        ),
+        format!("echo {}x{}", "${x:-".repeat(3000), "}".repeat(3000)),
+        format!("echo {}x{}", "$(".repeat(3000), ")".repeat(3000)),
+    ] {
+        // On a thread with a small stack, as a tokio worker's.
+        let v = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || verdict(&command))
+            .unwrap()
+            .join()
+            .expect("no stack overflow");
+        assert!(!matches!(v, Verdict::Allow), "{v:?}");
+    }
+}
+
+/// What a review of the engine found getting past it.
+#[test]
+fn the_reviewers_bypasses_are_closed() {
+    for (command, expected) in [
+        ("test -v 'a[$(rm -rf x)]'", "deny"),
+        ("printf -v 'a[$(touch p)]' %s 1", "ask"),
+        ("BASH_CMDS[ls]=/bin/rm; ls -rf x", "ask"),
+        ("shopt -s expand_aliases\nalias r=ls\nr -la", "ask"),
+        ("bash -O expand_aliases -c 'ls'", "ask"),
+        ("bash /dev/stdin <<<'rm -rf x'", "deny"),
+        ("echo 'rm -rf x' | bash -", "ask"),
+        ("env - rm -rf x", "deny"),
+        ("eval -- 'rm -rf x'", "deny"),
+        ("find . {-delete,-print}", "ask"),
+        ("cd ~ && echo x >> .bashrc", "deny"),
+        ("echo x >> ~/.bash?c", "deny"),
+        ("echo x > ~+/../u/.bashrc", "deny"),
+    ] {
+        check(command, expected);
+    }
+}
