@@ -312,6 +312,27 @@ impl Policy {
             session_rule: None,
             pending: Vec::new(),
         };
+        // An allowed segment's finding is never shown.
+        let allowed = || {
+            finding(Cause::Default {
+                source: String::new(),
+            })
+        };
+        // Once no deny or ask rule matched: a probe allows nothing of its own, and what cannot
+        // be analysed gets the policy's verdict for that.
+        let past_deny_and_ask = || {
+            if segment.probe {
+                return Some((Decision::Allow, allowed()));
+            }
+            segment.unanalysable.as_ref().map(|construct| {
+                (
+                    self.unanalysable.0,
+                    finding(Cause::Unanalysable {
+                        construct: construct.clone(),
+                    }),
+                )
+            })
+        };
         let from_rule = |rule: &Rule| {
             finding(Cause::Rule {
                 rule: rule.text.clone(),
@@ -349,34 +370,15 @@ impl Policy {
                         }
                     }
                 }
-                if segment.probe {
-                    // Read for deny and ask rules only.
-                    return (
-                        Decision::Allow,
-                        finding(Cause::Default {
-                            source: String::new(),
-                        }),
-                    );
-                }
-                if let Some(construct) = &segment.unanalysable {
-                    return (
-                        self.unanalysable.0,
-                        finding(Cause::Unanalysable {
-                            construct: construct.clone(),
-                        }),
-                    );
+                if let Some(verdict) = past_deny_and_ask() {
+                    return verdict;
                 }
                 let env_clean = !assigns.iter().any(|a| changes_what_runs(a));
                 if env_clean && (*wrapper || words.is_empty()) {
                     // The wrapper's own form only meets deny and ask rules; the inner command
                     // is a segment of its own. A segment of assignments and redirects only
                     // runs nothing.
-                    return (
-                        Decision::Allow,
-                        finding(Cause::Default {
-                            source: String::new(),
-                        }),
-                    );
+                    return (Decision::Allow, allowed());
                 }
                 if env_clean {
                     let allowed_by = |tokens: &[Token]| {
@@ -390,20 +392,10 @@ impl Policy {
                                 && matches!(&r.pattern, Pattern::Command(t) if allowed_by(t))
                         });
                     if by_rule || grants.rules.iter().any(|(_, t)| allowed_by(t)) {
-                        return (
-                            Decision::Allow,
-                            finding(Cause::Default {
-                                source: String::new(),
-                            }),
-                        );
+                        return (Decision::Allow, allowed());
                     }
                     if GLUE.contains(&texts[0].as_str()) {
-                        return (
-                            Decision::Allow,
-                            finding(Cause::Default {
-                                source: String::new(),
-                            }),
-                        );
+                        return (Decision::Allow, allowed());
                     }
                 }
                 let mut f = finding(Cause::Default {
@@ -419,23 +411,10 @@ impl Policy {
             Kind::Write { target } => {
                 let resolved = target.as_deref().and_then(|t| resolve(t, call));
                 for decision in [Decision::Deny, Decision::Ask, Decision::Allow] {
-                    if decision == Decision::Allow {
-                        if segment.probe {
-                            return (
-                                Decision::Allow,
-                                finding(Cause::Default {
-                                    source: String::new(),
-                                }),
-                            );
-                        }
-                        if let Some(construct) = &segment.unanalysable {
-                            return (
-                                self.unanalysable.0,
-                                finding(Cause::Unanalysable {
-                                    construct: construct.clone(),
-                                }),
-                            );
-                        }
+                    if decision == Decision::Allow
+                        && let Some(verdict) = past_deny_and_ask()
+                    {
+                        return verdict;
                     }
                     for rule in self.rules.iter().filter(|r| r.decision == decision) {
                         let Pattern::Write(glob) = &rule.pattern else {
@@ -450,11 +429,7 @@ impl Policy {
                             None => decision != Decision::Allow,
                         };
                         if hit {
-                            return if decision == Decision::Allow {
-                                (Decision::Allow, from_rule(rule))
-                            } else {
-                                (decision, from_rule(rule))
-                            };
+                            return (decision, from_rule(rule));
                         }
                     }
                 }
