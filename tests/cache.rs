@@ -51,6 +51,7 @@ async fn load(component: ComponentSource, cache: &Path) -> Ran {
     let options = HostOptions {
         component,
         cache_dir: Some(cache.to_path_buf()),
+        ..Default::default()
     };
     let host = ToolHost::new(options, executor, rx)
         .await

@@ -1,8 +1,9 @@
-//! Executors swap by composition: `examples/policy-executor/compose.sh` (the README's "Compose an
-//! executor" recipe) puts the policy executor component in front of the tools component's
+//! Executors swap by composition: `policy/middleware/compose.sh` (the README's "Compose an
+//! executor" recipe) puts the policy middleware component in front of the tools component's
 //! `bash-executor` import with `wac compose`. Loaded with `dsh-host --component`, the composed
-//! component behaves differently (refused commands, capped timeouts) while the tools component's
-//! bytes are the same ones the host embeds, unchanged and embedded verbatim in the composition.
+//! component obeys the permission rules, with the host's words and the host's person to ask,
+//! while the tools component's bytes are the same ones the host embeds, unchanged and embedded
+//! verbatim in the composition.
 //!
 //! Needs `wac`, which the test installs on first use into `target/test-env/wac/`
 //! (`support/provision.rs`); when it cannot, the test fails, saying why.
@@ -11,6 +12,8 @@
 mod component_file;
 #[path = "support/nested_cargo.rs"]
 mod nested_cargo;
+#[path = "support/policy_component.rs"]
+mod policy_component;
 #[path = "support/provision.rs"]
 mod provision;
 
@@ -25,7 +28,8 @@ use std::process::{Command, Output};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use dsh_host::executor::{Config, Executor, LocalExecutor};
+use dsh_host::executor::{BoxFuture, Config, Executor, LocalExecutor};
+use dsh_host::policy::{Answer, Approvals, Approver, PolicyExecutor, Question, Rules};
 use dsh_host::{ComponentSource, HostOptions, ToolHost};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -34,14 +38,6 @@ fn tmp() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compose");
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// The tools component as built: the file the host's build script embedded.
-fn tools_file() -> PathBuf {
-    match std::env::var_os("DSH_GUEST_WASM") {
-        Some(path) => PathBuf::from(path),
-        None => provision::repo().join("target/guest-wasm/guest_tools.wasm"),
-    }
 }
 
 fn sha256(path: &Path) -> String {
@@ -59,21 +55,28 @@ struct Composed {
 fn composed() -> &'static Composed {
     static COMPOSED: OnceLock<Composed> = OnceLock::new();
     COMPOSED.get_or_init(|| {
-        let wac = provision::wac();
-        let tools = tools_file();
+        let tools = policy_component::tools_file();
         let tools_sha_before = sha256(&tools);
-        let path = tmp().join("composed.wasm");
-        let mut cmd = Command::new(provision::repo().join("examples/policy-executor/compose.sh"));
-        cmd.arg(&tools).arg(&path).env("WAC", &wac);
-        nested_cargo::scrub_outer_cargo_env(&mut cmd);
-        let status = cmd.status().expect("compose.sh runs");
-        assert!(status.success(), "compose.sh failed ({status})");
+        let path = policy_component::composed();
         Composed {
             path,
             tools_sha_before,
             tools_sha_after: sha256(&tools),
         }
     })
+}
+
+/// Rules for these tests: `rm` denied, `git push` asked, everything else runs.
+const POLICY: &str = r#"[permissions]
+ask = ["Bash(git push *)"]
+deny = ["Bash(rm *)"]
+default = "allow"
+"#;
+
+fn policy_file() -> PathBuf {
+    let path = tmp().join("policy.toml");
+    std::fs::write(&path, POLICY).unwrap();
+    path
 }
 
 fn dsh_host(component: Option<&Path>, args: &[&str]) -> Output {
@@ -129,9 +132,9 @@ fn the_tools_component_is_unchanged_and_embedded_verbatim() {
     );
 }
 
-/// The policy executor is built without WASI like the tools, so the composition imports what
-/// the tools do and nothing else: the policy's own `bash-executor` import (which the host
-/// supplies) and the tools' `agent`.
+/// The policy middleware is built without WASI like the tools, so the composition imports what
+/// the tools do and the middleware's `approval`, nothing else: the middleware's own
+/// `bash-executor` import and `approval` (which the host supplies) and the tools' `agent`.
 #[test]
 fn the_composed_component_imports_exactly_the_world() {
     let c = composed();
@@ -148,67 +151,139 @@ fn the_composed_component_imports_exactly_the_world() {
     imports.sort();
     assert_eq!(
         imports,
-        ["dsh:bash/agent@0.4.0", "dsh:bash/bash-executor@0.4.0"]
+        [
+            "dsh:bash/agent@0.4.0",
+            "dsh:bash/approval@0.4.0",
+            "dsh:bash/bash-executor@0.4.0"
+        ]
     );
 }
 
-#[test]
-fn the_policy_refuses_matching_commands() {
-    let c = composed();
-    let command = "echo rm -rf /";
-    assert_eq!(
-        call(Some(&c.path), "bash", bash(command, None)),
-        json!({"text": "Error: command refused by policy: matches \"rm -rf /\"", "isError": true})
-    );
-    // The same tools without the policy run it (it only prints).
-    assert_eq!(
-        call(None, "bash", bash(command, None)),
-        json!({"text": "rm -rf /\n", "isError": false})
-    );
-    // Background starts are refused too.
-    let mut args = bash("sleep 1; rm  -rf /tmp/nothing-here", None);
-    args["run_in_background"] = json!(true);
-    assert_eq!(
-        call(Some(&c.path), "bash", args),
-        json!({"text": "Error: command refused by policy: matches \"rm -rf /\"", "isError": true})
-    );
+fn bash_json(component: Option<&Path>, policy: Option<&Path>, command: &str) -> Value {
+    let mut args: Vec<String> = Vec::new();
+    if let Some(policy) = policy {
+        args.extend(["--policy".into(), policy.display().to_string()]);
+    }
+    args.extend([
+        "call".into(),
+        "bash".into(),
+        bash(command, None).to_string(),
+        "--json".into(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = dsh_host(component, &args);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "dsh-host call printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
 }
 
+/// Through `dsh-host --policy`, the composed component gives the model the very answers the
+/// embedded tools do: the middleware is handed the host's files, and its refusals are worded
+/// by the same engine.
 #[test]
-fn the_policy_caps_timeouts_and_says_so() {
+fn the_middleware_refuses_with_the_hosts_words() {
     let c = composed();
+    let policy = policy_file();
+    let marker = tmp().join("refused-marker");
+    let _ = std::fs::remove_file(&marker);
+    for command in [
+        format!("echo a && rm -f {0}; touch {0}", marker.display()),
+        format!("git push origin main; touch {}", marker.display()),
+        "printf 'hello\\n'".to_string(),
+    ] {
+        let composed = bash_json(Some(&c.path), Some(&policy), &command);
+        let embedded = bash_json(None, Some(&policy), &command);
+        assert_eq!(composed, embedded, "{command}");
+    }
+    assert!(!marker.exists(), "a refused command ran");
     assert_eq!(
-        call(Some(&c.path), "bash", bash("sleep 5", Some(100_000.0))),
-        json!({
-            "text": "(no output)\n[timed out after 1000ms]\n[killed by signal: SIGTERM]",
-            "isError": false
-        })
+        bash_json(Some(&c.path), Some(&policy), "rm -rf /nonexistent-dir")["text"],
+        json!(format!(
+            "[policy: denied — `rm -rf /nonexistent-dir` matches deny rule Bash(rm *) ({}:3). The command did not run; do not retry it in another form.]",
+            policy.display()
+        ))
     );
+    // Titles, descriptions and hints are the tools component's own: the middleware in front
+    // changes none of them.
     let definitions = |component: Option<&Path>| -> Value {
         let out = dsh_host(component, &["tools"]);
         serde_json::from_slice(&out.stdout).unwrap()
     };
-    let (composed_defs, plain_defs) = (definitions(Some(&c.path)), definitions(None));
-    let capped = composed_defs[0]["description"].as_str().unwrap();
-    assert!(
-        capped
-            .contains("Timeout: 1000 ms by default (set timeoutMs to change it), at most 1000 ms"),
-        "{capped}"
-    );
-    let plain = plain_defs[0]["description"].as_str().unwrap();
-    assert!(plain.contains("at most 600000 ms"), "{plain}");
-    // Titles and hints are the tools component's own: the policy in front changes neither.
-    for i in 0..3 {
-        assert!(composed_defs[i]["title"].is_string(), "{composed_defs}");
-        assert_eq!(composed_defs[i]["title"], plain_defs[i]["title"]);
-        assert!(
-            composed_defs[i]["annotations"].is_object(),
-            "{composed_defs}"
+    assert_eq!(definitions(Some(&c.path)), definitions(None));
+}
+
+/// Answers the host's questions as told, counting them.
+struct Person {
+    answer: Answer,
+    asked: std::sync::Mutex<Vec<Question>>,
+}
+
+impl Approver for Person {
+    fn ask(&self, question: Question, _timeout: Duration) -> BoxFuture<'static, Answer> {
+        self.asked.lock().unwrap().push(question);
+        let answer = self.answer;
+        Box::pin(async move { answer })
+    }
+}
+
+/// A question the middleware puts through `approval.ask` reaches the person behind the
+/// session once: the host's own check of the same command, which follows, takes the approval
+/// instead of asking again; a declined command runs nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_of_the_middleware_reaches_the_person_once() {
+    let c = composed();
+    for (answer, runs) in [(Answer::Once, true), (Answer::Declined, false)] {
+        let marker = tmp().join(format!("asked-marker-{answer:?}"));
+        let _ = std::fs::remove_file(&marker);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let local: Arc<dyn Executor> = LocalExecutor::new(Config::default(), tx).unwrap();
+        let (policy, sources) = dsh_host::policy::load(&[policy_file()]).unwrap();
+        let approvals = Approvals::default();
+        let rules = Rules::new(policy, sources, approvals.clone(), Duration::from_secs(5));
+        let executor = Arc::new(PolicyExecutor::new(local, rules.clone()));
+        let options = HostOptions {
+            component: ComponentSource::File(c.path.clone()),
+            cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")),
+            rules: Some(rules),
+        };
+        let host = ToolHost::new(options, executor, rx).await.unwrap();
+        let session = host.open_session(None);
+        let person = Arc::new(Person {
+            answer,
+            asked: std::sync::Mutex::new(Vec::new()),
+        });
+        let caller = session.caller();
+        let _registration = approvals.register(caller.owner.as_deref().unwrap(), person.clone());
+        let command = format!(
+            "git push origin main 2>/dev/null; touch {}",
+            marker.display()
         );
-        assert_eq!(
-            composed_defs[i]["annotations"],
-            plain_defs[i]["annotations"]
-        );
+        let r = host
+            .call(
+                "bash",
+                &bash(&command, None).to_string(),
+                &caller,
+                CancellationToken::new(),
+            )
+            .await;
+        let asked = person.asked.lock().unwrap().clone();
+        assert_eq!(asked.len(), 1, "{answer:?}: asked {asked:?}");
+        assert_eq!(asked[0].command, command);
+        assert_eq!(asked[0].rule.as_deref(), Some("Bash(git push *)"));
+        assert_eq!(marker.exists(), runs, "{answer:?}: {}", r.text);
+        assert_eq!(r.is_error, !runs, "{answer:?}: {}", r.text);
+        if !runs {
+            assert!(
+                r.text.starts_with("[policy: declined by the user — `git")
+                    && r.text.contains("ask rule Bash(git push *)"),
+                "{}",
+                r.text
+            );
+        }
+        host.shutdown().await;
     }
 }
 
@@ -218,9 +293,19 @@ fn the_policy_caps_timeouts_and_says_so() {
 fn a_run_continuing_as_a_task_passes_through() {
     let c = composed();
     let args = bash("echo a; sleep 5; echo b", None).to_string();
+    let policy = policy_file();
     let out = dsh_host(
         Some(&c.path),
-        &["--yield-after-ms", "300", "call", "bash", &args, "--json"],
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--yield-after-ms",
+            "300",
+            "call",
+            "bash",
+            &args,
+            "--json",
+        ],
     );
     let result: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
@@ -255,6 +340,7 @@ async fn everything_else_passes_through() {
     let options = HostOptions {
         component: ComponentSource::File(c.path.clone()),
         cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")),
+        ..Default::default()
     };
     let host = ToolHost::new(options, executor, rx).await.unwrap();
     let mut session = host.open_session(None);
@@ -310,7 +396,8 @@ async fn everything_else_passes_through() {
 }
 
 /// The composed component is still one .wasm for every host: the Python and Node packages load
-/// it too, and the policy acts there as well.
+/// it too (their permission rules and approval callbacks: `tests/policy_python.rs`,
+/// `tests/policy_node.rs`). Given no rules, the middleware lets these through.
 #[test]
 fn the_composed_component_runs_in_the_python_and_node_packages() {
     let c = composed();
@@ -335,7 +422,7 @@ tools.close()
         String::from_utf8_lossy(&out.stderr)
     );
     let expected = vec![
-        json!({"text": "Error: command refused by policy: matches \"rm -rf /\"", "isError": true}),
+        json!({"text": "rm -rf /\n", "isError": false}),
         json!({"text": "hello\n", "isError": false}),
     ];
     let lines = |out: &Output| -> Vec<Value> {

@@ -28,6 +28,7 @@ async fn faulty_host() -> ToolHost {
     let options = HostOptions {
         component: ComponentSource::File(fault_guest()),
         cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")),
+        ..Default::default()
     };
     ToolHost::new(options, executor, rx)
         .await
@@ -155,6 +156,7 @@ async fn a_hostile_component_cannot_reach_another_sessions_task() {
         HostOptions {
             component: ComponentSource::Embedded,
             cache_dir: cache_dir.clone(),
+            ..Default::default()
         },
         executor.clone(),
         rx,
@@ -167,6 +169,7 @@ async fn a_hostile_component_cannot_reach_another_sessions_task() {
         HostOptions {
             component: ComponentSource::File(fault_guest()),
             cache_dir,
+            ..Default::default()
         },
         executor.clone(),
         no_events,

@@ -179,6 +179,7 @@ async fn rust_host() -> ToolHost {
     let options = HostOptions {
         component: ComponentSource::Embedded,
         cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")),
+        ..Default::default()
     };
     ToolHost::new(options, executor, rx).await.unwrap()
 }
@@ -507,6 +508,7 @@ async fn the_foreign_hosts_link_no_wasi() {
     let options = HostOptions {
         component: ComponentSource::File(component),
         cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")),
+        ..Default::default()
     };
     let host = ToolHost::new(options, executor, rx).await.unwrap();
     let args = json!({"command": "echo hello", "description": "Say hello"}).to_string();

@@ -469,7 +469,7 @@ pub async fn build_host(common: &CommonArgs) -> Result<BuiltHost, CliError> {
     tracing::info!(containment = %local.containment(), "process containment");
     let mut executor: Arc<dyn dsh_executor::Executor> = local.clone();
     if !common.policy.is_empty() {
-        let policy =
+        let (policy, sources) =
             crate::policy::load(&common.policy).map_err(|e| CliError::Usage(e.to_string()))?;
         let (default, source) = policy.default_verdict();
         tracing::info!(
@@ -486,13 +486,12 @@ pub async fn build_host(common: &CommonArgs) -> Result<BuiltHost, CliError> {
                 // A day at most: longer is no answer anyway, and any f64 converts.
                 Duration::from_secs_f64(ms.min(86_400_000.0) / 1000.0)
             });
-        executor = Arc::new(crate::policy::PolicyExecutor::new(
-            executor,
-            policy,
-            approvals.clone(),
-            timeout,
-        ));
-        let host = ToolHost::new(common.host_options(), executor, rx).await?;
+        let rules = crate::policy::Rules::new(policy, sources, approvals.clone(), timeout);
+        executor = Arc::new(crate::policy::PolicyExecutor::new(executor, rules.clone()));
+        let mut options = common.host_options();
+        // A policy middleware component (`--component`) asks this host, with these rules.
+        options.rules = Some(rules);
+        let host = ToolHost::new(options, executor, rx).await?;
         return Ok(BuiltHost {
             host,
             local,
@@ -594,7 +593,7 @@ fn policy_report(files: &[PathBuf]) -> Result<String, CliError> {
     if files.is_empty() {
         return Ok("permissions: none (every command runs)\n".to_string());
     }
-    let policy = crate::policy::load(files).map_err(|e| CliError::Usage(e.to_string()))?;
+    let (policy, _) = crate::policy::load(files).map_err(|e| CliError::Usage(e.to_string()))?;
     let (default, source) = policy.default_verdict();
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     let mut out = format!(

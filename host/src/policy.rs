@@ -23,7 +23,8 @@ use dsh_executor::{
     BoxFuture, ExecError, Executor, Limits, OutputMeter, Read, Refusal, RefusalKind, Request,
     RunResult, Spec, Task,
 };
-use dsh_policy::{Call, Cause, Finding, Grants, Policy, Verdict};
+use dsh_policy::decide::{self, RefusedKind};
+use dsh_policy::{Call, Finding, Grants, Policy, Verdict};
 use tokio_util::sync::CancellationToken;
 
 /// Why the policy files could not be used (the host does not start).
@@ -42,8 +43,8 @@ pub enum PolicyError {
     Invalid(dsh_policy::LoadError),
 }
 
-/// Read and check the policy files, in order.
-pub fn load(files: &[PathBuf]) -> Result<Policy, PolicyError> {
+/// Read and check the policy files, in order; returns the policy and the files' `(name, text)`.
+pub fn load(files: &[PathBuf]) -> Result<(Policy, Vec<(String, String)>), PolicyError> {
     let mut sources = Vec::with_capacity(files.len());
     for path in files {
         let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
@@ -52,43 +53,13 @@ pub fn load(files: &[PathBuf]) -> Result<Policy, PolicyError> {
         })?;
         sources.push((path.display().to_string(), text));
     }
-    Policy::from_sources(&sources).map_err(PolicyError::Invalid)
+    let policy = Policy::from_sources(&sources).map_err(PolicyError::Invalid)?;
+    Ok((policy, sources))
 }
 
-/// What a person is asked.
-#[derive(Debug, Clone)]
-pub struct Question {
-    /// The whole command, every line of it.
-    pub command: String,
-    /// Where it would run.
-    pub cwd: String,
-    /// The parts of it that need approval.
-    pub parts: Vec<String>,
-    /// The rule that asked (`Bash(git push *)`), none for the policy's default or a part that
-    /// cannot be analysed.
-    pub rule: Option<String>,
-    /// Where that rule or default is set (`FILE:LINE`).
-    pub source: Option<String>,
-    /// Why it cannot be analysed, if that is why.
-    pub construct: Option<String>,
-    /// What approving it "for this session" grants; none when only "once" is possible.
-    pub session_rule: Option<String>,
-}
-
-/// A person's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Answer {
-    /// Run it, this once.
-    Once,
-    /// Run it, and allow [`Question::session_rule`] for the rest of the session.
-    Session,
-    /// Do not run it.
-    Declined,
-    /// No answer in time.
-    TimedOut,
-    /// Nobody can be asked (the client cannot show a question).
-    CannotAsk,
-}
+/// What a person is asked, and their answer: the engine's own, which the policy middleware
+/// component uses as well.
+pub use dsh_policy::decide::{Answer, Question};
 
 /// Asks the person behind one session.
 pub trait Approver: Send + Sync {
@@ -172,20 +143,56 @@ impl Approvals {
 /// below the 60 s after which common MCP clients give up on a request.
 pub const ASK_TIMEOUT: Duration = Duration::from_secs(50);
 
-/// An executor whose `run` and `start` obey a policy.
-pub struct PolicyExecutor {
-    inner: Arc<dyn Executor>,
+/// How long a person's approval given through a middleware's `approval.ask` waits for the
+/// command it approved to reach this host's own check.
+const PASS_TTL: Duration = Duration::from_secs(60);
+
+/// The permission rules in force and who to ask: what [`PolicyExecutor`] enforces, and what a
+/// policy middleware component loaded with `--component` reaches through its `approval` import
+/// (the same files, the session's grants, the same person). Cheap to clone.
+#[derive(Clone)]
+pub struct Rules {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     policy: Policy,
+    /// The files as read, `(name, text)`: a middleware component parses the same text.
+    sources: Vec<(String, String)>,
     home: Option<String>,
     approvals: Approvals,
     ask_timeout: Duration,
+    /// Commands a person approved through a middleware's question, single-use: this host's own
+    /// check of the same command from the same session then does not ask again.
+    passes: Mutex<Vec<Pass>>,
 }
 
-impl PolicyExecutor {
-    /// `inner`, behind `policy`; what needs approval is asked through `approvals`.
+struct Pass {
+    owner: Option<String>,
+    command: String,
+    cwd: String,
+    until: std::time::Instant,
+}
+
+impl std::fmt::Debug for Rules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rules")
+            .field("rules", &self.shared.policy.rule_count())
+            .finish()
+    }
+}
+
+/// What the person's answer came to.
+enum Asked {
+    Approved(Answer),
+    Refused(Answer),
+}
+
+impl Rules {
+    /// `policy` (read from `sources`); what needs approval is asked through `approvals`.
     pub fn new(
-        inner: Arc<dyn Executor>,
         policy: Policy,
+        sources: Vec<(String, String)>,
         approvals: Approvals,
         ask_timeout: Duration,
     ) -> Self {
@@ -193,115 +200,202 @@ impl PolicyExecutor {
             .ok()
             .filter(|h| Path::new(h).is_absolute());
         Self {
-            inner,
-            policy,
-            home,
-            approvals,
-            ask_timeout,
+            shared: Arc::new(Shared {
+                policy,
+                sources,
+                home,
+                approvals,
+                ask_timeout,
+                passes: Mutex::new(Vec::new()),
+            }),
         }
     }
 
     /// The policy in force.
     pub fn policy(&self) -> &Policy {
-        &self.policy
+        &self.shared.policy
+    }
+
+    /// The policy files, `(name, text)`, in order.
+    pub fn sources(&self) -> &[(String, String)] {
+        &self.shared.sources
+    }
+
+    /// `~` in rules and commands.
+    pub fn home(&self) -> Option<&str> {
+        self.shared.home.as_deref()
+    }
+
+    /// The rules the person behind `owner` allowed for the session.
+    pub fn grants(&self, owner: Option<&str>) -> Vec<String> {
+        let grants = self.shared.approvals.grants(owner);
+        grants.rules().map(str::to_string).collect()
+    }
+
+    /// How long a person is given to answer.
+    pub fn ask_timeout(&self) -> Duration {
+        self.shared.ask_timeout
+    }
+
+    fn verdict(&self, owner: Option<&str>, command: &str, cwd: &str) -> Verdict {
+        let call = Call {
+            command,
+            cwd,
+            home: self.home(),
+        };
+        self.shared
+            .policy
+            .evaluate(&call, &self.shared.approvals.grants(owner))
+    }
+
+    /// A middleware's question about `command` in `cwd`, for the session `owner`. The host
+    /// decides itself what to ask: the command is evaluated again here, and only what this
+    /// host's policy would ask is put to the person; an approval leaves a single-use pass for
+    /// this host's own check of the same command. What the policy allows or denies by itself is
+    /// answered `once`, since that check follows and decides it (a denied command is refused
+    /// there, with its rule).
+    pub async fn ask(
+        &self,
+        owner: Option<&str>,
+        command: &str,
+        cwd: &str,
+        abort: &CancellationToken,
+    ) -> Result<Answer, ExecError> {
+        let Verdict::Ask(finding) = self.verdict(owner, command, cwd) else {
+            return Ok(Answer::Once);
+        };
+        match self.put(owner, command, cwd, &finding, abort).await? {
+            Asked::Approved(answer) => {
+                let mut passes = lock(&self.shared.passes);
+                let now = std::time::Instant::now();
+                passes.retain(|p| p.until > now);
+                passes.push(Pass {
+                    owner: owner.map(str::to_string),
+                    command: command.to_string(),
+                    cwd: cwd.to_string(),
+                    until: now + PASS_TTL,
+                });
+                Ok(answer)
+            }
+            Asked::Refused(answer) => Ok(answer),
+        }
+    }
+
+    /// Take the pass a person's approval left for exactly this command, if any.
+    fn take_pass(&self, owner: Option<&str>, command: &str, cwd: &str) -> bool {
+        let mut passes = lock(&self.shared.passes);
+        let now = std::time::Instant::now();
+        passes.retain(|p| p.until > now);
+        let found = passes
+            .iter()
+            .position(|p| p.owner.as_deref() == owner && p.command == command && p.cwd == cwd);
+        found.map(|i| passes.swap_remove(i)).is_some()
+    }
+
+    /// Put `finding` to the person behind `owner`; records a session grant.
+    async fn put(
+        &self,
+        owner: Option<&str>,
+        command: &str,
+        cwd: &str,
+        finding: &Finding,
+        abort: &CancellationToken,
+    ) -> Result<Asked, ExecError> {
+        let approvals = &self.shared.approvals;
+        let Some(approver) = approvals.approver(owner) else {
+            return Ok(Asked::Refused(Answer::CannotAsk));
+        };
+        let question = decide::question(finding, command, cwd);
+        let answer = tokio::select! {
+            answer = approver.ask(question, self.shared.ask_timeout) => answer,
+            _ = abort.cancelled() => return Err(ExecError::Aborted),
+        };
+        tracing::info!(answer = ?answer, part = %finding.part, "permission asked");
+        Ok(match answer {
+            Answer::Once => Asked::Approved(answer),
+            Answer::Session => {
+                if let (Some(owner), Some(rule)) = (owner, &finding.session_rule) {
+                    approvals.grant(owner, rule);
+                }
+                Asked::Approved(answer)
+            }
+            other => Asked::Refused(other),
+        })
     }
 
     /// Refuse `spec` unless the policy allows it, or a person approves it.
     async fn check(&self, spec: &Spec, abort: &CancellationToken) -> Result<(), ExecError> {
-        let call = Call {
-            command: &spec.command,
-            cwd: &spec.workdir,
-            home: self.home.as_deref(),
-        };
         let owner = spec.owner.as_deref();
-        let finding = match self.policy.evaluate(&call, &self.approvals.grants(owner)) {
+        let finding = match self.verdict(owner, &spec.command, &spec.workdir) {
             Verdict::Allow => return Ok(()),
             Verdict::Deny(finding) => {
                 return Err(ExecError::Refused(Box::new(refusal(finding, None))));
             }
             Verdict::Ask(finding) => finding,
         };
-        let Some(approver) = self.approvals.approver(owner) else {
-            return Err(ExecError::Refused(Box::new(refusal(
-                finding,
-                Some(Answer::CannotAsk),
-            ))));
-        };
-        let (rule, source, construct) = match &finding.cause {
-            Cause::Rule { rule, source, .. } => (Some(rule.clone()), Some(source.clone()), None),
-            Cause::Default { source } => (None, Some(source.clone()), None),
-            Cause::Unanalysable { construct } => (None, None, Some(construct.clone())),
-        };
-        let question = Question {
-            command: spec.command.clone(),
-            cwd: spec.workdir.clone(),
-            parts: finding.pending.clone(),
-            rule,
-            source,
-            construct,
-            session_rule: finding.session_rule.clone(),
-        };
-        let answer = tokio::select! {
-            answer = approver.ask(question, self.ask_timeout) => answer,
-            _ = abort.cancelled() => return Err(ExecError::Aborted),
-        };
-        tracing::info!(answer = ?answer, part = %finding.part, "permission asked");
-        match answer {
-            Answer::Once => Ok(()),
-            Answer::Session => {
-                if let (Some(owner), Some(rule)) = (owner, &finding.session_rule) {
-                    self.approvals.grant(owner, rule);
-                }
-                Ok(())
-            }
-            other => {
-                let mut refused = refusal(finding, Some(other));
-                if other == Answer::TimedOut {
-                    refused.waited_ms =
-                        Some(self.ask_timeout.as_millis().min(u32::MAX as u128) as u32);
+        if self.take_pass(owner, &spec.command, &spec.workdir) {
+            return Ok(());
+        }
+        match self
+            .put(owner, &spec.command, &spec.workdir, &finding, abort)
+            .await?
+        {
+            Asked::Approved(_) => Ok(()),
+            Asked::Refused(answer) => {
+                let mut refused = refusal(finding, Some(answer));
+                if answer == Answer::TimedOut {
+                    refused.waited_ms = Some(self.waited_ms());
                 }
                 Err(ExecError::Refused(Box::new(refused)))
             }
         }
     }
+
+    /// The ask timeout in whole milliseconds, as a refusal names it.
+    pub fn waited_ms(&self) -> u32 {
+        self.shared.ask_timeout.as_millis().min(u32::MAX as u128) as u32
+    }
 }
 
-/// The refusal of a finding: denied (or not analysable) without an answer, else as answered.
+/// An executor whose `run` and `start` obey a policy.
+pub struct PolicyExecutor {
+    inner: Arc<dyn Executor>,
+    rules: Rules,
+}
+
+impl PolicyExecutor {
+    /// `inner`, behind `rules`.
+    pub fn new(inner: Arc<dyn Executor>, rules: Rules) -> Self {
+        Self { inner, rules }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &Policy {
+        self.rules.policy()
+    }
+
+    async fn check(&self, spec: &Spec, abort: &CancellationToken) -> Result<(), ExecError> {
+        self.rules.check(spec, abort).await
+    }
+}
+
+/// The refusal of a finding, in the executor's terms: the engine words it
+/// ([`decide::refusal`]), the host adds how long it waited.
 fn refusal(finding: Finding, answer: Option<Answer>) -> Refusal {
-    let (kind, rule, source, message) = match finding.cause {
-        Cause::Rule {
-            rule,
-            source,
-            message,
-        } => (RefusalKind::Denied, Some(rule), Some(source), message),
-        Cause::Default { source } => (RefusalKind::Denied, None, Some(source), None),
-        Cause::Unanalysable { construct } => {
-            (RefusalKind::NotAnalysable, None, None, Some(construct))
-        }
-    };
-    let kind = match answer {
-        None => kind,
-        Some(Answer::Declined | Answer::Once | Answer::Session) => RefusalKind::Declined,
-        Some(Answer::TimedOut) => RefusalKind::TimedOut,
-        Some(Answer::CannotAsk) => RefusalKind::CannotAsk,
-    };
-    let asked = answer.is_some();
+    let r = decide::refusal(finding, answer);
     Refusal {
-        kind,
-        part: finding.part,
-        // An ask rule's message is for the person asked; the model gets the rule and its line.
-        message: if asked && rule.is_some() {
-            None
-        } else {
-            message
+        kind: match r.kind {
+            RefusedKind::Denied => RefusalKind::Denied,
+            RefusedKind::Declined => RefusalKind::Declined,
+            RefusedKind::TimedOut => RefusalKind::TimedOut,
+            RefusedKind::CannotAsk => RefusalKind::CannotAsk,
+            RefusedKind::NotAnalysable => RefusalKind::NotAnalysable,
         },
-        rule,
-        source,
-        allow_rule: if kind == RefusalKind::CannotAsk {
-            finding.allow_rule
-        } else {
-            None
-        },
+        part: r.part,
+        rule: r.rule,
+        source: r.source,
+        message: r.message,
+        allow_rule: r.allow_rule,
         waited_ms: None,
     }
 }

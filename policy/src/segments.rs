@@ -411,7 +411,7 @@ impl Walker {
     }
 
     fn simple(&mut self, simple: &ast::SimpleCommand, s: &Source) {
-        let text = s.slice(simple.location());
+        let text = s.slice(simple_span(simple));
         let mut assigns = Vec::new();
         let mut stdin = None;
         let mut raw_words: Vec<&ast::Word> = Vec::new();
@@ -625,6 +625,32 @@ impl Source<'_> {
             .trim()
             .to_string()
     }
+}
+
+/// Where a simple command's words are: from the first item that has a place to the last.
+/// brush-parser places no redirect, and a simple command's own span stops at its name when its
+/// last item is a redirect (`git push origin main 2>/dev/null` would read `git`); a redirect is a
+/// part of its own anyway.
+fn simple_span(simple: &ast::SimpleCommand) -> Option<brush_parser::SourceSpan> {
+    let prefix = simple.prefix.iter().flat_map(|p| p.0.iter());
+    let suffix = simple.suffix.iter().flat_map(|p| p.0.iter());
+    let mut spans = prefix
+        .filter_map(SourceLocation::location)
+        .chain(
+            simple
+                .word_or_name
+                .iter()
+                .filter_map(SourceLocation::location),
+        )
+        .chain(suffix.filter_map(SourceLocation::location));
+    let first = spans.next()?;
+    let end = spans
+        .last()
+        .map_or_else(|| first.end.clone(), |last| last.end);
+    Some(brush_parser::SourceSpan {
+        start: first.start,
+        end,
+    })
 }
 
 fn assignment_name(a: &ast::Assignment) -> String {

@@ -287,3 +287,29 @@ fn the_reviewers_bypasses_are_closed() {
         check(command, expected);
     }
 }
+
+/// The part a refusal or a question names is the whole command, its redirects aside: the
+/// parser places no redirect, so a trailing one once cut the part to the command's name.
+#[test]
+fn the_part_named_is_the_whole_command_before_its_redirects() {
+    for (command, part) in [
+        ("git push origin main 2>/dev/null", "git push origin main"),
+        (
+            "git push origin main >/dev/null 2>&1; ls",
+            "git push origin main",
+        ),
+        (
+            "FOO=1 git push -q origin <in.txt",
+            "FOO=1 git push -q origin",
+        ),
+        (
+            "git push 2>/dev/null origin main",
+            "git push 2>/dev/null origin main",
+        ),
+    ] {
+        match verdict(command) {
+            Verdict::Ask(f) => assert_eq!(f.part, part, "{command:?}"),
+            other => panic!("{command:?}: {other:?}"),
+        }
+    }
+}

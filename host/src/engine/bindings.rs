@@ -10,6 +10,19 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
+/// The `approval` interface a policy middleware component imports (`policy/middleware`): linked
+/// only for a component that imports it.
+pub mod approval_host {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        inline: "package dsh:host; world approval-host { import dsh:bash/approval@0.4.0; }",
+        world: "dsh:host/approval-host",
+        imports: { default: async | trappable },
+    });
+
+    pub use dsh::bash::approval as wit_approval;
+}
+
 pub use dsh::bash::agent as wit_agent;
 pub use dsh::bash::bash_executor as wit_ex;
 pub use exports::dsh::bash::tools as wit_tools;

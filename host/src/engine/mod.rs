@@ -88,6 +88,10 @@ pub struct HostOptions {
     pub component: ComponentSource,
     /// Cache directory for the compiled component; `None` compiles at every start.
     pub cache_dir: Option<PathBuf>,
+    /// The permission rules a policy middleware component (one importing
+    /// `dsh:bash/approval`) is given, and who it asks; `None` gives it no rules and nobody to
+    /// ask. The executor enforces its own rules either way.
+    pub rules: Option<crate::policy::Rules>,
 }
 
 impl HostOptions {
@@ -96,6 +100,7 @@ impl HostOptions {
         Self {
             component: ComponentSource::Embedded,
             cache_dir: default_cache_dir(),
+            rules: None,
         }
     }
 }
@@ -114,6 +119,8 @@ struct Inner {
     /// Calls that may hold an instance at once; later ones wait for a slot rather than fail
     /// when the pool is used up.
     calls: Arc<tokio::sync::Semaphore>,
+    /// What a policy middleware component's `approval` import reaches.
+    rules: Option<crate::policy::Rules>,
 }
 
 /// A store with its instance of the component.
@@ -158,6 +165,7 @@ impl ToolHost {
             instructions: String::new(),
             ready: std::sync::Mutex::new(None),
             calls: Arc::new(tokio::sync::Semaphore::new(CALL_SLOTS)),
+            rules: options.rules,
         };
         (inner.tools, inner.instructions) = inner.describe().await?;
         let host = Self {
@@ -329,7 +337,13 @@ impl Inner {
         abort: CancellationToken,
     ) -> wasmtime::Result<(Store<CallState>, bindings::ToolsComponent)> {
         let limiter = GuestLimiter::new(GUEST_MEMORY_LIMIT);
-        let state = CallState::new(self.executor.clone(), self.sessions.clone(), abort, limiter);
+        let state = CallState::new(
+            self.executor.clone(),
+            self.sessions.clone(),
+            abort,
+            limiter,
+            self.rules.clone(),
+        );
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         store.set_fuel(GUEST_FUEL)?;
@@ -448,6 +462,9 @@ fn engine_config(pooling: bool) -> wasmtime::Config {
 /// The interfaces the world imports, as the component names them.
 const WORLD_IMPORTS: [&str; 2] = ["dsh:bash/bash-executor@0.4.0", "dsh:bash/agent@0.4.0"];
 
+/// What a tools component composed with the policy middleware imports besides.
+const APPROVAL_IMPORT: &str = "dsh:bash/approval@0.4.0";
+
 /// Link the world's imports: the executor and agent interfaces, and nothing else. The tools
 /// component (built without WASI) imports exactly these two. A component that carries WASI
 /// imports as well (one built for `wasm32-wasip2`, such as tests/fault-guest) gets the pieces a
@@ -462,10 +479,16 @@ fn link(engine: &Engine, component: &Component) -> anyhow::Result<ToolsComponent
     for (name, _) in component.component_type().imports(engine) {
         if name.starts_with("wasi:") {
             imports_wasi = true;
+        } else if name == APPROVAL_IMPORT {
+            bindings::approval_host::ApprovalHost::add_to_linker::<_, HasSelf<CallState>>(
+                &mut linker,
+                |s| s,
+            )
+            .map_err(wasm_err)?;
         } else if !WORLD_IMPORTS.contains(&name) {
             anyhow::bail!(
                 "the component does not fit the dsh:bash/tools-component world: it imports `{name}`, \
-                 which this host does not provide (it provides {})",
+                 which this host does not provide (it provides {} and {APPROVAL_IMPORT})",
                 WORLD_IMPORTS.join(", ")
             );
         }

@@ -62,6 +62,16 @@ impl SessionGuard {
         self.owner = owner;
     }
 
+    /// Fails (a trap) unless `owner` is the calling session's: for imports other than the
+    /// executor's, which have no error case of their own for it.
+    pub fn check_own(&self, owner: Option<&str>) -> wasmtime::Result<()> {
+        if owner == self.owner.as_deref() {
+            Ok(())
+        } else {
+            wasmtime::bail!("the component spoke for another session than the caller's")
+        }
+    }
+
     pub fn limits(&self) -> Limits {
         self.executor.limits()
     }

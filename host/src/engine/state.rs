@@ -11,10 +11,12 @@ use tokio_util::sync::CancellationToken;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::bindings::approval_host::wit_approval;
 use super::bindings::{wit_agent, wit_ex};
 use super::limits::GuestLimiter;
 use super::session_guard::SessionGuard;
 use crate::inject::{Injection, SessionRouter, Source};
+use crate::policy::{Answer, Rules};
 
 pub struct CallState {
     /// The executor and the session router, as far as the calling session may reach them; the
@@ -24,6 +26,8 @@ pub struct CallState {
     /// Counts a foreground command's output for the caller's progress reports.
     pub(crate) meter: OutputMeter,
     pub(crate) limiter: GuestLimiter,
+    /// The permission rules a policy middleware component is given (`approval`).
+    rules: Option<Rules>,
     /// Made on the first WASI call only: a component without WASI imports never makes one.
     wasi: Option<WasiCtx>,
     table: ResourceTable,
@@ -35,12 +39,14 @@ impl CallState {
         sessions: SessionRouter,
         abort: CancellationToken,
         limiter: GuestLimiter,
+        rules: Option<Rules>,
     ) -> Self {
         Self {
             session: SessionGuard::new(executor, sessions),
             abort,
             meter: OutputMeter::new(),
             limiter,
+            rules,
             wasi: None,
             table: ResourceTable::new(),
         }
@@ -133,5 +139,60 @@ impl wit_agent::Host for CallState {
             .session
             .inject(injection)
             .map_err(|_| wit_agent::InjectError::UnknownOwner))
+    }
+}
+
+/// A policy middleware component's view of the rules: the files `--policy` named, the calling
+/// session's grants, and the calling session's person. The component cannot speak for another
+/// session: a question or a grants request naming another owner traps the call.
+impl wit_approval::Host for CallState {
+    async fn policy_files(&mut self) -> wasmtime::Result<Vec<wit_approval::PolicyFile>> {
+        Ok(self.rules.as_ref().map_or_else(Vec::new, |rules| {
+            rules
+                .sources()
+                .iter()
+                .map(|(name, text)| wit_approval::PolicyFile {
+                    name: name.clone(),
+                    text: text.clone(),
+                })
+                .collect()
+        }))
+    }
+
+    async fn home(&mut self) -> wasmtime::Result<Option<String>> {
+        Ok(self
+            .rules
+            .as_ref()
+            .and_then(|rules| rules.home().map(str::to_string)))
+    }
+
+    async fn grants(&mut self, owner: Option<String>) -> wasmtime::Result<Vec<String>> {
+        self.session.check_own(owner.as_deref())?;
+        Ok(self
+            .rules
+            .as_ref()
+            .map_or_else(Vec::new, |rules| rules.grants(owner.as_deref())))
+    }
+
+    async fn ask(&mut self, q: wit_approval::Question) -> wasmtime::Result<wit_approval::Answer> {
+        self.session.check_own(q.owner.as_deref())?;
+        let Some(rules) = &self.rules else {
+            return Ok(wit_approval::Answer::CannotAsk);
+        };
+        let answer = match rules
+            .ask(q.owner.as_deref(), &q.command, &q.cwd, &self.abort)
+            .await
+        {
+            Ok(answer) => answer,
+            // Aborted while the person was asked: the command does not run.
+            Err(_) => Answer::Declined,
+        };
+        Ok(match answer {
+            Answer::Once => wit_approval::Answer::Once,
+            Answer::Session => wit_approval::Answer::Session,
+            Answer::Declined => wit_approval::Answer::Declined,
+            Answer::TimedOut => wit_approval::Answer::TimedOut(rules.waited_ms()),
+            Answer::CannotAsk => wit_approval::Answer::CannotAsk,
+        })
     }
 }

@@ -1,125 +1,167 @@
-//! An executor middleware component: it imports `dsh:bash/bash-executor@0.4.0` (the real
-//! executor) and exports the same interface, so that a composition can put it in front of the
-//! tools component's executor import without rebuilding the tools:
+//! The permission rules of `dsh-policy` as an executor middleware component: it imports
+//! `dsh:bash/bash-executor@0.4.0` (the real executor) and `dsh:bash/approval@0.4.0` (the rules,
+//! the session's grants and the person to ask), and exports `bash-executor`, so that a
+//! composition puts it in front of the tools component's executor import without rebuilding the
+//! tools (world `dsh:bash/policy-middleware`):
 //!
 //! ```sh
-//! examples/policy-executor/compose.sh target/guest-wasm/guest_tools.wasm target/composed.wasm
-//! dsh-host --component target/composed.wasm call bash '{"command":"echo rm -rf /","description":"Try it"}'
+//! policy/middleware/compose.sh target/guest-wasm/guest_tools.wasm target/policy-tools.wasm
 //! ```
 //!
-//! `compose.sh` builds this crate for `wasm32-unknown-unknown` (so the component imports no WASI,
-//! only `bash-executor`), wraps the core module into a component with `src/bin/componentize.rs`
-//! and runs `wac compose compose.wac` (see there why it is `wac compose` and not `wac plug`).
+//! Every `run` and `start` is decided by the same engine and the same refusal wording as
+//! `dsh-host --policy` (`dsh_policy::decide`): allowed ones reach the imported executor
+//! unchanged; denied ones fail with `refused`; one that needs approval is put to the host's
+//! `approval.ask` and runs only on `once` or `session`. The other operations pass through. The
+//! component keeps nothing between calls but the parsed rules: the grants are the host's.
 //!
-//! The policy is compile-time configuration, in [`policy`]: commands matching one of
-//! [`policy::REFUSED_PATTERNS`] are refused with `invalid-request`
-//! (`command refused by policy: matches "rm -rf /"`), and every foreground timeout is capped at
-//! [`policy::MAX_TIMEOUT_MS`] (the limits the tools describe to the model say so). Everything
-//! else passes through unchanged, the real executor's sandbox and its denials included. The component is built only for `wasm32`; natively the crate
-//! is the policy and its tests.
-
-pub mod policy {
-    //! The policy, as constants: edit them and rebuild this component (not the tools).
-
-    /// Commands containing one of these (after collapsing runs of whitespace) are refused.
-    pub const REFUSED_PATTERNS: &[&str] = &[
-        "rm -rf /",
-        "rm -fr /",
-        "mkfs",
-        "dd if=/dev/zero of=/dev/",
-        ":(){ :|:& };:",
-    ];
-
-    /// The largest foreground timeout, in milliseconds, whatever the call or executor asks for.
-    pub const MAX_TIMEOUT_MS: f64 = 1000.0;
-
-    /// The refusal message for `command`, if a pattern matches it.
-    pub fn refusal(command: &str) -> Option<String> {
-        let normalized = command.split_whitespace().collect::<Vec<_>>().join(" ");
-        REFUSED_PATTERNS
-            .iter()
-            .find(|pattern| normalized.contains(*pattern))
-            .map(|pattern| format!("command refused by policy: matches {pattern:?}"))
-    }
-
-    /// A timeout with the cap applied.
-    pub fn cap(timeout_ms: f64) -> f64 {
-        timeout_ms.min(MAX_TIMEOUT_MS)
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn refuses_matching_commands_whatever_the_spacing() {
-            assert_eq!(
-                refusal("echo hi &&  rm   -rf  /tmp/x").as_deref(),
-                Some(r#"command refused by policy: matches "rm -rf /""#)
-            );
-            assert!(refusal("mkfs.ext4 /dev/sda1").is_some());
-            assert_eq!(refusal("rm -rf ./build"), None);
-            assert_eq!(refusal("printf 'hello\\n'"), None);
-        }
-
-        #[test]
-        fn caps_timeouts() {
-            assert_eq!(cap(100_000.0), MAX_TIMEOUT_MS);
-            assert_eq!(cap(50.0), 50.0);
-        }
-    }
-}
+//! `compose.sh` builds this crate for `wasm32-unknown-unknown` (so the component imports no
+//! WASI), wraps the core module into a component with `src/bin/componentize.rs` and runs
+//! `wac compose compose.wac`. Natively the crate is empty.
 
 #[cfg(target_arch = "wasm32")]
 mod component {
     wit_bindgen::generate!({
-        path: ["../../wit", "wit"],
-        world: "dsh:policy-executor/policy-executor",
-        // The bash-executor interface lives in another package (../../wit): generate it here.
-        generate_all,
+        path: "../../wit",
+        world: "policy-middleware",
     });
 
-    use crate::policy;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use dsh::bash::approval;
     use dsh::bash::bash_executor as inner;
+    use dsh_policy::decide::{self, Answer, RefusedKind};
+    use dsh_policy::{Call, Grants, Policy, Verdict};
     use exports::dsh::bash::bash_executor as outer;
+    use exports::dsh::bash::policy_check;
 
-    struct Policy;
+    struct Middleware;
 
-    impl outer::Guest for Policy {
+    type Sources = Vec<(String, String)>;
+
+    thread_local! {
+        /// The rules parsed from the files the host gave last: a host gives the same files to
+        /// every call, so an instance that serves several parses them once.
+        static PARSED: RefCell<Option<(Sources, Rc<Policy>)>> = const { RefCell::new(None) };
+    }
+
+    fn sources(files: Vec<approval::PolicyFile>) -> Sources {
+        files.into_iter().map(|f| (f.name, f.text)).collect()
+    }
+
+    fn policy() -> Result<Rc<Policy>, outer::ExecutorError> {
+        let files = sources(approval::policy_files());
+        if let Some(policy) = PARSED.with_borrow(|p| {
+            p.as_ref()
+                .filter(|(s, _)| *s == files)
+                .map(|(_, policy)| policy.clone())
+        }) {
+            return Ok(policy);
+        }
+        // Files that do not load refuse every command: nothing runs on rules half read.
+        let policy = Rc::new(Policy::from_sources(&files).map_err(|e| {
+            outer::ExecutorError::Internal(format!("the policy files do not load: {e}"))
+        })?);
+        PARSED.set(Some((files, policy.clone())));
+        Ok(policy)
+    }
+
+    fn grants(owner: Option<&str>) -> Grants {
+        let mut grants = Grants::default();
+        for rule in approval::grants(owner) {
+            // The host records only session rules this engine wrote; one that does not parse
+            // grants nothing.
+            let _ = grants.add(&rule);
+        }
+        grants
+    }
+
+    /// Refuse `spec` unless the policy allows it or the person behind its session approves it.
+    fn check(spec: &outer::Spec) -> Result<(), outer::ExecutorError> {
+        let policy = policy()?;
+        let home = approval::home();
+        let call = Call {
+            command: &spec.command,
+            cwd: &spec.workdir,
+            home: home.as_deref(),
+        };
+        let finding = match policy.evaluate(&call, &grants(spec.owner.as_deref())) {
+            Verdict::Allow => return Ok(()),
+            Verdict::Deny(finding) => return Err(refused(decide::refusal(finding, None), None)),
+            Verdict::Ask(finding) => finding,
+        };
+        let q = decide::question(&finding, &spec.command, &spec.workdir);
+        let answer = approval::ask(&approval::Question {
+            owner: spec.owner.clone(),
+            command: q.command,
+            cwd: q.cwd,
+            parts: q.parts,
+            rule: q.rule,
+            source: q.source,
+            construct: q.construct,
+            session_rule: q.session_rule,
+        });
+        let (answer, waited_ms) = match answer {
+            approval::Answer::Once | approval::Answer::Session => return Ok(()),
+            approval::Answer::Declined => (Answer::Declined, None),
+            approval::Answer::TimedOut(ms) => (Answer::TimedOut, Some(ms)),
+            approval::Answer::CannotAsk => (Answer::CannotAsk, None),
+        };
+        Err(refused(decide::refusal(finding, Some(answer)), waited_ms))
+    }
+
+    fn refused(r: decide::Refused, waited_ms: Option<u32>) -> outer::ExecutorError {
+        outer::ExecutorError::Refused(outer::PolicyRefusal {
+            kind: match r.kind {
+                RefusedKind::Denied => outer::RefusalKind::Denied,
+                RefusedKind::Declined => outer::RefusalKind::Declined,
+                RefusedKind::TimedOut => outer::RefusalKind::TimedOut,
+                RefusedKind::CannotAsk => outer::RefusalKind::CannotAsk,
+                RefusedKind::NotAnalysable => outer::RefusalKind::NotAnalysable,
+            },
+            part: r.part,
+            rule: r.rule,
+            source: r.source,
+            message: r.message,
+            allow_rule: r.allow_rule,
+            waited_ms,
+        })
+    }
+
+    impl policy_check::Guest for Middleware {
+        fn check(files: Vec<approval::PolicyFile>) -> Result<u32, String> {
+            Policy::from_sources(&sources(files))
+                .map(|p| u32::try_from(p.rule_count()).unwrap_or(u32::MAX))
+                .map_err(|e| e.to_string())
+        }
+    }
+
+    impl outer::Guest for Middleware {
         fn current_limits() -> outer::Limits {
             let l = inner::current_limits();
             outer::Limits {
-                default_timeout_ms: policy::cap(l.default_timeout_ms),
-                max_timeout_ms: policy::cap(l.max_timeout_ms),
+                default_timeout_ms: l.default_timeout_ms,
+                max_timeout_ms: l.max_timeout_ms,
                 max_output_bytes: l.max_output_bytes,
                 grace_ms: l.grace_ms,
-                // The real executor's sandbox confines every command this policy lets through.
                 sandbox: l.sandbox.map(sandbox_policy),
             }
         }
 
         fn resolve(req: outer::Request) -> Result<outer::Spec, outer::ExecutorError> {
-            refuse(&req.command)?;
-            let spec = inner::resolve(&inner::Request {
+            inner::resolve(&inner::Request {
                 command: req.command,
                 workdir: req.workdir,
                 timeout_ms: req.timeout_ms,
                 owner: req.owner,
             })
-            .map_err(error)?;
-            Ok(outer::Spec {
-                timeout_ms: policy::cap(spec.timeout_ms),
-                ..spec_out(spec)
-            })
+            .map(spec_out)
+            .map_err(error)
         }
 
         fn run(spec: outer::Spec) -> Result<outer::RunResult, outer::ExecutorError> {
-            refuse(&spec.command)?;
-            let spec = inner::Spec {
-                timeout_ms: policy::cap(spec.timeout_ms),
-                ..spec_in(spec)
-            };
-            let r = inner::run(&spec).map_err(error)?;
+            check(&spec)?;
+            let r = inner::run(&spec_in(spec)).map_err(error)?;
             Ok(outer::RunResult {
                 exit_code: r.exit_code,
                 signal: r.signal,
@@ -129,8 +171,6 @@ mod component {
                 stdout: stream_output(r.stdout),
                 stderr: stream_output(r.stderr),
                 leftover_processes: r.leftover_processes,
-                // A command past the executor's foreground limit is a task like a started one,
-                // which this policy lets through too.
                 yielded: r.yielded.map(|y| outer::Yielded {
                     task: task(y.task),
                     after_ms: y.after_ms,
@@ -140,7 +180,7 @@ mod component {
         }
 
         fn start(spec: outer::Spec) -> Result<outer::Task, outer::ExecutorError> {
-            refuse(&spec.command)?;
+            check(&spec)?;
             inner::start(&spec_in(spec)).map(task).map_err(error)
         }
 
@@ -168,13 +208,6 @@ mod component {
 
         fn list_tasks() -> Vec<outer::Task> {
             inner::list_tasks().into_iter().map(task).collect()
-        }
-    }
-
-    fn refuse(command: &str) -> Result<(), outer::ExecutorError> {
-        match policy::refusal(command) {
-            Some(message) => Err(outer::ExecutorError::InvalidRequest(message)),
-            None => Ok(()),
         }
     }
 
@@ -303,5 +336,5 @@ mod component {
         }
     }
 
-    export!(Policy);
+    export!(Middleware);
 }
