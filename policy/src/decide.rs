@@ -121,3 +121,43 @@ pub fn refusal(finding: Finding, answer: Option<Answer>) -> Refused {
         },
     }
 }
+
+/// `text` as a person or a model may safely read it: line breaks, tabs and other control
+/// characters (a carriage return redraws a terminal's line), and the invisible characters that
+/// reorder or hide text (bidirectional overrides and isolates, zero-width characters, the byte
+/// order mark, the soft hyphen), written as escapes, so that what is shown is what runs.
+pub fn visible(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            '\u{00ad}'
+            | '\u{061c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{feff}' => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::visible;
+
+    #[test]
+    fn hidden_and_reordering_characters_are_shown_as_escapes() {
+        assert_eq!(visible("ls\rrm -rf ~"), "ls\\rrm -rf ~");
+        assert_eq!(visible("echo \u{202e}fr- mr"), "echo \\u{202e}fr- mr");
+        assert_eq!(visible("r\u{200b}m"), "r\\u{200b}m");
+        assert_eq!(visible("a\nb\tc\u{1b}[2J"), "a\\nb\\tc\\x1b[2J");
+        assert_eq!(visible("git push \u{e9}t\u{e9}"), "git push \u{e9}t\u{e9}");
+    }
+}

@@ -636,18 +636,9 @@ fn resolve(path: &str, call: &Call) -> Option<String> {
     })
 }
 
-/// A part shown on one line: control characters escaped, long parts cut.
+/// A part shown on one line, its hidden characters escaped ([`decide::visible`]).
 fn escape(text: &str) -> String {
-    let mut out = String::new();
-    for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
+    decide::visible(text)
 }
 
 /// The command names of every segment the engine finds in `command` (after quote removal, in

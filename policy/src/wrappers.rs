@@ -270,6 +270,100 @@ fn options_of(name: &str) -> Option<Options> {
             positional: 1,
             ..NONE
         },
+        "fakeroot" => Options {
+            with_value: &["l", "lib", "faked", "s", "i", "b"],
+            flags: &["u", "unknown-is-real"],
+            ..NONE
+        },
+        "unshare" => Options {
+            with_value: &[
+                "R",
+                "root",
+                "w",
+                "wd",
+                "S",
+                "setuid",
+                "G",
+                "setgid",
+                "propagation",
+                "setgroups",
+                "map-user",
+                "map-group",
+                "map-users",
+                "map-groups",
+                "monotonic",
+                "boottime",
+            ],
+            flags: &[
+                "m",
+                "mount",
+                "u",
+                "uts",
+                "i",
+                "ipc",
+                "n",
+                "net",
+                "p",
+                "pid",
+                "U",
+                "user",
+                "C",
+                "cgroup",
+                "T",
+                "time",
+                "f",
+                "fork",
+                "r",
+                "map-root-user",
+                "c",
+                "map-current-user",
+                "map-auto",
+                "kill-child",
+                "mount-proc",
+                "mount-binfmt",
+                "keep-caps",
+            ],
+            ..NONE
+        },
+        "nsenter" => Options {
+            with_value: &["t", "target", "S", "setuid", "G", "setgid"],
+            flags: &[
+                "a",
+                "all",
+                "m",
+                "mount",
+                "u",
+                "uts",
+                "i",
+                "ipc",
+                "n",
+                "net",
+                "p",
+                "pid",
+                "U",
+                "user",
+                "C",
+                "cgroup",
+                "T",
+                "time",
+                "r",
+                "root",
+                "w",
+                "wd",
+                "F",
+                "no-fork",
+                "preserve-credentials",
+                "keep-caps",
+                "Z",
+                "follow-context",
+            ],
+            ..NONE
+        },
+        "pkexec" => Options {
+            with_value: &["user"],
+            flags: &["disable-internal-agent", "keep-cwd"],
+            ..NONE
+        },
         "unbuffer" => Options {
             flags: &["p"],
             ..NONE
@@ -490,6 +584,20 @@ fn options_of(name: &str) -> Option<Options> {
 
 /// Shells, and the options they take.
 const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "rbash"];
+/// Shells of other languages: what they are given to run cannot be analysed as bash.
+const OTHER_SHELLS: &[&str] = &[
+    "fish",
+    "csh",
+    "tcsh",
+    "nu",
+    "elvish",
+    "xonsh",
+    "pwsh",
+    "powershell",
+    "rc",
+    "es",
+    "ion",
+];
 /// Interpreters that read their program from standard input when given none.
 const INTERPRETERS: &[&str] = &[
     "python", "python2", "python3", "perl", "ruby", "node", "nodejs", "php", "lua", "Rscript",
@@ -723,15 +831,27 @@ pub(crate) fn analyse(words: &[Word], stdin: Option<&StdinSource>) -> Analysis {
     if let Some(spec) = options_of(name) {
         wrapper(name, words, &spec, &mut out);
         // Who runs the command, or what a name runs, changes: the wrapper needs an allow too.
-        out.own_check |= matches!(name, "sudo" | "doas" | "chroot" | "setpriv");
+        out.own_check |= matches!(
+            name,
+            "sudo" | "doas" | "chroot" | "setpriv" | "pkexec" | "unshare" | "nsenter"
+        );
         return out;
     }
     if SHELLS.contains(&name) {
         shell(words, stdin, &mut out);
         return out;
     }
+    // Given no arguments, such a shell runs what it reads: a pipe, a file, the terminal.
+    if OTHER_SHELLS.contains(&name) {
+        out.unanalysable = Some(format!(
+            "code for {name}, a shell whose language the policy does not parse"
+        ));
+        return out;
+    }
     match name {
-        "busybox" if words.len() > 1 => out.inner.push(Inner::Command(words[1..].to_vec())),
+        "busybox" | "toybox" if words.len() > 1 => {
+            out.inner.push(Inner::Command(words[1..].to_vec()))
+        }
         "eval" => out.inner.push(
             match joined(&words[1..])
                 .map(|c| c.strip_prefix("-- ").map(str::to_string).unwrap_or(c))

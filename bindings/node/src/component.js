@@ -22,19 +22,27 @@ import { COMPONENT_FILE, JCO_VERSION, transpileComponent, writeTranspiled } from
 
 const BUNDLED_DIR = fileURLToPath(new URL("../generated/", import.meta.url));
 
-/** The interfaces a tools component may import: the host links these and nothing else. */
-export const LINKED = Object.freeze(["dsh:bash/bash-executor", "dsh:bash/agent"]);
+/**
+ * The interfaces a tools component may import: the host links these and nothing else.
+ * `approval` is imported only by a component composed with the policy middleware
+ * (policy/middleware/compose.sh); the host serves it from `new Tools({ policy, approve })`.
+ */
+export const LINKED = Object.freeze(["dsh:bash/bash-executor", "dsh:bash/agent", "dsh:bash/approval"]);
+
+/** The interface a component imports when permission rules are enforced inside it. */
+export const APPROVAL = "dsh:bash/approval";
 
 /** The WIT package version whose interfaces the host supplies. */
 export const WIT_VERSION = "0.4.0";
 
-/** Refuses a component that imports anything but the two `dsh:bash` interfaces, naming it. */
+/** Refuses a component that imports anything but the `dsh:bash` interfaces above, naming it. */
 export function checkImports(imports) {
   const extra = imports.filter((name) => !LINKED.includes(name.split("@")[0]));
   if (extra.length > 0) {
+    const linked = LINKED.map((n) => `${n}@${WIT_VERSION}`);
     throw new Error(
       `the component imports ${extra.join(", ")}, which this host does not provide ` +
-        `(it links only ${LINKED.map((n) => `${n}@${WIT_VERSION}`).join(" and ")})`,
+        `(it links only ${linked.slice(0, -1).join(", ")} and ${linked.at(-1)})`,
     );
   }
 }
@@ -57,6 +65,11 @@ export class PreparedComponent {
         }
       }
     }
+  }
+
+  /** Whether it imports `dsh:bash/approval`, so enforces permission rules the host gives it. */
+  get importsApproval() {
+    return this.imports.some((name) => name.split("@")[0] === APPROVAL);
   }
 
   /** The component's own bytes (what `dsh-host` embeds, for the bundled one). */
@@ -111,7 +124,8 @@ function cacheRoot() {
 
 /**
  * Loads another tools component (a path or its bytes), transpiling it with jco (an optional peer
- * dependency) on first use. Refuses one that imports more than the two `dsh:bash` interfaces.
+ * dependency) on first use. Refuses one that imports anything but the `dsh:bash` interfaces of
+ * `LINKED`.
  */
 export async function loadComponent(source) {
   let bytes;

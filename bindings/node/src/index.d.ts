@@ -194,24 +194,69 @@ export declare class PreparedComponent {
   private constructor();
   /** The interfaces it imports (unversioned, as jco reports them). */
   readonly imports: string[];
+  /** Whether it imports `dsh:bash/approval` (composed with the policy middleware). */
+  readonly importsApproval: boolean;
   bytes(): Uint8Array;
 }
 
-/** The two interfaces the host links. */
-export declare const LINKED: readonly ["dsh:bash/bash-executor", "dsh:bash/agent"];
+/** The interfaces the host links (`approval` only for a component that imports it). */
+export declare const LINKED: readonly ["dsh:bash/bash-executor", "dsh:bash/agent", "dsh:bash/approval"];
 export declare const WIT_VERSION: string;
 
 /**
  * Loads another tools component (a path or its bytes); needs @bytecodealliance/jco installed.
- * Rejects one that imports anything but the two `dsh:bash` interfaces, naming the import.
+ * Rejects one that imports anything but the `dsh:bash` interfaces of `LINKED`, naming the import.
  */
 export declare function loadComponent(source: string | Uint8Array): Promise<PreparedComponent>;
+
+/** A policy file given by its text; `name` is what refusals and errors cite (`p.toml:4`). */
+export interface PolicyFile {
+  name: string;
+  /** TOML, or JSON when `name` ends in `.json`. */
+  text: string;
+}
+
+/** What the `approve` callback is asked about a command that needs approval. */
+export interface ApprovalQuestion {
+  /** The session's owner token; `null` for a call without a session. */
+  owner: string | null;
+  /** The whole command, every line of it. */
+  command: string;
+  /** Where it would run. */
+  cwd: string;
+  /** The parts of it that need approval. */
+  parts: string[];
+  /** The rule that asked, as written; `null` for the default or a part that cannot be analysed. */
+  rule: string | null;
+  /** Where that rule or default is set: `FILE:LINE`. */
+  source: string | null;
+  /** Why the part cannot be analysed, if that is why. */
+  construct: string | null;
+  /** The rule "session" grants for the rest of the session; `null` when only "once" can be given. */
+  sessionRule: string | null;
+}
+
+/** Run it this once, run it and grant the session rule, or refuse. Anything else refuses. */
+export type ApprovalAnswer = "once" | "session" | "decline";
 
 export interface ToolsOptions {
   /** Default: a LocalExecutor with the contract's defaults. */
   executor?: Executor;
   /** Default: the bundled component. */
   component?: PreparedComponent;
+  /**
+   * Permission rules: policy file paths (read at construction) or `{ name, text }`, in order.
+   * Needs a component composed with the policy middleware (one importing `dsh:bash/approval`);
+   * files that do not load throw at construction, naming the file and line.
+   */
+  policy?: (string | PolicyFile)[];
+  /**
+   * Asked about each command that needs approval; a throw, a rejection or another answer
+   * declines. Without it, such a command is refused as nobody can be asked.
+   */
+  approve?: (question: ApprovalQuestion) => ApprovalAnswer | Promise<ApprovalAnswer>;
+  /** How long `approve` is given (ms, a whole number); default 50000. */
+  approveTimeoutMs?: number;
 }
 
 export interface SessionOptions {
@@ -235,6 +280,8 @@ export declare class Session {
   call(name: string, args?: unknown, options?: CallOptions): Promise<ToolResult>;
   /** The notices not taken yet, oldest first; empties the list. */
   takeNotices(): Notice[];
+  /** The rules `approve` granted "for this session" so far; none once the session is closed. */
+  grants(): string[];
   /** Stops the session's running tasks and waits for them to end. */
   close(): Promise<void>;
 }

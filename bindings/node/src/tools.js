@@ -5,6 +5,7 @@
 import { randomBytes } from "node:crypto";
 import { isAbsolute } from "node:path";
 
+import { Approver, approveTimeout, checkPolicy, homeDir, policyFiles, requireApproval } from "./approval.js";
 import { PreparedComponent, WIT_VERSION, bundledComponent } from "./component.js";
 import { definitionsIn } from "./definitions.js";
 import { LocalExecutor } from "./executor.js";
@@ -57,6 +58,11 @@ export class Session {
     return this.#tools.call(name, args, this, options);
   }
 
+  /** The rules allowed "for this session" by the `approve` callback so far; none once closed. */
+  grants() {
+    return this.#tools.grantsOf(this.owner);
+  }
+
   /** The notices not taken yet, oldest first (also those handed to `onNotice`); empties the list. */
   takeNotices() {
     return this.#notices.splice(0);
@@ -88,7 +94,10 @@ export class Session {
   }
 }
 
-/** The bash tools: the bundled component (or another) linked to an executor. */
+/**
+ * The bash tools: the bundled component (or another) linked to an executor; with `policy`, a
+ * component composed with the policy middleware enforcing those rules, asking `approve`.
+ */
 export class Tools {
   #component;
   /** A fresh instance made between calls for the next one; each instance serves one call. */
@@ -97,10 +106,14 @@ export class Tools {
   #sessions = new Map();
   #definitions;
   #closed = false;
+  /** The policy files handed to the component, `{ name, text }`; none without `policy`. */
+  #policyFiles = [];
+  #home = homeDir();
+  #approver;
 
   constructor(options = {}) {
-    checkOptions("new Tools", options, ["executor", "component"]);
-    const { executor = new LocalExecutor(), component } = options;
+    checkOptions("new Tools", options, ["executor", "component", "policy", "approve", "approveTimeoutMs"]);
+    const { executor = new LocalExecutor(), component, policy, approve, approveTimeoutMs } = options;
     if (component === undefined) {
       if (BUNDLED instanceof Error) throw BUNDLED;
       this.#component = BUNDLED;
@@ -112,6 +125,18 @@ export class Tools {
     const missing = EXECUTOR_FUNCTIONS.filter((f) => typeof executor?.[f] !== "function");
     if (missing.length > 0) throw new TypeError(`executor: missing the bash-executor function(s) ${missing.join(", ")}`);
     this.executor = executor;
+
+    const permissions = Object.entries({ policy, approve, approveTimeoutMs }).filter(([, v]) => v !== undefined);
+    if (permissions.length > 0) requireApproval(this.#component, permissions.map(([k]) => k));
+    if (approve !== undefined && typeof approve !== "function") {
+      throw new TypeError(`approve: expected a function, got ${approve === null ? "null" : typeof approve}`);
+    }
+    this.#approver = new Approver(approve, approveTimeout(approveTimeoutMs), (owner) => this.#sessions.has(owner));
+    if (policy !== undefined) {
+      this.#policyFiles = policyFiles(policy);
+      checkPolicy(this.#fresh().exports, this.#policyFiles);
+    }
+
     /** Messages the host could not act on (a notice for a task that was not delivered). */
     this.log = [];
 
@@ -177,7 +202,7 @@ export class Tools {
     if (signal !== undefined && !(signal instanceof AbortSignal)) throw new TypeError("signal: expected an AbortSignal");
     const caller = { owner: session?.owner, cwd: session?.cwd };
     const text = argumentsText(args);
-    const r = await callWithReplay((step) => this.#instance(step, signal).callTool(name, text, caller));
+    const r = await callWithReplay((step) => this.#instance(step, signal, caller.owner).callTool(name, text, caller));
     return { text: r.text, isError: r.isError, errorCode: r.errorCode ?? null };
   }
 
@@ -190,6 +215,12 @@ export class Tools {
   /** @internal */
   forget(session) {
     this.#sessions.delete(session.owner);
+    this.#approver.forget(session.owner);
+  }
+
+  /** @internal */
+  grantsOf(owner) {
+    return this.#approver.grants(owner);
   }
 
   /** @internal */
@@ -204,17 +235,18 @@ export class Tools {
   }
 
   /**
-   * A fresh instance's exports for one call, its executor calls going through `step` (a call's
-   * replay journal; straight through by default) and `run` getting `signal`. Instantiating
+   * A fresh instance's exports for one call, its executor and approval calls going through
+   * `step` (a call's replay journal; straight through by default), `run` and `ask` getting
+   * `signal`, and `owner` the only session it may ask about. Instantiating
    * costs milliseconds, so the next instance is made on the event loop after this one is taken:
    * between calls, or while a pass's command runs.
    */
-  #instance(step = (op, perform) => perform(), signal = undefined) {
+  #instance(step = (op, perform) => perform(), signal = undefined, owner = undefined) {
     const fresh = this.#ready ?? this.#fresh();
     this.#ready = null;
     this.#refill();
-    Object.assign(fresh.binding, { step, signal });
-    return fresh.tools;
+    Object.assign(fresh.binding, { step, signal, owner });
+    return fresh.exports.tools;
   }
 
   #refill() {
@@ -228,11 +260,15 @@ export class Tools {
   }
 
   #fresh() {
-    const binding = { step: null, signal: undefined };
-    return { binding, tools: this.#component.instantiate(this.#linked(binding)).tools };
+    const binding = { step: (op, perform) => perform(), signal: undefined, owner: undefined };
+    return { binding, exports: this.#component.instantiate(this.#linked(binding)) };
   }
 
-  /** The two interfaces for one instance, its executor calls routed through `binding.step`. */
+  /**
+   * The interfaces for one instance, its executor and approval calls routed through
+   * `binding.step`: the approval answers are journaled like executor results, so that a pass
+   * replaying the journal sees the same grants and answers (and the person is asked once).
+   */
   #linked(binding) {
     const executor = this.executor;
     const step = (op, perform) => binding.step(op, perform);
@@ -248,9 +284,22 @@ export class Tools {
       listTasks: () => step("listTasks", () => executor.listTasks()),
     };
     const agent = { inject: (owner, text, source) => this.#inject(owner, text, source) };
+    // The component speaks only for the session of the call it serves, as in dsh-host: asking
+    // about another session, or reading its grants, is a bug that traps the call.
+    const own = (owner) => {
+      if (owner !== binding.owner) {
+        throw new Error(`the component named the session ${JSON.stringify(owner ?? null)} in a call of ${JSON.stringify(binding.owner ?? null)}`);
+      }
+    };
+    const approval = {
+      policyFiles: () => step("policyFiles", () => this.#policyFiles.map((f) => ({ ...f }))),
+      home: () => step("home", () => this.#home),
+      grants: (owner) => step("grants", () => (own(owner), this.#approver.grants(owner))),
+      ask: (q) => step("ask", () => (own(q.owner), this.#approver.ask(q, binding.signal))),
+    };
     // jco's glue looks the imports up by unversioned name while its declarations name the
     // versioned ones; both spellings point at the same objects.
-    const byName = { "dsh:bash/bash-executor": bashExecutor, "dsh:bash/agent": agent };
+    const byName = { "dsh:bash/bash-executor": bashExecutor, "dsh:bash/agent": agent, "dsh:bash/approval": approval };
     const imports = { ...byName };
     for (const [name, value] of Object.entries(byName)) imports[`${name}@${WIT_VERSION}`] = value;
     return imports;

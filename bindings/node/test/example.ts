@@ -1,5 +1,5 @@
 // Type-checked (tsc --noEmit, strict) against the package's declarations by tests/bindings_node.rs.
-import { LocalExecutor, Tools, type Notice, type ToolResult } from "dsh-tools";
+import { LocalExecutor, Tools, type ApprovalQuestion, type Notice, type ToolResult, type ToolsOptions } from "dsh-tools";
 import { aiTools } from "dsh-tools/ai";
 
 const tools = new Tools({ executor: new LocalExecutor({ graceMs: 500, envDeny: ["*_PAT"] }) });
@@ -14,4 +14,11 @@ const set = aiTools(tools, session);
 const text: unknown = await set.bash.execute?.({ command: "true" }, { toolCallId: "1", messages: [] });
 await session.close();
 await tools.close();
-console.log(code, names, schema, instructions, text, seen.length);
+// Permission options need a composed component, so these are only type-checked here.
+const permissions: ToolsOptions = {
+  policy: ["permissions.toml", { name: "inline.toml", text: "[permissions]\n" }],
+  approve: async (q: ApprovalQuestion) => (q.sessionRule !== null ? "session" : "once"),
+  approveTimeoutMs: 30_000,
+};
+const granted: string[] = session.grants();
+console.log(code, names, schema, instructions, text, seen.length, permissions, granted);

@@ -14,6 +14,7 @@ use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema, Enu
 use rmcp::service::{ElicitationMode, Peer, RoleServer, ServiceError};
 
 use crate::policy::{Answer, Approver, Question};
+use dsh_policy::decide::visible;
 
 /// The property of the answer, and its values.
 const CHOICE: &str = "decision";
@@ -81,12 +82,14 @@ impl Approver for Elicitation {
 /// What the person reads.
 fn message(q: &Question) -> String {
     let mut out = String::from("A command needs your approval before it runs.\n\nCommand:\n");
-    for line in q.command.lines() {
+    // Line by line, each shown with its hidden characters escaped (a carriage return or a
+    // bidirectional override would make the person read another command than the one that runs).
+    for line in q.command.split('\n') {
         out.push_str("    ");
-        out.push_str(line);
+        out.push_str(&visible(line));
         out.push('\n');
     }
-    out.push_str(&format!("\nWorking directory: {}\n", q.cwd));
+    out.push_str(&format!("\nWorking directory: {}\n", visible(&q.cwd)));
     if !q.parts.is_empty() {
         out.push_str("\nNeeds approval:\n");
         for part in &q.parts {
@@ -123,4 +126,30 @@ fn schema(q: &Question) -> Option<ElicitationSchema> {
         .title("Permission")
         .build()
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The person reads the command that runs: a carriage return cannot redraw the line, a
+    /// bidirectional override cannot reverse it, and every line is shown.
+    #[test]
+    fn the_message_shows_hidden_characters_and_every_line() {
+        let q = Question {
+            command: "ls\rrm -rf ~ # \u{202e}sl\nsecond line\r\n".into(),
+            cwd: "/work".into(),
+            parts: vec!["rm -rf ~".into()],
+            rule: Some("Bash(rm *)".into()),
+            source: Some("p.toml:3".into()),
+            construct: None,
+            session_rule: None,
+        };
+        let m = message(&q);
+        assert!(
+            m.contains("    ls\\rrm -rf ~ # \\u{202e}sl\n    second line\\r\n"),
+            "{m}"
+        );
+        assert!(!m.contains('\r') && !m.contains('\u{202e}'), "{m}");
+    }
 }

@@ -11,6 +11,7 @@ with wasmtime; this package links it to an executor that runs the commands (by d
         print(result.text, result.is_error)
 """
 
+from .approval import ApproveCallback, PolicyError, PolicySource, Question
 from .component import ComponentError, bundled_component
 from .definitions import Annotations, ToolDefinition
 from .executor import EnvPolicy, Executor, ExecutorError, LocalExecutor
@@ -18,6 +19,7 @@ from .tools import Notice, NoticeCallback, NoticeSource, Session, ToolResult, To
 
 __all__ = [
     "Annotations",
+    "ApproveCallback",
     "ComponentError",
     "EnvPolicy",
     "Executor",
@@ -25,6 +27,9 @@ __all__ = [
     "Notice",
     "NoticeCallback",
     "NoticeSource",
+    "PolicyError",
+    "PolicySource",
+    "Question",
     "Session",
     "LocalExecutor",
     "ToolDefinition",

@@ -1,9 +1,10 @@
-"""Loading the tools component and linking its two imports.
+"""Loading the tools component and linking its imports.
 
-The component imports `dsh:bash/bash-executor` and `dsh:bash/agent` and nothing else (no WASI),
-so the linker holds those two and nothing else: a component that imports more is refused at
-load, naming what it imports. Every export call runs in a fresh instance: the component keeps no
-state between calls, and a trap cannot leave a poisoned instance behind.
+The tools component imports `dsh:bash/bash-executor` and `dsh:bash/agent` and nothing else (no
+WASI); composed with the policy middleware it also imports `dsh:bash/approval`. The linker holds
+those three and nothing else: a component that imports more is refused at load, naming what it
+imports. Every export call runs in a fresh instance: the component keeps no state between calls,
+and a trap cannot leave a poisoned instance behind.
 """
 
 from __future__ import annotations
@@ -12,19 +13,23 @@ import hashlib
 import os
 import threading
 from importlib import resources
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import wasmtime
 from wasmtime.component import Component, Linker, Record, Variant
 
 from . import wit
+from .approval import Approval, Question
+from .approval import home as approval_home
 from .executor.types import Executor, ExecutorError
 
 WIT_VERSION = "0.4.0"
 EXECUTOR = f"dsh:bash/bash-executor@{WIT_VERSION}"
 AGENT = f"dsh:bash/agent@{WIT_VERSION}"
 TOOLS = f"dsh:bash/tools@{WIT_VERSION}"
-LINKED = frozenset({EXECUTOR, AGENT})
+APPROVAL = f"dsh:bash/approval@{WIT_VERSION}"
+POLICY_CHECK = f"dsh:bash/policy-check@{WIT_VERSION}"
+LINKED = frozenset({EXECUTOR, AGENT, APPROVAL})
 
 ComponentSource = Union[str, "os.PathLike[str]", bytes, None]
 
@@ -71,7 +76,7 @@ def load(source: ComponentSource) -> Tuple[wasmtime.Engine, Component]:
             extra = sorted(set(component.type.imports(engine)) - LINKED)
             if extra:
                 raise ComponentError(
-                    "the component imports more than dsh:bash/bash-executor and dsh:bash/agent, "
+                    f"the component imports more than {', '.join(sorted(LINKED))}, "
                     f"which is all this host links: {', '.join(extra)}"
                 )
             _COMPILED[key] = (engine, component)
@@ -79,28 +84,37 @@ def load(source: ComponentSource) -> Tuple[wasmtime.Engine, Component]:
 
 
 class Instance:
-    """The component linked to one executor and one inject function."""
+    """The component linked to one executor, one inject function and, when it imports
+    `approval` (the policy middleware's), the permission rules' host."""
 
-    def __init__(self, source: ComponentSource, executor: Executor, inject: InjectFn):
+    def __init__(self, source: ComponentSource, executor: Executor, inject: InjectFn, approval: Approval):
         self.engine, self.component = load(source)
         self.executor = executor
         self._inject_fn = inject
+        self.approval = approval
+        self.imports_approval = APPROVAL in self.component.type.imports(self.engine)
         self.linker = Linker(self.engine)
         with self.linker.root() as root:
             with root.add_instance(EXECUTOR) as ex:
                 self._link_executor(ex)
             with root.add_instance(AGENT) as agent:
                 agent.add_func("inject", self._inject)
+            if self.imports_approval:
+                with root.add_instance(APPROVAL) as ap:
+                    self._link_approval(ap)
 
-    def export(self, name: str) -> Optional[Callable[..., Any]]:
-        """A fresh instance's `tools` export `name`, or None when the component lacks it."""
+    def export(self, name: str, interface: str = TOOLS) -> Optional[Callable[..., Any]]:
+        """A fresh instance's export `name` of `interface` (`tools` unless named), or None when
+        the component lacks it."""
         store = wasmtime.Store(self.engine)
         try:
             instance = self.linker.instantiate(store, self.component)
         except wasmtime.WasmtimeError as e:
             raise ComponentError(f"cannot instantiate the tools component: {e}") from None
-        iface = instance.get_export_index(store, TOOLS)
+        iface = instance.get_export_index(store, interface)
         if iface is None:
+            if interface != TOOLS:
+                return None
             raise ComponentError(f"the component does not export {TOOLS}")
         index = instance.get_export_index(store, name, iface)
         func = None if index is None else instance.get_func(store, index)
@@ -121,7 +135,44 @@ class Instance:
             raise ComponentError(f"the component's {TOOLS} has no {name}")
         return func
 
+    def check_policy(self, files: List[Tuple[str, str]]) -> Union[int, str]:
+        """The middleware's `policy-check.check`: the rule count of `files`, or why they do not
+        load (naming file and line)."""
+        check = self.export("check", POLICY_CHECK)
+        if check is None:
+            raise ComponentError(f"the component imports {APPROVAL} but does not export {POLICY_CHECK}")
+        # result<u32, string>: the cases do not overlap, so wasmtime-py gives the value untagged.
+        outcome: Union[int, str] = check([wit.record(name=n, text=t) for n, t in files])
+        return outcome
+
     # -- imports --------------------------------------------------------------------------
+
+    def _link_approval(self, ap: Any) -> None:
+        a = self.approval
+
+        def ask(_s: Any, q: Record) -> Variant:
+            question = Question(
+                owner=wit.field(q, "owner"),
+                command=wit.field(q, "command"),
+                cwd=wit.field(q, "cwd"),
+                parts=tuple(wit.field(q, "parts")),
+                rule=wit.field(q, "rule"),
+                source=wit.field(q, "source"),
+                construct=wit.field(q, "construct"),
+                session_rule=wit.field(q, "session_rule"),
+            )
+            try:
+                case, waited_ms = a.ask(question)
+            except Exception as e:  # a fault of this host must refuse the command, not trap the call
+                a.note_failure(f"asking failed ({type(e).__name__}: {e}): declined")
+                case, waited_ms = "declined", None
+            # The cases overlap (several have no payload), so the variant is tagged.
+            return Variant(case) if waited_ms is None else Variant(case, waited_ms)
+
+        ap.add_func("policy-files", lambda _s: [wit.record(name=n, text=t) for n, t in a.files])
+        ap.add_func("home", lambda _s: approval_home())
+        ap.add_func("grants", lambda _s, owner: a.grants(owner))
+        ap.add_func("ask", ask)
 
     def _inject(self, _store: Any, owner: str, text: str, source: Record) -> Variant:
         # result<_, inject-error> overlaps (unknown-owner has no payload, like ok), so it is

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 from . import wit
-from .component import ComponentError, ComponentSource, Instance
+from .approval import Approval, ApproveCallback, PolicyError, PolicySource, read_sources
+from .component import APPROVAL, ComponentError, ComponentSource, Instance
 from .definitions import ToolDefinition, from_wit, render
 from .executor.local import LocalExecutor
 from .executor.types import Executor, ExecutorError, Task
@@ -78,12 +80,18 @@ class Session:
             notices, self._notices = self._notices, []
             return notices
 
+    def grants(self) -> List[str]:
+        """The rules the person allowed "for this session" in this session (`tools.grants`)."""
+        return self.tools.grants(self.owner)
+
     def close(self) -> None:
-        """Stop this session's running tasks and wait until they ended. No notices after this."""
+        """Stop this session's running tasks and wait until they ended. No notices after this;
+        its session grants end."""
         if self.closed:
             return
         self.closed = True
         self.tools._forget(self)
+        self.tools._approval.end_session(self.owner)
         self.tools._stop_tasks(lambda t: t["owner"] == self.owner)
 
     def _receive(self, notice: Notice) -> None:
@@ -127,25 +135,74 @@ class Tools:
 
     Calls may run from several threads at once; each runs in a fresh component instance.
     `close()` stops every session's tasks, and shuts down the executor if it made it.
+
+    Permission rules need a component composed with the policy middleware (it imports
+    `dsh:bash/approval`): `policy` is its files (paths, or `(name, text)` pairs; a bare path is
+    one file), checked now; `approve` answers the commands they ask about (see `Question` and
+    `ApproveCallback`), within `approve_timeout` seconds; `approve_loop` is the event loop its
+    coroutines run on (else each runs in a fresh loop of its own thread).
     """
 
-    def __init__(self, executor: Optional[Executor] = None, component: ComponentSource = None):
-        self._owns_executor = executor is None
-        self.executor: Executor = executor if executor is not None else LocalExecutor()
+    def __init__(
+        self,
+        executor: Optional[Executor] = None,
+        component: ComponentSource = None,
+        *,
+        policy: Union[PolicySource, Iterable[PolicySource], None] = None,
+        approve: Optional[ApproveCallback] = None,
+        approve_timeout: float = 50.0,
+        approve_loop: Optional[asyncio.AbstractEventLoop] = None,
+    ):
+        # Read and checked before anything starts: a file that cannot be read or does not load
+        # stops the construction, as it stops `dsh-host --policy`; no rule is dropped silently.
+        files = [] if policy is None else read_sources(policy)
         self._lock = threading.Lock()
         self._sessions: Dict[str, Session] = {}
         self._closed = False
+        self._approval = Approval(files, approve, approve_timeout, approve_loop, self._is_open)
         self.undelivered: List[str] = []
         """Why notices could not be delivered (their session was closed, a callback failed)."""
-        self._instance = Instance(component, self.executor, self._deliver)
+        self.approval_failures = self._approval.failures
+        """Why `approve` answers were taken as declined (it raised, or answered something else)."""
+        self.policy_rule_count: Optional[int] = None
+        """How many rules the policy files hold, for a component with permission rules."""
+        self._owns_executor = executor is None
+        self.executor: Executor = executor if executor is not None else LocalExecutor()
+        try:
+            self._instance = Instance(component, self.executor, self._deliver, self._approval)
+            self._check_policy(policy is not None, approve is not None)
+        except BaseException:
+            if self._owns_executor:
+                self.executor.shutdown()
+            raise
         self.tool_definitions: List[ToolDefinition] = [from_wit(d) for d in self._instance.require("list-tools")()]
         self.executor.set_task_done_handler(self._task_done)
+
+    def _check_policy(self, has_policy: bool, has_approve: bool) -> None:
+        if not self._instance.imports_approval:
+            if has_policy or has_approve:
+                given = "policy=" if has_policy else "approve="
+                raise ComponentError(
+                    f"{given} needs a component that imports {APPROVAL}: the tools composed with the "
+                    "policy middleware (policy/middleware/compose.sh TOOLS.wasm OUT.wasm); this one "
+                    "does not import it, so it would enforce no rules"
+                )
+            return
+        outcome = self._instance.check_policy(self._approval.files)
+        if isinstance(outcome, str):
+            raise PolicyError(f"the policy files do not load: {outcome}")
+        self.policy_rule_count = outcome
 
     # -- definitions ----------------------------------------------------------------------
 
     def definitions(self, format: str = "mcp") -> List[Dict[str, Any]]:
         """The tool definitions as JSON-ready data: "mcp", "openai" or "anthropic"."""
         return render(self.tool_definitions, format)
+
+    def grants(self, owner: Optional[str]) -> List[str]:
+        """The rules the person allowed "for this session" in the session `owner` (a
+        `Session.owner`), in the order granted; none once it closed."""
+        return self._approval.grants(owner)
 
     def instructions(self) -> Optional[str]:
         """The component's usage instructions for a system prompt, or None when it has none."""
@@ -204,6 +261,10 @@ class Tools:
         self.close()
 
     # -- internals ------------------------------------------------------------------------
+
+    def _is_open(self, owner: Optional[str]) -> bool:
+        with self._lock:
+            return owner in self._sessions
 
     def _forget(self, session: Session) -> None:
         with self._lock:
