@@ -156,7 +156,61 @@ fn add(
     Ok(())
 }
 
+/// Any JSON value in which no object names a key twice. A JSON parser keeps the last of two
+/// `"deny"` lists and silently drops the first: a settings file that names a key twice is
+/// refused instead, at the line of the second.
+struct NoDuplicateKeys;
+
+impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NoDuplicateKeys)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for NoDuplicateKeys {
+    type Value = NoDuplicateKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<NoDuplicateKeys>()?.is_some() {}
+        Ok(self)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !seen.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key \"{key}\" appears twice in one object (which one counts would be silent)"
+                )));
+            }
+            map.next_value::<NoDuplicateKeys>()?;
+        }
+        Ok(self)
+    }
+}
+
 pub(crate) fn load_json(file: &str, text: &str) -> Result<FileRules, LoadError> {
+    serde_json::from_str::<NoDuplicateKeys>(text).map_err(|e| error(file, Some(e.line()), e))?;
     let value: serde_json::Value =
         serde_json::from_str(text).map_err(|e| error(file, Some(e.line()), e))?;
     let Some(top) = value.as_object() else {

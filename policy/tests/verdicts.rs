@@ -313,3 +313,15 @@ fn the_part_named_is_the_whole_command_before_its_redirects() {
         }
     }
 }
+
+/// A settings file naming a key twice would lose the first list to a JSON parser: it does not
+/// load, naming the line of the second.
+#[test]
+fn a_json_key_named_twice_stops_the_file() {
+    let text = "{\n  \"permissions\": {\n    \"deny\": [\"Bash(rm *)\"],\n    \"allow\": [\"Bash(ls *)\"],\n    \"deny\": []\n  }\n}\n";
+    let e = Policy::from_sources(&[("s.json".to_string(), text.to_string())]).unwrap_err();
+    assert_eq!((e.file.as_str(), e.line), ("s.json", Some(5)), "{e}");
+    assert!(e.message.contains("\"deny\" appears twice"), "{e}");
+    let nested = "{\"permissions\": {\"allow\": []}, \"env\": {\"A\": 1, \"A\": 2}}";
+    assert!(Policy::from_sources(&[("n.json".to_string(), nested.to_string())]).is_err());
+}
