@@ -197,7 +197,7 @@ fn sessions_settings_and_the_environment() {
             "TypeError: executor settings: unknown setting \"timeoutMs\"; known: defaultTimeoutMs, maxTimeoutMs, maxOutputBytes, graceMs, maxTasks, maxFinishedTasks, cwd, envDeny, envAllow",
             "TypeError: envDeny: \"A=B\" is no variable name (empty, or holds '=' or NUL)",
             "TypeError: executor: missing the bash-executor function(s) currentLimits, resolve, run, start, readOutput, kill, ownerOf, get, listTasks",
-            "TypeError: new Tools: unknown option \"exeuctor\"; known: executor, component",
+            "TypeError: new Tools: unknown option \"exeuctor\"; known: executor, component, policy, approve, approveTimeoutMs",
             "TypeError: a session's cwd must be an absolute path, got 3",
             "TypeError: a session's cwd must be an absolute path, got \"relative\"",
             "Error: these tools are closed",

@@ -510,7 +510,7 @@ fn covers_safely(words: &[Word], coverage: &[bool]) -> bool {
     let name = &words[0].text;
     let has_code_flags = [
         "git", "find", "awk", "gawk", "mawk", "nawk", "perl", "ruby", "node", "tar", "rsync",
-        "ssh", "vim", "make",
+        "ssh", "vim", "make", "sed",
     ]
     .contains(
         &name

@@ -1310,6 +1310,12 @@ pub(crate) fn is_code_flag(name: &str, word: &str) -> bool {
                 | "--new-volume-script"
         ),
         "rsync" => matches!(key, "-e" | "--rsh" | "--rsync-path"),
+        "sed" | "gsed" => {
+            matches!(key, "-f" | "--file" | "-i" | "--in-place")
+                || is_cluster_with(word, &['i', 'f'])
+                || word.starts_with("-i")
+                || sed_script_runs_or_writes(sed_script_of(word))
+        }
         "ssh" | "scp" | "sftp" => {
             let lower = word.to_ascii_lowercase();
             lower.contains("proxycommand") || lower.contains("localcommand") || key == "-F"
@@ -1321,6 +1327,97 @@ pub(crate) fn is_code_flag(name: &str, word: &str) -> bool {
         _ if name.starts_with("python") => word.starts_with("-c") || is_cluster_with(word, &['c']),
         _ => false,
     }
+}
+
+/// The script a word of sed may be: the value of `--expression=`, what follows `e` in a cluster
+/// of short options (`-e…`, `-ne…`), else the word itself.
+fn sed_script_of(word: &str) -> &str {
+    if let Some(script) = word.strip_prefix("--expression=") {
+        return script;
+    }
+    match word.strip_prefix('-') {
+        Some(cluster) if !cluster.starts_with('-') => {
+            cluster.find('e').map_or("", |at| &cluster[at + 1..])
+        }
+        _ => word,
+    }
+}
+
+/// Whether `script`, read as a sed script, may hold a command that runs a shell (`e`, the `e`
+/// flag of `s`) or writes a file (`w`, `W`, the `w` flag of `s`). Any word could be the script,
+/// so every covered word is read this way, erring towards yes: a file name such as `web.txt`
+/// reads as a `w` command and then needs a rule that names it.
+fn sed_script_runs_or_writes(script: &str) -> bool {
+    let c: Vec<char> = script.chars().collect();
+    // The index after the next unescaped `delim` from `i` (the end when there is none).
+    let past = |mut i: usize, delim: char| {
+        while i < c.len() {
+            match c[i] {
+                '\\' => i += 2,
+                ch if ch == delim => return i + 1,
+                _ => i += 1,
+            }
+        }
+        c.len()
+    };
+    let line_end = |i: usize| {
+        c[i..]
+            .iter()
+            .position(|&ch| ch == '\n')
+            .map_or(c.len(), |p| i + p)
+    };
+    let mut i = 0;
+    let mut at_command = true;
+    while i < c.len() {
+        let ch = c[i];
+        if !at_command {
+            at_command = matches!(ch, ';' | '\n' | '}');
+            i += 1;
+            continue;
+        }
+        match ch {
+            // Between commands, and addresses (`3`, `$`, `1,+2`, `0~4`, `/re/I`, `\%re%`).
+            ' '
+            | '\t'
+            | '\n'
+            | ';'
+            | '{'
+            | '}'
+            | '!'
+            | '0'..='9'
+            | '$'
+            | ','
+            | '+'
+            | '~'
+            | 'I'
+            | 'M' => i += 1,
+            '/' => i = past(i + 1, '/'),
+            '\\' => i = c.get(i + 1).map_or(c.len(), |&d| past(i + 2, d)),
+            'e' | 'w' | 'W' => return true,
+            's' | 'y' => {
+                let Some(&delim) = c.get(i + 1) else {
+                    return false;
+                };
+                i = past(past(i + 2, delim), delim);
+                if ch == 's' {
+                    while i < c.len() && c[i].is_ascii_alphanumeric() {
+                        if matches!(c[i], 'e' | 'w') {
+                            return true;
+                        }
+                        i += 1;
+                    }
+                }
+                at_command = false;
+            }
+            // Text, file names, labels and comments run to the end of the line.
+            'a' | 'i' | 'c' | 'r' | 'R' | ':' | 'b' | 't' | 'T' | '#' | 'v' => i = line_end(i),
+            _ => {
+                at_command = false;
+                i += 1;
+            }
+        }
+    }
+    false
 }
 
 fn is_cluster_with(word: &str, letters: &[char]) -> bool {

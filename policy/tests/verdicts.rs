@@ -325,3 +325,49 @@ fn a_json_key_named_twice_stops_the_file() {
     let nested = "{\"permissions\": {\"allow\": []}, \"env\": {\"A\": 1, \"A\": 2}}";
     assert!(Policy::from_sources(&[("n.json".to_string(), nested.to_string())]).is_err());
 }
+
+/// sed runs a shell with its `e` command and `s///e`, and writes files with `w`, `W`, `s///w`
+/// and `-i`: an allow rule's `*` covers none of them; plain editing stays allowed.
+#[test]
+fn sed_commands_that_run_or_write_need_a_rule_of_their_own() {
+    let text = "[permissions]\nallow = [\"Bash(sed *)\"]\ndefault = \"deny\"\n";
+    let policy = Policy::from_sources(&[("s.toml".to_string(), text.to_string())]).unwrap();
+    let v = |command: &str| {
+        kind(&policy.evaluate(
+            &Call {
+                command,
+                cwd: "/work",
+                home: Some("/home/u"),
+            },
+            &Grants::default(),
+        ))
+    };
+    for command in [
+        "sed -n 's/a/b/p' notes.txt",
+        "sed 's/hello/world/g' notes.txt",
+        "sed -e '/^#/d' -e 's/x/y/' config.txt",
+        "sed --expression=1d notes.txt",
+        "sed -n 3p notes.txt",
+    ] {
+        assert_eq!(v(command), "allow", "{command}");
+    }
+    for command in [
+        "sed '1e touch /tmp/x' notes.txt",
+        "sed 's/.*/id/e' notes.txt",
+        "sed 's/x/y/w /home/u/.bashrc' notes.txt",
+        "sed 's/x/y/gw out' notes.txt",
+        "sed -n 'w /home/u/.bashrc' notes.txt",
+        "sed '$!N;W out' notes.txt",
+        "sed -e 'e id' notes.txt",
+        "sed -nes/x/id/e notes.txt",
+        "sed -ee\\ id notes.txt",
+        "sed -i 's/a/b/' /home/u/.bashrc",
+        "sed -ni 's/a/b/p' f",
+        "sed --in-place=.bak 's/a/b/' f",
+        "sed -f script.sed notes.txt",
+        "sed \"$SCRIPT\" notes.txt",
+        "sed '/x/{e id\n}' notes.txt",
+    ] {
+        assert_eq!(v(command), "deny", "{command}");
+    }
+}

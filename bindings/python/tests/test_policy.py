@@ -152,6 +152,18 @@ def test_session_grants_the_rule_for_that_session_only(component: str, tmp_path:
             assert len(asked.questions) == 3
 
 
+def test_a_call_without_a_session_holds_no_grant(component: str, tmp_path: Path) -> None:
+    asked = Asked("session")
+    with Tools(component=component, policy=FILES, approve=asked) as tools:
+        args = {"command": f"touch {tmp_path}/n1", "description": "Test a permission rule"}
+        assert tools.call("bash", args).is_error is False
+        assert (tmp_path / "n1").exists()
+        assert [q.owner for q in asked.questions] == [None]
+        assert tools.grants(None) == []
+        tools.call("bash", args)
+        assert len(asked.questions) == 2, "session ran it once: there is no session to hold the grant"
+
+
 def test_a_grant_never_lifts_a_deny(component: str, tmp_path: Path) -> None:
     policy = [("p.toml", '[permissions]\ndeny = ["Bash(touch g1 denied)"]\ndefault = "ask"\n')]
     asked = Asked("session")
