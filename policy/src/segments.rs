@@ -565,6 +565,15 @@ impl Walker {
             let raw = write.clone().unwrap_or_default();
             self.write(write, &raw, s);
         }
+        let changes = Source {
+            code: s.code,
+            depth: s.depth,
+            probe: true,
+        };
+        for change in analysis.changes {
+            let raw = change.clone().unwrap_or_default();
+            self.write(change, &raw, &changes);
+        }
         for inner in analysis.inner {
             match inner {
                 Inner::Command(inner_words) => {

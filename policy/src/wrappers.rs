@@ -28,6 +28,9 @@ pub(crate) struct Analysis {
     pub assigns: Vec<(String, Option<String>)>,
     /// Files the command writes (`tee F`, `dd of=F`, `time -o F`); none for a dynamic one.
     pub writes: Vec<Option<String>>,
+    /// Files the command changes as its purpose (`cp`, `mv`, `install`, `ln`): they meet deny
+    /// and ask `Write` rules, while the command's own `Bash` rule allows them.
+    pub changes: Vec<Option<String>>,
     pub unanalysable: Option<String>,
     /// The wrapper changes who runs its command or what runs (`sudo`, `chroot`) or acts itself
     /// (`find -delete`): its own form needs an allow rule too.
@@ -953,6 +956,7 @@ pub(crate) fn analyse(words: &[Word], stdin: Option<&StdinSource>) -> Analysis {
                 out.writes.push((!w.dynamic).then(|| w.text.clone()));
             }
         }
+        "cp" | "mv" | "install" | "ln" => copy_targets(name, words, &mut out),
         "dd" => {
             for w in &words[1..] {
                 if w.dynamic {
@@ -1326,6 +1330,132 @@ pub(crate) fn is_code_flag(name: &str, word: &str) -> bool {
         "make" | "gmake" => matches!(key, "-f" | "--file" | "--eval" | "-E"),
         _ if name.starts_with("python") => word.starts_with("-c") || is_cluster_with(word, &['c']),
         _ => false,
+    }
+}
+
+/// The files `cp`, `mv`, `install` and `ln` change ([`Analysis::changes`]): the destination, and the destination joined
+/// with each source's base name (for a destination that is a directory: the engine cannot know
+/// which it is, so both are checked); for `mv`, the sources too (they are removed); for
+/// `install -d`, each directory. A word known only at run time is a file named at run time.
+fn copy_targets(name: &str, words: &[Word], out: &mut Analysis) {
+    let with_value: &[&str] = if name == "install" {
+        &[
+            "m",
+            "mode",
+            "o",
+            "owner",
+            "g",
+            "group",
+            "S",
+            "suffix",
+            "t",
+            "target-directory",
+        ]
+    } else {
+        &["S", "suffix", "t", "target-directory"]
+    };
+    let mut positional: Vec<&Word> = Vec::new();
+    let mut target_dir: Option<String> = None;
+    let mut directories = false;
+    let mut i = 1;
+    let mut options_end = false;
+    while i < words.len() {
+        let w = &words[i];
+        i += 1;
+        if w.dynamic {
+            out.changes.push(None);
+            continue;
+        }
+        let text = w.text.as_str();
+        if options_end || !text.starts_with('-') || text == "-" {
+            positional.push(w);
+            continue;
+        }
+        if text == "--" {
+            options_end = true;
+            continue;
+        }
+        let (key, attached) = match text.strip_prefix("--") {
+            Some(long) => match long.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (long, None),
+            },
+            None => {
+                // A short cluster: the first letter taking a value takes the rest or the next word.
+                let letters = &text[1..];
+                match letters.char_indices().find(|(_, c)| {
+                    let mut b = [0; 4];
+                    with_value.contains(&&*c.encode_utf8(&mut b))
+                }) {
+                    Some((at, c)) => {
+                        directories |= letters[..at].contains('d');
+                        let rest = &letters[at + c.len_utf8()..];
+                        (
+                            &letters[at..at + c.len_utf8()],
+                            (!rest.is_empty()).then_some(rest),
+                        )
+                    }
+                    None => {
+                        directories |= letters.contains('d');
+                        continue;
+                    }
+                }
+            }
+        };
+        directories |= key == "directory";
+        if !with_value.contains(&key) {
+            continue;
+        }
+        let value = match attached {
+            Some(_) => None,
+            None => {
+                i += 1;
+                words.get(i - 1)
+            }
+        };
+        if matches!(key, "t" | "target-directory") {
+            match (attached, value) {
+                (Some(v), _) => target_dir = Some(v.to_string()),
+                (None, Some(v)) if !v.dynamic => target_dir = Some(v.text.clone()),
+                _ => out.changes.push(None),
+            }
+        }
+    }
+    let base = |w: &Word| {
+        w.text
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    let join = |dir: &str, file: String| format!("{}/{file}", dir.trim_end_matches('/'));
+    if name == "install" && directories {
+        out.changes
+            .extend(positional.iter().map(|w| Some(w.text.clone())));
+        return;
+    }
+    let (dest, sources) = match target_dir {
+        Some(dir) => (Some(dir), &positional[..]),
+        None => match positional.split_last() {
+            Some((last, rest)) if !rest.is_empty() => (Some(last.text.clone()), rest),
+            // `ln -s TARGET` links TARGET's base name here.
+            Some((only, _)) if name == "ln" => {
+                out.changes.push(Some(base(only)));
+                (None, &positional[..0])
+            }
+            _ => (None, &positional[..0]),
+        },
+    };
+    if let Some(dest) = dest {
+        for source in sources {
+            out.changes.push(Some(join(&dest, base(source))));
+        }
+        out.changes.push(Some(dest));
+    }
+    if name == "mv" {
+        out.changes
+            .extend(sources.iter().map(|w| Some(w.text.clone())));
     }
 }
 

@@ -371,3 +371,47 @@ fn sed_commands_that_run_or_write_need_a_rule_of_their_own() {
         assert_eq!(v(command), "deny", "{command}");
     }
 }
+
+/// `cp`, `mv`, `install` and `ln` write their destination (and, for a directory, the file named
+/// like the source in it); `mv` removes its sources: deny and ask Write rules see all of them.
+#[test]
+fn copies_moves_and_links_meet_the_write_rules() {
+    let text = r#"
+[permissions]
+default = "ask"
+allow = ["Bash(cp *)", "Bash(mv *)", "Bash(ln *)", "Bash(install *)", "Write(./out/**)"]
+deny = ["Write(~/.bashrc)"]
+"#;
+    let policy = Policy::from_sources(&[("c.toml".to_string(), text.to_string())]).unwrap();
+    let v = |command: &str| {
+        kind(&policy.evaluate(
+            &Call {
+                command,
+                cwd: "/work",
+                home: Some("/home/u"),
+            },
+            &Grants::default(),
+        ))
+    };
+    for command in [
+        "cp evil.sh ~/.bashrc",
+        "cp evil.sh /home/u/.bashrc",
+        "cp -f -- x ~/.bashrc",
+        "cp .bashrc ~",
+        "cp -t ~ .bashrc",
+        "cp --target-directory=/home/u/ .bashrc",
+        "mv ~/.bashrc /tmp/old",
+        "mv x ~/.bashrc",
+        "install -m 644 x ~/.bashrc",
+        "ln -sf /tmp/evil ~/.bashrc",
+        "ln -s /tmp/x/.bashrc ~",
+    ] {
+        assert_eq!(v(command), "deny", "{command}");
+    }
+    for command in ["cp a.txt out/b.txt", "mv out/a out/b", "ln -s ../x out/y"] {
+        assert_eq!(v(command), "allow", "{command}");
+    }
+    // The command's own rule allows what it changes where no Write rule denies or asks.
+    assert_eq!(v("cp a.txt /etc/x"), "allow");
+    assert_eq!(v("cp a.txt \"$DEST\""), "deny");
+}
