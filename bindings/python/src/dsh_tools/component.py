@@ -76,8 +76,9 @@ def load(source: ComponentSource) -> Tuple[wasmtime.Engine, Component]:
             extra = sorted(set(component.type.imports(engine)) - LINKED)
             if extra:
                 raise ComponentError(
-                    f"the component imports more than {', '.join(sorted(LINKED))}, "
-                    f"which is all this host links: {', '.join(extra)}"
+                    "the component imports more than dsh:bash/bash-executor and dsh:bash/agent "
+                    "(and dsh:bash/approval, for the policy middleware), which is all this host "
+                    f"links: {', '.join(extra)}"
                 )
             _COMPILED[key] = (engine, component)
         return _COMPILED[key]
