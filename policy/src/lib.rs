@@ -409,7 +409,7 @@ impl Policy {
                 }
                 (self.default.0, f)
             }
-            Kind::Write { target } => {
+            Kind::Write { target, tree } => {
                 let resolved = target.as_deref().and_then(|t| resolve(t, call));
                 for decision in [Decision::Deny, Decision::Ask, Decision::Allow] {
                     if decision == Decision::Allow
@@ -426,7 +426,13 @@ impl Policy {
                         };
                         // A dynamic target may be any file: deny and ask rules hold for it.
                         let hit = match &resolved {
-                            Some(path) => rule::glob_match(glob.as_bytes(), path.as_bytes(), true),
+                            Some(path) => {
+                                rule::glob_match(glob.as_bytes(), path.as_bytes(), true)
+                                    // A tree meets a deny or ask rule for anything in it.
+                                    || *tree
+                                        && decision != Decision::Allow
+                                        && may_match_under(&glob, path)
+                            }
                             None => decision != Decision::Allow,
                         };
                         if hit {
@@ -445,6 +451,17 @@ impl Policy {
             }
         }
     }
+}
+
+/// Whether `glob` may match a path inside the directory `dir`: its literal start (up to the
+/// first wildcard) lies in `dir`, or `dir` lies where its wildcards begin.
+fn may_match_under(glob: &str, dir: &str) -> bool {
+    let dir = dir.trim_end_matches('/');
+    let literal = &glob[..glob.find(['*', '?', '[']).unwrap_or(glob.len())];
+    let inside = format!("{dir}/");
+    literal.starts_with(&inside)
+        || (literal.len() < glob.len() && inside.starts_with(literal))
+        || rule::glob_match(glob.as_bytes(), format!("{dir}/x").as_bytes(), true)
 }
 
 fn unanalysable_whole(command: &str, construct: String) -> Segment {
@@ -510,7 +527,7 @@ fn covers_safely(words: &[Word], coverage: &[bool]) -> bool {
     let name = &words[0].text;
     let has_code_flags = [
         "git", "find", "awk", "gawk", "mawk", "nawk", "perl", "ruby", "node", "tar", "rsync",
-        "ssh", "vim", "make", "sed",
+        "ssh", "vim", "make", "sed", "gsed", "install",
     ]
     .contains(
         &name
@@ -544,6 +561,9 @@ fn changes_what_runs(name: &str) -> bool {
             | "CDPATH"
             | "GLOBIGNORE"
             | "HOME"
+            // Changes how GNU tools read their options (no reordering): the engine's reading of
+            // which word is an option would no longer hold.
+            | "POSIXLY_CORRECT"
     ) || name.starts_with("LD_")
         || name.starts_with("BASH_FUNC_")
         || name.starts_with("GIT_")

@@ -36,7 +36,9 @@ pub(crate) enum Kind {
         wrapper: bool,
     },
     /// A file the command writes (a redirect, `tee`, `dd of=`); none when it is not literal.
-    Write { target: Option<String> },
+    /// `tree`: the path is a directory whose contents change too (`cp -r`, `mv`), so a rule for
+    /// anything in it applies.
+    Write { target: Option<String>, tree: bool },
 }
 
 #[derive(Debug, Clone)]
@@ -393,6 +395,10 @@ impl Walker {
     }
 
     fn write(&mut self, target: Option<String>, raw: &str, s: &Source) {
+        self.change(target, false, raw, s)
+    }
+
+    fn change(&mut self, target: Option<String>, tree: bool, raw: &str, s: &Source) {
         let unanalysable = target
             .is_none()
             .then(|| "a file written to whose name is expanded at run time".to_string());
@@ -404,7 +410,7 @@ impl Walker {
         }
         self.segments.push(Segment {
             text: raw.to_string(),
-            kind: Kind::Write { target },
+            kind: Kind::Write { target, tree },
             unanalysable,
             probe: s.probe,
         });
@@ -570,9 +576,9 @@ impl Walker {
             depth: s.depth,
             probe: true,
         };
-        for change in analysis.changes {
+        for (change, tree) in analysis.changes {
             let raw = change.clone().unwrap_or_default();
-            self.write(change, &raw, &changes);
+            self.change(change, tree, &raw, &changes);
         }
         for inner in analysis.inner {
             match inner {

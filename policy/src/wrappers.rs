@@ -30,7 +30,8 @@ pub(crate) struct Analysis {
     pub writes: Vec<Option<String>>,
     /// Files the command changes as its purpose (`cp`, `mv`, `install`, `ln`): they meet deny
     /// and ask `Write` rules, while the command's own `Bash` rule allows them.
-    pub changes: Vec<Option<String>>,
+    /// `true` for a directory whose contents change too (a recursive copy, a move).
+    pub changes: Vec<(Option<String>, bool)>,
     pub unanalysable: Option<String>,
     /// The wrapper changes who runs its command or what runs (`sudo`, `chroot`) or acts itself
     /// (`find -delete`): its own form needs an allow rule too.
@@ -1071,6 +1072,18 @@ fn wrapper(name: &str, words: &[Word], spec: &Options, out: &mut Analysis) {
                 return;
             }
         }
+        // fakeroot runs the daemon and preloads the library it is named, and saves its state
+        // to `-s FILE`.
+        "fakeroot" => {
+            if has(&parsed, &["l", "lib", "faked"]) {
+                out.unanalysable =
+                    Some("fakeroot running a daemon or loading a library it is named".into());
+                return;
+            }
+            if let Some(word) = value(&parsed, &["s"]) {
+                out.writes.push(word.and_then(|w| option_text(w, "s")));
+            }
+        }
         "doas" if has(&parsed, &["s"]) => {
             out.unanalysable = Some("doas starting a shell".to_string());
             return;
@@ -1258,6 +1271,15 @@ fn find(words: &[Word], out: &mut Analysis) {
 pub(crate) fn is_code_flag(name: &str, word: &str) -> bool {
     let key = word.split_once('=').map_or(word, |(k, _)| k);
     let name = name.rsplit('/').next().unwrap_or(name);
+    // GNU tools take any unambiguous start of a long option (`--to-comm` for `--to-command`):
+    // a start of a code-running one is one (an ambiguous start the tool refuses anyway).
+    if let Some(start) = key.strip_prefix("--").filter(|s| !s.is_empty())
+        && long_code_flags(name)
+            .iter()
+            .any(|flag| flag.starts_with(start))
+    {
+        return true;
+    }
     match name {
         "git" => {
             matches!(
@@ -1333,37 +1355,141 @@ pub(crate) fn is_code_flag(name: &str, word: &str) -> bool {
     }
 }
 
-/// The files `cp`, `mv`, `install` and `ln` change ([`Analysis::changes`]): the destination, and the destination joined
-/// with each source's base name (for a destination that is a directory: the engine cannot know
-/// which it is, so both are checked); for `mv`, the sources too (they are removed); for
-/// `install -d`, each directory. A word known only at run time is a file named at run time.
+/// The long options of `cp`, `mv`, `install` and `ln` that take a value in the next word (or
+/// after `=`), and those that take none (or only after `=`).
+fn copy_options(name: &str) -> (&'static [&'static str], &'static [&'static str]) {
+    match name {
+        "cp" => (
+            &["target-directory", "suffix", "sparse", "no-preserve"],
+            &[
+                "archive",
+                "attributes-only",
+                "backup",
+                "copy-contents",
+                "debug",
+                "dereference",
+                "force",
+                "interactive",
+                "keep-directory-symlink",
+                "link",
+                "no-clobber",
+                "no-dereference",
+                "no-target-directory",
+                "one-file-system",
+                "parents",
+                "preserve",
+                "recursive",
+                "reflink",
+                "remove-destination",
+                "strip-trailing-slashes",
+                "symbolic-link",
+                "update",
+                "verbose",
+                "context",
+                "help",
+                "version",
+            ],
+        ),
+        "mv" => (
+            &["target-directory", "suffix"],
+            &[
+                "backup",
+                "context",
+                "debug",
+                "exchange",
+                "force",
+                "interactive",
+                "no-clobber",
+                "no-copy",
+                "no-target-directory",
+                "strip-trailing-slashes",
+                "update",
+                "verbose",
+                "help",
+                "version",
+            ],
+        ),
+        "install" => (
+            &[
+                "target-directory",
+                "suffix",
+                "mode",
+                "owner",
+                "group",
+                "strip-program",
+            ],
+            &[
+                "backup",
+                "compare",
+                "context",
+                "debug",
+                "directory",
+                "no-target-directory",
+                "preserve-context",
+                "preserve-timestamps",
+                "strip",
+                "verbose",
+                "help",
+                "version",
+            ],
+        ),
+        _ => (
+            &["target-directory", "suffix"],
+            &[
+                "backup",
+                "directory",
+                "force",
+                "interactive",
+                "logical",
+                "no-dereference",
+                "no-target-directory",
+                "physical",
+                "relative",
+                "symbolic",
+                "verbose",
+                "help",
+                "version",
+            ],
+        ),
+    }
+}
+
+/// The long option `start` names (a whole name, or the one name it begins), if exactly one.
+fn long_option<'a>(start: &str, names: &[&'a str]) -> Option<&'a str> {
+    if let Some(exact) = names.iter().find(|n| **n == start) {
+        return Some(exact);
+    }
+    let mut found = names.iter().filter(|n| n.starts_with(start));
+    match (found.next(), found.next()) {
+        (Some(one), None) => Some(one),
+        _ => None,
+    }
+}
+
+/// The files `cp`, `mv`, `install` and `ln` change ([`Analysis::changes`]): the destination, and
+/// the destination joined with each source's base name (for a destination that is a directory:
+/// the engine cannot know which it is, so both are checked); for `mv`, the sources too (they are
+/// removed); for `install -d`, each directory. A recursive copy (`-r`, `-R`, `-a`, `-T`,
+/// `--parents`) and a move change whole trees: a rule for anything in them applies. A word known
+/// only at run time, and an option the engine does not know, make a file named at run time.
 fn copy_targets(name: &str, words: &[Word], out: &mut Analysis) {
-    let with_value: &[&str] = if name == "install" {
-        &[
-            "m",
-            "mode",
-            "o",
-            "owner",
-            "g",
-            "group",
-            "S",
-            "suffix",
-            "t",
-            "target-directory",
-        ]
+    let (long_values, long_flags) = copy_options(name);
+    let short_values: &[char] = if name == "install" {
+        &['m', 'o', 'g', 'S', 't']
     } else {
-        &["S", "suffix", "t", "target-directory"]
+        &['S', 't']
     };
     let mut positional: Vec<&Word> = Vec::new();
     let mut target_dir: Option<String> = None;
     let mut directories = false;
+    let mut tree = name == "mv";
     let mut i = 1;
     let mut options_end = false;
     while i < words.len() {
         let w = &words[i];
         i += 1;
         if w.dynamic {
-            out.changes.push(None);
+            out.changes.push((None, true));
             continue;
         }
         let text = w.text.as_str();
@@ -1375,49 +1501,63 @@ fn copy_targets(name: &str, words: &[Word], out: &mut Analysis) {
             options_end = true;
             continue;
         }
-        let (key, attached) = match text.strip_prefix("--") {
-            Some(long) => match long.split_once('=') {
-                Some((k, v)) => (k, Some(v)),
+        let (key, attached): (String, Option<String>) = if let Some(long) = text.strip_prefix("--")
+        {
+            let (start, value) = match long.split_once('=') {
+                Some((k, v)) => (k, Some(v.to_string())),
                 None => (long, None),
-            },
+            };
+            let all: Vec<&str> = long_values.iter().chain(long_flags).copied().collect();
+            let Some(full) = long_option(start, &all) else {
+                // Unknown or ambiguous: the tool may read it otherwise than the engine would.
+                out.changes.push((None, true));
+                continue;
+            };
+            if !long_values.contains(&full) {
+                directories |= full == "directory";
+                tree |= matches!(
+                    full,
+                    "recursive" | "archive" | "no-target-directory" | "parents"
+                );
+                continue;
+            }
+            (full.to_string(), value)
+        } else {
+            // A short cluster: the first letter taking a value takes the rest or the next word.
+            let letters = &text[1..];
+            let at = letters.find(|c: char| short_values.contains(&c));
+            let flags = &letters[..at.unwrap_or(letters.len())];
+            directories |= flags.contains('d');
+            tree |= flags.contains(['r', 'R', 'a', 'T']);
+            let Some(at) = at else { continue };
+            let rest = &letters[at + 1..];
+            let key = match &letters[at..at + 1] {
+                "t" => "target-directory",
+                _ => "other",
+            };
+            (
+                key.to_string(),
+                (!rest.is_empty()).then(|| rest.to_string()),
+            )
+        };
+        let value = match attached {
+            Some(v) => Some(v),
             None => {
-                // A short cluster: the first letter taking a value takes the rest or the next word.
-                let letters = &text[1..];
-                match letters.char_indices().find(|(_, c)| {
-                    let mut b = [0; 4];
-                    with_value.contains(&&*c.encode_utf8(&mut b))
-                }) {
-                    Some((at, c)) => {
-                        directories |= letters[..at].contains('d');
-                        let rest = &letters[at + c.len_utf8()..];
-                        (
-                            &letters[at..at + c.len_utf8()],
-                            (!rest.is_empty()).then_some(rest),
-                        )
+                i += 1;
+                match words.get(i - 1) {
+                    Some(v) if !v.dynamic => Some(v.text.clone()),
+                    Some(_) => {
+                        out.changes.push((None, true));
+                        None
                     }
-                    None => {
-                        directories |= letters.contains('d');
-                        continue;
-                    }
+                    None => None,
                 }
             }
         };
-        directories |= key == "directory";
-        if !with_value.contains(&key) {
-            continue;
-        }
-        let value = match attached {
-            Some(_) => None,
-            None => {
-                i += 1;
-                words.get(i - 1)
-            }
-        };
-        if matches!(key, "t" | "target-directory") {
-            match (attached, value) {
-                (Some(v), _) => target_dir = Some(v.to_string()),
-                (None, Some(v)) if !v.dynamic => target_dir = Some(v.text.clone()),
-                _ => out.changes.push(None),
+        if key == "target-directory" {
+            match value {
+                Some(v) => target_dir = Some(v),
+                None => out.changes.push((None, true)),
             }
         }
     }
@@ -1432,7 +1572,7 @@ fn copy_targets(name: &str, words: &[Word], out: &mut Analysis) {
     let join = |dir: &str, file: String| format!("{}/{file}", dir.trim_end_matches('/'));
     if name == "install" && directories {
         out.changes
-            .extend(positional.iter().map(|w| Some(w.text.clone())));
+            .extend(positional.iter().map(|w| (Some(w.text.clone()), false)));
         return;
     }
     let (dest, sources) = match target_dir {
@@ -1441,7 +1581,7 @@ fn copy_targets(name: &str, words: &[Word], out: &mut Analysis) {
             Some((last, rest)) if !rest.is_empty() => (Some(last.text.clone()), rest),
             // `ln -s TARGET` links TARGET's base name here.
             Some((only, _)) if name == "ln" => {
-                out.changes.push(Some(base(only)));
+                out.changes.push((Some(base(only)), false));
                 (None, &positional[..0])
             }
             _ => (None, &positional[..0]),
@@ -1449,20 +1589,23 @@ fn copy_targets(name: &str, words: &[Word], out: &mut Analysis) {
     };
     if let Some(dest) = dest {
         for source in sources {
-            out.changes.push(Some(join(&dest, base(source))));
+            out.changes.push((Some(join(&dest, base(source))), tree));
         }
-        out.changes.push(Some(dest));
+        out.changes.push((Some(dest), tree));
     }
     if name == "mv" {
         out.changes
-            .extend(sources.iter().map(|w| Some(w.text.clone())));
+            .extend(sources.iter().map(|w| (Some(w.text.clone()), true)));
     }
 }
 
 /// The script a word of sed may be: the value of `--expression=`, what follows `e` in a cluster
 /// of short options (`-e…`, `-ne…`), else the word itself.
 fn sed_script_of(word: &str) -> &str {
-    if let Some(script) = word.strip_prefix("--expression=") {
+    if let Some((key, script)) = word.split_once('=')
+        && let Some(start) = key.strip_prefix("--").filter(|s| !s.is_empty())
+        && "expression".starts_with(start)
+    {
         return script;
     }
     match word.strip_prefix('-') {
@@ -1479,11 +1622,33 @@ fn sed_script_of(word: &str) -> &str {
 /// reads as a `w` command and then needs a rule that names it.
 fn sed_script_runs_or_writes(script: &str) -> bool {
     let c: Vec<char> = script.chars().collect();
-    // The index after the next unescaped `delim` from `i` (the end when there is none).
-    let past = |mut i: usize, delim: char| {
+    // The index after the next unescaped `delim` from `i` (the end when there is none); in a
+    // regex, a bracket expression (`[/]`, `[]/]`, `[^]/]`, `[[:alpha:]/]`) holds no delimiter.
+    let past = |mut i: usize, delim: char, regex: bool| {
         while i < c.len() {
             match c[i] {
                 '\\' => i += 2,
+                '[' if regex => {
+                    i += 1;
+                    if c.get(i) == Some(&'^') {
+                        i += 1;
+                    }
+                    if c.get(i) == Some(&']') {
+                        i += 1;
+                    }
+                    while i < c.len() && c[i] != ']' {
+                        if c[i] == '[' && matches!(c.get(i + 1), Some(':' | '.' | '=')) {
+                            let close = c[i + 1];
+                            i += 2;
+                            while i + 1 < c.len() && !(c[i] == close && c[i + 1] == ']') {
+                                i += 1;
+                            }
+                            i += 1;
+                        }
+                        i += 1;
+                    }
+                    i += 1;
+                }
                 ch if ch == delim => return i + 1,
                 _ => i += 1,
             }
@@ -1496,12 +1661,22 @@ fn sed_script_runs_or_writes(script: &str) -> bool {
             .position(|&ch| ch == '\n')
             .map_or(c.len(), |p| i + p)
     };
+    // A label or version: to `;` or a blank.
+    let word_end = |i: usize| {
+        c[i..]
+            .iter()
+            .position(|&ch| matches!(ch, ';' | '\n' | ' ' | '\t'))
+            .map_or(c.len(), |p| i + p)
+    };
     let mut i = 0;
     let mut at_command = true;
     while i < c.len() {
         let ch = c[i];
         if !at_command {
             at_command = matches!(ch, ';' | '\n' | '}');
+            if ch == '#' {
+                i = line_end(i);
+            }
             i += 1;
             continue;
         }
@@ -1521,16 +1696,20 @@ fn sed_script_runs_or_writes(script: &str) -> bool {
             | '~'
             | 'I'
             | 'M' => i += 1,
-            '/' => i = past(i + 1, '/'),
-            '\\' => i = c.get(i + 1).map_or(c.len(), |&d| past(i + 2, d)),
+            '/' => i = past(i + 1, '/', true),
+            '\\' => i = c.get(i + 1).map_or(c.len(), |&d| past(i + 2, d, true)),
             'e' | 'w' | 'W' => return true,
             's' | 'y' => {
                 let Some(&delim) = c.get(i + 1) else {
                     return false;
                 };
-                i = past(past(i + 2, delim), delim);
-                if ch == 's' {
-                    while i < c.len() && c[i].is_ascii_alphanumeric() {
+                let regex = ch == 's';
+                i = past(past(i + 2, delim, regex), delim, false);
+                if regex {
+                    // Flags, blanks among them.
+                    while i < c.len()
+                        && (c[i].is_ascii_alphanumeric() || matches!(c[i], ' ' | '\t'))
+                    {
                         if matches!(c[i], 'e' | 'w') {
                             return true;
                         }
@@ -1539,8 +1718,36 @@ fn sed_script_runs_or_writes(script: &str) -> bool {
                 }
                 at_command = false;
             }
-            // Text, file names, labels and comments run to the end of the line.
-            'a' | 'i' | 'c' | 'r' | 'R' | ':' | 'b' | 't' | 'T' | '#' | 'v' => i = line_end(i),
+            // Text, its lines continued by a trailing backslash (`a\`, newline, lines).
+            'a' | 'i' | 'c' => {
+                i += 1;
+                while i < c.len() && matches!(c[i], ' ' | '\t') {
+                    i += 1;
+                }
+                if c.get(i) == Some(&'\\') {
+                    i += 1;
+                    if c.get(i) == Some(&'\n') {
+                        i += 1;
+                    }
+                }
+                loop {
+                    let end = line_end(i);
+                    let backslashes = c[i..end].iter().rev().take_while(|&&ch| ch == '\\').count();
+                    i = end + 1;
+                    if backslashes % 2 == 0 || i >= c.len() {
+                        break;
+                    }
+                }
+            }
+            // File names and comments run to the end of the line.
+            'r' | 'R' | '#' => i = line_end(i),
+            ':' | 'b' | 't' | 'T' | 'v' => {
+                i += 1;
+                while i < c.len() && matches!(c[i], ' ' | '\t') {
+                    i += 1;
+                }
+                i = word_end(i);
+            }
             _ => {
                 at_command = false;
                 i += 1;
@@ -1548,6 +1755,41 @@ fn sed_script_runs_or_writes(script: &str) -> bool {
         }
     }
     false
+}
+
+/// The long options (without `--`) that make `name` run code or change files it would not
+/// otherwise: what [`is_code_flag`] also matches by their starts.
+fn long_code_flags(name: &str) -> &'static [&'static str] {
+    match name {
+        "git" => &[
+            "config-env",
+            "exec-path",
+            "upload-pack",
+            "receive-pack",
+            "ext-diff",
+            "open-files-in-pager",
+            "exec",
+            "extcmd",
+            "output",
+            "textconv",
+            "template",
+        ],
+        "node" | "nodejs" | "deno" | "bun" => &["eval", "print", "require", "import"],
+        "tar" => &[
+            "to-command",
+            "checkpoint-action",
+            "use-compress-program",
+            "rsh-command",
+            "info-script",
+            "new-volume-script",
+        ],
+        "rsync" => &["rsh", "rsync-path"],
+        "sed" | "gsed" => &["file", "in-place"],
+        "vim" | "vi" | "nvim" | "ex" | "view" => &["cmd"],
+        "make" | "gmake" => &["file", "makefile", "eval"],
+        "install" => &["strip-program"],
+        _ => &[],
+    }
 }
 
 fn is_cluster_with(word: &str, letters: &[char]) -> bool {

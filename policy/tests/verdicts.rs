@@ -330,7 +330,7 @@ fn a_json_key_named_twice_stops_the_file() {
 /// and `-i`: an allow rule's `*` covers none of them; plain editing stays allowed.
 #[test]
 fn sed_commands_that_run_or_write_need_a_rule_of_their_own() {
-    let text = "[permissions]\nallow = [\"Bash(sed *)\"]\ndefault = \"deny\"\n";
+    let text = "[permissions]\nallow = [\"Bash(sed *)\", \"Bash(gsed *)\"]\ndefault = \"deny\"\n";
     let policy = Policy::from_sources(&[("s.toml".to_string(), text.to_string())]).unwrap();
     let v = |command: &str| {
         kind(&policy.evaluate(
@@ -348,6 +348,8 @@ fn sed_commands_that_run_or_write_need_a_rule_of_their_own() {
         "sed -e '/^#/d' -e 's/x/y/' config.txt",
         "sed --expression=1d notes.txt",
         "sed -n 3p notes.txt",
+        "gsed -n 3p notes.txt",
+        "sed ':a;N;$!ba;s/\\n/ /g' notes.txt",
     ] {
         assert_eq!(v(command), "allow", "{command}");
     }
@@ -367,6 +369,24 @@ fn sed_commands_that_run_or_write_need_a_rule_of_their_own() {
         "sed -f script.sed notes.txt",
         "sed \"$SCRIPT\" notes.txt",
         "sed '/x/{e id\n}' notes.txt",
+        "sed ':a;1e touch x' notes.txt",
+        "sed ': a;1e touch x' notes.txt",
+        "sed 'b a;:a;1e touch x' notes.txt",
+        "sed 't;1e touch x' notes.txt",
+        "sed 'v;1e touch x' notes.txt",
+        "sed 's/x/touch m/ e' notes.txt",
+        "sed 's/x/y/g w out' notes.txt",
+        "sed 's/[/]*x/touch m/e' notes.txt",
+        "sed '/[/]/e touch m' notes.txt",
+        "sed 's/[]/]/X/;1e id' notes.txt",
+        "sed '1a\\\n/\n1e touch m' notes.txt",
+        "sed '1i\\\ny/\n1e touch m' notes.txt",
+        "sed --expr='1e touch x' notes.txt",
+        "sed --e='1e touch x' notes.txt",
+        "sed --in-pl 's/a/b/' notes.txt",
+        "sed --in 's/a/b/' notes.txt",
+        "sed --fi=x.sed notes.txt",
+        "gsed \"$X\" notes.txt",
     ] {
         assert_eq!(v(command), "deny", "{command}");
     }
@@ -380,7 +400,7 @@ fn copies_moves_and_links_meet_the_write_rules() {
 [permissions]
 default = "ask"
 allow = ["Bash(cp *)", "Bash(mv *)", "Bash(ln *)", "Bash(install *)", "Write(./out/**)"]
-deny = ["Write(~/.bashrc)"]
+deny = ["Write(~/.bashrc)", "Write(~/.ssh/**)"]
 "#;
     let policy = Policy::from_sources(&[("c.toml".to_string(), text.to_string())]).unwrap();
     let v = |command: &str| {
@@ -405,13 +425,73 @@ deny = ["Write(~/.bashrc)"]
         "install -m 644 x ~/.bashrc",
         "ln -sf /tmp/evil ~/.bashrc",
         "ln -s /tmp/x/.bashrc ~",
+        "cp --target=/home/u /tmp/evil/.bashrc",
+        "cp --targ=/home/u /tmp/evil/.bashrc",
+        "cp --target /home/u /tmp/evil/.bashrc",
+        "ln --target=/home/u -s /tmp/evil/.bashrc",
+        "cp /tmp/evil/.bashrc ~ --sparse always",
+        "cp /tmp/evil/x ~/.bashrc --no-preserve mode",
+        "cp -b /tmp/evil/.bashrc ~ --suf x",
+        "cp --frobnicate /tmp/evil/.bashrc ~",
+        "cp -rT /tmp/payload ~",
+        "cp -a /tmp/payload/. ~",
+        "cp --parents .ssh/authorized_keys ~",
+        "mv /tmp/x/.ssh ~",
+        "mv ~ /tmp/old-home",
     ] {
         assert_eq!(v(command), "deny", "{command}");
     }
+    // A prefix that changes how the tool reads its options passes no allow rule.
+    let posix = "POSIXLY_CORRECT=1 cp /tmp/evil/.bashrc -S ~";
+    assert_ne!(v(posix), "allow", "{posix}");
+    assert_eq!(v("install --dir --mode=700 ~/.ssh/keys /tmp/y"), "deny");
     for command in ["cp a.txt out/b.txt", "mv out/a out/b", "ln -s ../x out/y"] {
         assert_eq!(v(command), "allow", "{command}");
     }
     // The command's own rule allows what it changes where no Write rule denies or asks.
     assert_eq!(v("cp a.txt /etc/x"), "allow");
     assert_eq!(v("cp a.txt \"$DEST\""), "deny");
+}
+
+/// GNU tools take any unambiguous start of a long option: a start of a code-running one is one;
+/// fakeroot's daemon and library are code it is named.
+#[test]
+fn starts_of_code_running_long_options_and_fakeroots_code_are_not_covered() {
+    let text = r#"
+[permissions]
+default = "deny"
+allow = ["Bash(tar *)", "Bash(make *)", "Bash(install *)", "Bash(ls *)", "Bash(true)"]
+deny = ["Write(~/.bashrc)"]
+"#;
+    let policy = Policy::from_sources(&[("f.toml".to_string(), text.to_string())]).unwrap();
+    let v = |command: &str| {
+        kind(&policy.evaluate(
+            &Call {
+                command,
+                cwd: "/work",
+                home: Some("/home/u"),
+            },
+            &Grants::default(),
+        ))
+    };
+    for command in [
+        "tar xf a.tar --to-comm='touch x'",
+        "tar xf a.tar --use-comp=sh",
+        "make --ev='$(shell touch x)'",
+        "install -s --strip-program=/tmp/evil a b",
+        "install -s --strip=/tmp/evil a b",
+        "fakeroot --faked /tmp/payload true",
+        "fakeroot -l /tmp/evil.so ls",
+        "fakeroot -s ~/.bashrc true",
+    ] {
+        assert_ne!(v(command), "allow", "{command}");
+    }
+    for command in [
+        "tar xf a.tar --to-stdout",
+        "make --keep-going",
+        "fakeroot ls",
+        "install a b",
+    ] {
+        assert_eq!(v(command), "allow", "{command}");
+    }
 }

@@ -5,9 +5,9 @@
 //! `__wbindgen_*` placeholder imports (randomness and clocks the policy never calls) and
 //! hundreds of descriptor exports for `wasm-bindgen`. They are removed here: every export but
 //! the memory, `_initialize`, the canonical-ABI helpers and the WIT functions goes, then
-//! whatever nothing reaches any more, placeholders included. A placeholder import still reached
-//! from a WIT function would mean the policy calls into JavaScript; that fails the build rather
-//! than a call. The component then imports `dsh:bash/bash-executor` and `dsh:bash/approval` and
+//! whatever nothing reaches any more. A JavaScript function still reachable (from code the
+//! policy never runs, such as a panic's console message) becomes a trap; any other JavaScript
+//! import fails the build. tests/policy_middleware.rs runs every corpus case through the result. The component then imports `dsh:bash/bash-executor` and `dsh:bash/approval` and
 //! nothing else. `compose.sh` runs this.
 
 #[cfg(not(target_arch = "wasm32"))]
