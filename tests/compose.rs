@@ -275,6 +275,18 @@ async fn a_question_of_the_middleware_reaches_the_person_once() {
         assert_eq!(asked[0].rule.as_deref(), Some("Bash(git push *)"));
         assert_eq!(marker.exists(), runs, "{answer:?}: {}", r.text);
         assert_eq!(r.is_error, !runs, "{answer:?}: {}", r.text);
+        // An approval is good for that one call: the same command again is asked again.
+        let _ = std::fs::remove_file(&marker);
+        let again = host
+            .call(
+                "bash",
+                &bash(&command, None).to_string(),
+                &caller,
+                CancellationToken::new(),
+            )
+            .await;
+        assert_eq!(person.asked.lock().unwrap().len(), 2, "{}", again.text);
+        assert_eq!(marker.exists(), runs, "{answer:?} again: {}", again.text);
         if !runs {
             assert!(
                 r.text.starts_with("[policy: declined by the user — `git")

@@ -68,7 +68,7 @@ pub fn question(finding: &Finding, command: &str, cwd: &str) -> Question {
     let (rule, source, construct) = match &finding.cause {
         Cause::Rule { rule, source, .. } => (Some(rule.clone()), Some(source.clone()), None),
         Cause::Default { source } => (None, Some(source.clone()), None),
-        Cause::Unanalysable { construct } => (None, None, Some(construct.clone())),
+        Cause::Unanalysable { construct } => (None, None, Some(visible(construct))),
     };
     Question {
         command: command.to_string(),
@@ -92,9 +92,13 @@ pub fn refusal(finding: Finding, answer: Option<Answer>) -> Refused {
             message,
         } => (RefusedKind::Denied, Some(rule), Some(source), message),
         Cause::Default { source } => (RefusedKind::Denied, None, Some(source), None),
-        Cause::Unanalysable { construct } => {
-            (RefusedKind::NotAnalysable, None, None, Some(construct))
-        }
+        // A construct may quote the command's own words.
+        Cause::Unanalysable { construct } => (
+            RefusedKind::NotAnalysable,
+            None,
+            None,
+            Some(visible(&construct)),
+        ),
     };
     let kind = match answer {
         None => kind,
@@ -141,6 +145,15 @@ pub fn visible(text: &str) -> String {
             | '\u{202a}'..='\u{202e}'
             | '\u{2060}'..='\u{2064}'
             | '\u{2066}'..='\u{2069}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{115f}'
+            | '\u{1160}'
+            | '\u{3164}'
+            | '\u{ffa0}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{e0000}'..='\u{e007f}'
+            | '\u{e0100}'..='\u{e01ef}'
             | '\u{feff}' => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
             c => out.push(c),
         }
@@ -159,5 +172,6 @@ mod tests {
         assert_eq!(visible("r\u{200b}m"), "r\\u{200b}m");
         assert_eq!(visible("a\nb\tc\u{1b}[2J"), "a\\nb\\tc\\x1b[2J");
         assert_eq!(visible("git push \u{e9}t\u{e9}"), "git push \u{e9}t\u{e9}");
+        assert_eq!(visible("a\u{2028}b\u{e0041}"), "a\\u{2028}b\\u{e0041}");
     }
 }

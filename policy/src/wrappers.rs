@@ -587,7 +587,10 @@ fn options_of(name: &str) -> Option<Options> {
 }
 
 /// Shells, and the options they take.
-const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "rbash"];
+const SHELLS: &[&str] = &[
+    "bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "rbash", "yash", "ksh93", "posh", "oksh",
+    "lksh", "loksh", "hush", "bosh",
+];
 /// Shells of other languages: what they are given to run cannot be analysed as bash.
 const OTHER_SHELLS: &[&str] = &[
     "fish",
@@ -1070,6 +1073,29 @@ fn wrapper(name: &str, words: &[Word], spec: &Options, out: &mut Analysis) {
                     None => out.unanalysable = Some("sudo starting a shell".to_string()),
                 }
                 return;
+            }
+        }
+        // strace writes its trace to `-o FILE` and sets the command's environment with `-E`.
+        "strace" | "ltrace" => {
+            for (key, word) in &parsed.seen {
+                match *key {
+                    "o" | "output" => out.writes.push(word.and_then(|w| option_text(w, key))),
+                    "E" | "env" => {
+                        let text = word.and_then(|w| option_text(w, key));
+                        let (name, value) = match text {
+                            Some(t) => split_assignment(&t),
+                            None => (String::new(), None),
+                        };
+                        // A name known only at run time may be any: count it as PATH.
+                        let name = if name.is_empty() {
+                            "PATH".to_string()
+                        } else {
+                            name
+                        };
+                        out.assigns.push((name, value));
+                    }
+                    _ => {}
+                }
             }
         }
         // fakeroot runs the daemon and preloads the library it is named, and saves its state

@@ -495,3 +495,51 @@ deny = ["Write(~/.bashrc)"]
         assert_eq!(v(command), "allow", "{command}");
     }
 }
+
+/// strace's trace file is a write and its `-E` sets the command's environment; POSIX shells by
+/// other names run their `-c` code as bash's is.
+#[test]
+fn tracers_and_other_posix_shells_are_seen_through() {
+    let text = r#"
+[permissions]
+default = "allow"
+deny = ["Bash(rm *)", "Write(~/.bashrc)"]
+allow = ["Bash(strace *)", "Bash(ls *)"]
+"#;
+    let policy = Policy::from_sources(&[("t.toml".to_string(), text.to_string())]).unwrap();
+    let v = |command: &str| {
+        kind(&policy.evaluate(
+            &Call {
+                command,
+                cwd: "/work",
+                home: Some("/home/u"),
+            },
+            &Grants::default(),
+        ))
+    };
+    for command in [
+        "strace -o ~/.bashrc true",
+        "strace -o/home/u/.bashrc ls",
+        "yash -c 'rm x'",
+        "busybox hush -c 'rm x'",
+        "ksh93 -c 'rm x'",
+    ] {
+        assert_eq!(v(command), "deny", "{command}");
+    }
+    let strict = Policy::from_sources(&[(
+        "s.toml".to_string(),
+        "[permissions]\ndefault = \"ask\"\nallow = [\"Bash(strace *)\", \"Bash(ls *)\"]\n"
+            .to_string(),
+    )])
+    .unwrap();
+    let preload = "strace -E LD_PRELOAD=/tmp/e.so ls";
+    let verdict = strict.evaluate(
+        &Call {
+            command: preload,
+            cwd: "/work",
+            home: Some("/home/u"),
+        },
+        &Grants::default(),
+    );
+    assert_ne!(kind(&verdict), "allow", "{preload}: {verdict:?}");
+}
