@@ -29,6 +29,18 @@ fn verdict(command: &str) -> Verdict {
     )
 }
 
+/// The verdict's name for `command` under `policy`, run in /work with the home /home/u.
+fn kind_under(policy: &Policy, command: &str) -> &'static str {
+    kind(&policy.evaluate(
+        &Call {
+            command,
+            cwd: "/work",
+            home: Some("/home/u"),
+        },
+        &Grants::default(),
+    ))
+}
+
 fn kind(v: &Verdict) -> &'static str {
     match v {
         Verdict::Allow => "allow",
@@ -332,16 +344,7 @@ fn a_json_key_named_twice_stops_the_file() {
 fn sed_commands_that_run_or_write_need_a_rule_of_their_own() {
     let text = "[permissions]\nallow = [\"Bash(sed *)\", \"Bash(gsed *)\"]\ndefault = \"deny\"\n";
     let policy = Policy::from_sources(&[("s.toml".to_string(), text.to_string())]).unwrap();
-    let v = |command: &str| {
-        kind(&policy.evaluate(
-            &Call {
-                command,
-                cwd: "/work",
-                home: Some("/home/u"),
-            },
-            &Grants::default(),
-        ))
-    };
+    let v = |command: &str| kind_under(&policy, command);
     for command in [
         "sed -n 's/a/b/p' notes.txt",
         "sed 's/hello/world/g' notes.txt",
@@ -403,16 +406,7 @@ allow = ["Bash(cp *)", "Bash(mv *)", "Bash(ln *)", "Bash(install *)", "Write(./o
 deny = ["Write(~/.bashrc)", "Write(~/.ssh/**)"]
 "#;
     let policy = Policy::from_sources(&[("c.toml".to_string(), text.to_string())]).unwrap();
-    let v = |command: &str| {
-        kind(&policy.evaluate(
-            &Call {
-                command,
-                cwd: "/work",
-                home: Some("/home/u"),
-            },
-            &Grants::default(),
-        ))
-    };
+    let v = |command: &str| kind_under(&policy, command);
     for command in [
         "cp evil.sh ~/.bashrc",
         "cp evil.sh /home/u/.bashrc",
@@ -464,16 +458,7 @@ allow = ["Bash(tar *)", "Bash(make *)", "Bash(install *)", "Bash(ls *)", "Bash(t
 deny = ["Write(~/.bashrc)"]
 "#;
     let policy = Policy::from_sources(&[("f.toml".to_string(), text.to_string())]).unwrap();
-    let v = |command: &str| {
-        kind(&policy.evaluate(
-            &Call {
-                command,
-                cwd: "/work",
-                home: Some("/home/u"),
-            },
-            &Grants::default(),
-        ))
-    };
+    let v = |command: &str| kind_under(&policy, command);
     for command in [
         "tar xf a.tar --to-comm='touch x'",
         "tar xf a.tar --use-comp=sh",
@@ -507,16 +492,7 @@ deny = ["Bash(rm *)", "Write(~/.bashrc)"]
 allow = ["Bash(strace *)", "Bash(ls *)"]
 "#;
     let policy = Policy::from_sources(&[("t.toml".to_string(), text.to_string())]).unwrap();
-    let v = |command: &str| {
-        kind(&policy.evaluate(
-            &Call {
-                command,
-                cwd: "/work",
-                home: Some("/home/u"),
-            },
-            &Grants::default(),
-        ))
-    };
+    let v = |command: &str| kind_under(&policy, command);
     for command in [
         "strace -o ~/.bashrc true",
         "strace -o/home/u/.bashrc ls",
