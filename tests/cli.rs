@@ -514,7 +514,8 @@ fn component_of_the_previous_contract_version_is_refused_naming_its_import() {
     assert!(
         stderr(&o).contains(
             "it imports `dsh:bash/bash-executor@0.2.0`, which this host does not provide \
-             (it provides dsh:bash/bash-executor@0.4.0, dsh:bash/agent@0.4.0)"
+             (it provides dsh:bash/bash-executor@0.4.0, dsh:bash/agent@0.4.0, \
+             dsh:bash/approval@0.4.0)"
         ),
         "{}",
         stderr(&o)

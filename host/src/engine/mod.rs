@@ -488,7 +488,7 @@ fn link(engine: &Engine, component: &Component) -> anyhow::Result<ToolsComponent
         } else if !WORLD_IMPORTS.contains(&name) {
             anyhow::bail!(
                 "the component does not fit the dsh:bash/tools-component world: it imports `{name}`, \
-                 which this host does not provide (it provides {} and {APPROVAL_IMPORT})",
+                 which this host does not provide (it provides {}, {APPROVAL_IMPORT})",
                 WORLD_IMPORTS.join(", ")
             );
         }
