@@ -182,7 +182,8 @@ fn bash_json(component: Option<&Path>, policy: Option<&Path>, command: &str) -> 
 
 /// Through `dsh-host --policy`, the composed component gives the model the very answers the
 /// embedded tools do: the middleware is handed the host's files, and its refusals are worded
-/// by the same engine.
+/// by the same engine. (The host's own check stands behind the middleware here, so this shows
+/// the pair; `the_middleware_alone_refuses` shows the middleware without it.)
 #[test]
 fn the_middleware_refuses_with_the_hosts_words() {
     let c = composed();
@@ -213,6 +214,53 @@ fn the_middleware_refuses_with_the_hosts_words() {
         serde_json::from_slice(&out.stdout).unwrap()
     };
     assert_eq!(definitions(Some(&c.path)), definitions(None));
+}
+
+/// With the rules handed to the component and no check of the host's own in front of the
+/// executor, the middleware alone refuses: with the host's words, and nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_middleware_alone_refuses() {
+    let c = composed();
+    let marker = tmp().join("alone-marker");
+    std::fs::write(&marker, "").unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let local: Arc<dyn Executor> = LocalExecutor::new(Config::default(), tx).unwrap();
+    let (policy, sources) = dsh_host::policy::load(&[policy_file()]).unwrap();
+    let rules = Rules::new(
+        policy,
+        sources,
+        Approvals::default(),
+        Duration::from_secs(5),
+    );
+    let options = HostOptions {
+        component: ComponentSource::File(c.path.clone()),
+        cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")),
+        rules: Some(rules),
+    };
+    let host = ToolHost::new(options, local, rx).await.unwrap();
+    let session = host.open_session(None);
+    let command = format!("rm -f {}", marker.display());
+    let r = host
+        .call(
+            "bash",
+            &bash(&command, None).to_string(),
+            &session.caller(),
+            CancellationToken::new(),
+        )
+        .await;
+    assert_eq!(
+        (r.text.as_str(), r.is_error),
+        (
+            format!(
+                "[policy: denied — `{command}` matches deny rule Bash(rm *) ({}:3). The command did not run; do not retry it in another form.]",
+                policy_file().display()
+            )
+            .as_str(),
+            true
+        )
+    );
+    assert!(marker.exists(), "the denied command ran");
+    host.shutdown().await;
 }
 
 /// Answers the host's questions as told, counting them.
