@@ -29,6 +29,11 @@ fn verdict(command: &str) -> Verdict {
     )
 }
 
+/// A test's own policy, from one file.
+fn policy_of(name: &str, text: &str) -> Policy {
+    Policy::from_sources(&[(name.to_string(), text.to_string())]).unwrap()
+}
+
 /// The verdict's name for `command` under `policy`, run in /work with the home /home/u.
 fn kind_under(policy: &Policy, command: &str) -> &'static str {
     kind(&policy.evaluate(
@@ -343,7 +348,7 @@ fn a_json_key_named_twice_stops_the_file() {
 #[test]
 fn sed_commands_that_run_or_write_need_a_rule_of_their_own() {
     let text = "[permissions]\nallow = [\"Bash(sed *)\", \"Bash(gsed *)\"]\ndefault = \"deny\"\n";
-    let policy = Policy::from_sources(&[("s.toml".to_string(), text.to_string())]).unwrap();
+    let policy = policy_of("s.toml", text);
     let v = |command: &str| kind_under(&policy, command);
     for command in [
         "sed -n 's/a/b/p' notes.txt",
@@ -405,7 +410,7 @@ default = "ask"
 allow = ["Bash(cp *)", "Bash(mv *)", "Bash(ln *)", "Bash(install *)", "Write(./out/**)"]
 deny = ["Write(~/.bashrc)", "Write(~/.ssh/**)"]
 "#;
-    let policy = Policy::from_sources(&[("c.toml".to_string(), text.to_string())]).unwrap();
+    let policy = policy_of("c.toml", text);
     let v = |command: &str| kind_under(&policy, command);
     for command in [
         "cp evil.sh ~/.bashrc",
@@ -457,7 +462,7 @@ default = "deny"
 allow = ["Bash(tar *)", "Bash(make *)", "Bash(install *)", "Bash(ls *)", "Bash(true)"]
 deny = ["Write(~/.bashrc)"]
 "#;
-    let policy = Policy::from_sources(&[("f.toml".to_string(), text.to_string())]).unwrap();
+    let policy = policy_of("f.toml", text);
     let v = |command: &str| kind_under(&policy, command);
     for command in [
         "tar xf a.tar --to-comm='touch x'",
@@ -491,7 +496,7 @@ default = "allow"
 deny = ["Bash(rm *)", "Write(~/.bashrc)"]
 allow = ["Bash(strace *)", "Bash(ls *)"]
 "#;
-    let policy = Policy::from_sources(&[("t.toml".to_string(), text.to_string())]).unwrap();
+    let policy = policy_of("t.toml", text);
     let v = |command: &str| kind_under(&policy, command);
     for command in [
         "strace -o ~/.bashrc true",
@@ -502,20 +507,11 @@ allow = ["Bash(strace *)", "Bash(ls *)"]
     ] {
         assert_eq!(v(command), "deny", "{command}");
     }
-    let strict = Policy::from_sources(&[(
-        "s.toml".to_string(),
-        "[permissions]\ndefault = \"ask\"\nallow = [\"Bash(strace *)\", \"Bash(ls *)\"]\n"
-            .to_string(),
-    )])
-    .unwrap();
-    let preload = "strace -E LD_PRELOAD=/tmp/e.so ls";
-    let verdict = strict.evaluate(
-        &Call {
-            command: preload,
-            cwd: "/work",
-            home: Some("/home/u"),
-        },
-        &Grants::default(),
+    let strict = policy_of(
+        "s.toml",
+        "[permissions]\ndefault = \"ask\"\nallow = [\"Bash(strace *)\", \"Bash(ls *)\"]\n",
     );
-    assert_ne!(kind(&verdict), "allow", "{preload}: {verdict:?}");
+    let preload = "strace -E LD_PRELOAD=/tmp/e.so ls";
+    let verdict = kind_under(&strict, preload);
+    assert_ne!(verdict, "allow", "{preload}");
 }
