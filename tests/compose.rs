@@ -309,14 +309,9 @@ async fn a_question_of_the_middleware_reaches_the_person_once() {
             "git push origin main 2>/dev/null; touch {}",
             marker.display()
         );
-        let r = host
-            .call(
-                "bash",
-                &bash(&command, None).to_string(),
-                &caller,
-                CancellationToken::new(),
-            )
-            .await;
+        let args = bash(&command, None).to_string();
+        let call = || host.call("bash", &args, &caller, CancellationToken::new());
+        let r = call().await;
         let asked = person.asked.lock().unwrap().clone();
         assert_eq!(asked.len(), 1, "{answer:?}: asked {asked:?}");
         assert_eq!(asked[0].command, command);
@@ -325,14 +320,7 @@ async fn a_question_of_the_middleware_reaches_the_person_once() {
         assert_eq!(r.is_error, !runs, "{answer:?}: {}", r.text);
         // An approval is good for that one call: the same command again is asked again.
         let _ = std::fs::remove_file(&marker);
-        let again = host
-            .call(
-                "bash",
-                &bash(&command, None).to_string(),
-                &caller,
-                CancellationToken::new(),
-            )
-            .await;
+        let again = call().await;
         assert_eq!(person.asked.lock().unwrap().len(), 2, "{}", again.text);
         assert_eq!(marker.exists(), runs, "{answer:?} again: {}", again.text);
         if !runs {
