@@ -209,8 +209,9 @@ fn permission_question(command: &str, part: &str, scratch: &std::path::Path) -> 
     )
 }
 
-/// Checks the outcome of every scenario of `elicit_client.py` run in `scratch` (canonical).
-fn check_permission_questions(r: &Value, scratch: &std::path::Path) {
+/// Checks the outcome of every scenario of `elicit_client.py` run in `scratch` (canonical);
+/// `rounds`: the client is on revision 2026-07-28, asked through input-required results.
+fn check_permission_questions(r: &Value, scratch: &std::path::Path, rounds: bool) {
     let at = |name: &str| scratch.join(name).to_str().unwrap().to_string();
     let touch = |name: &str| format!("touch {}", at(name));
     // The choices: once, for the session (naming the rule it grants), deny; one is required.
@@ -289,7 +290,8 @@ fn check_permission_questions(r: &Value, scratch: &std::path::Path) {
     );
 
     // No answer in 1.5 s: refused then (not after the 4 s answer), the question withdrawn, the
-    // late answer ignored, the session serving on.
+    // late answer ignored, the session serving on. Asked through a result, the person answers
+    // (the server waits for nobody) and the retry that brings the late answer is refused.
     let timeout = &r["timeout"];
     refused(
         &timeout["result"],
@@ -299,13 +301,14 @@ fn check_permission_questions(r: &Value, scratch: &std::path::Path) {
     let text = timeout["result"]["text"][0].as_str().unwrap_or_default();
     assert!(text.contains("got no answer within 1.5 s."), "{r}");
     let elapsed = timeout["result"]["elapsed_s"].as_f64().unwrap();
-    assert!(
-        (1.4..3.5).contains(&elapsed),
-        "refused after {elapsed} s: {r}"
-    );
+    let (when, answered) = match rounds {
+        false => (1.4..3.5, 0),
+        true => (4.0..7.0, 1),
+    };
+    assert!(when.contains(&elapsed), "refused after {elapsed} s: {r}");
     assert_eq!(timeout["asked"], 1, "{r}");
-    assert_eq!(timeout["callback_cancelled"], true, "{r}");
-    assert_eq!(timeout["callback_answered"], 0, "{r}");
+    assert_eq!(timeout["callback_cancelled"], !rounds, "{r}");
+    assert_eq!(timeout["callback_answered"], answered, "{r}");
     assert_eq!(timeout["created_at_refusal"], false, "{r}");
     assert_eq!(timeout["created"], false, "{r}");
     assert_eq!(timeout["after"]["isError"], false, "{r}");
@@ -359,7 +362,20 @@ fn python_sdk_client_answers_permission_questions_over_stdio() {
     let scratch = std::fs::canonicalize(scratch.path()).unwrap();
     let r = python_client("elicit_client.py", &scratch, &["stdio"]);
     assert_eq!(r["transport"], "stdio", "{r}");
-    check_permission_questions(&r, &scratch);
+    check_permission_questions(&r, &scratch, false);
+}
+
+/// The same questions to the Python SDK's client pinned to revision 2026-07-28 over stdio, which
+/// forbids server-to-client requests: each comes back as an input-required result holding the
+/// same form, the SDK asks its callback and calls again with the answer and the sealed request
+/// state, and only then does the command run (tests/mcp_input_required.rs alters that state).
+#[test]
+fn python_sdk_client_answers_permission_questions_through_results_on_2026_07_28() {
+    let scratch = tempfile::tempdir().unwrap();
+    let scratch = std::fs::canonicalize(scratch.path()).unwrap();
+    let r = python_client("elicit_client.py", &scratch, &["stdio-2026"]);
+    assert_eq!(r["transport"], "stdio-2026", "{r}");
+    check_permission_questions(&r, &scratch, true);
 }
 
 /// The same questions over streamable HTTP: one server, an MCP session per scenario, so the
@@ -370,5 +386,5 @@ fn python_sdk_client_answers_permission_questions_over_http() {
     let scratch = std::fs::canonicalize(scratch.path()).unwrap();
     let r = python_client("elicit_client.py", &scratch, &["http"]);
     assert_eq!(r["transport"], "http", "{r}");
-    check_permission_questions(&r, &scratch);
+    check_permission_questions(&r, &scratch, false);
 }

@@ -19,6 +19,9 @@
 //!   naming a directory, is the session's cwd for later calls, else the default (`--cwd`), with
 //!   a log line saying why. A call waits for an outstanding answer, at most [`ROOTS_WAIT`]
 //!   (see `roots.rs`).
+//! - With `--policy`, a command that needs approval is asked of the person behind the session:
+//!   by `elicitation/create` (`elicit.rs`), or, for a request of revision 2026-07-28, through an
+//!   input-required result that the client answers by calling again (`input_required.rs`).
 //! - `notifications/cancelled` aborts the call it names: rmcp cancels the request's token, which
 //!   is the call's abort token, so a foreground command is killed.
 //! - A completion notice for the session is sent at once as a `notifications/message` (logger
@@ -37,6 +40,7 @@
 mod big_numbers;
 mod elicit;
 mod http;
+mod input_required;
 mod roots;
 mod transport;
 
@@ -351,6 +355,8 @@ struct McpServer {
     call_slots: CallSlots,
     progress_interval: Duration,
     approvals: Option<crate::policy::Approvals>,
+    /// The permission questions of revision 2026-07-28 requests this session holds pending.
+    rounds: input_required::Rounds,
     /// Opened by the first tool call; dropped with the handler, which is when the session
     /// ended.
     dsh: OnceLock<DshSession>,
@@ -375,6 +381,7 @@ impl McpServer {
             call_slots: CallSlots::new(options.max_calls_in_flight),
             progress_interval: options.progress_interval,
             approvals: options.approvals.clone(),
+            rounds: input_required::Rounds::default(),
             dsh: OnceLock::new(),
             _in_flight: in_flight,
         }
@@ -444,10 +451,10 @@ impl ServerHandler for McpServer {
         // server stops) and lets this future run to its end. Should the future ever be dropped
         // instead, the guard still aborts the call.
         let _slot = self.call_slots.take()?;
-        if context
+        let modern = context
             .protocol_version()
-            .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
-        {
+            .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+        if modern {
             self.notices.set_request_level(context.meta.log_level());
         }
         let abort = context.ct.child_token();
@@ -472,14 +479,35 @@ impl ServerHandler for McpServer {
             // The call ends at once as aborted; its directory does not matter.
             _ = abort.cancelled() => None,
         };
+        let owner = self.dsh_session(&context.peer).session.owner().to_string();
+        // A 2026-07-28 request is asked about its command through its result (and answered by
+        // its retry), never by a request to the client.
+        let round = match modern {
+            true => Some(
+                self.rounds
+                    .begin(&owner, &request, &arguments, can_elicit(&context))?,
+            ),
+            false => None,
+        };
         let caller = Caller {
-            owner: Some(self.dsh_session(&context.peer).session.owner().to_string()),
+            owner: Some(owner.clone()),
             cwd,
         };
-        let result = self
+        let call = self
             .host
-            .call_metered(&request.name, &arguments, &caller, abort.clone(), meter)
-            .await;
+            .call_metered(&request.name, &arguments, &caller, abort.clone(), meter);
+        let result = match &round {
+            Some(round) => round.run(call).await,
+            None => call.await,
+        };
+        if let Some((question, timeout)) = round.as_ref().and_then(|r| r.asked()) {
+            // Nothing ran: the refusal the component wrote is replaced by the question, and
+            // the session's notices wait for a result that is shown.
+            let asked =
+                self.rounds
+                    .input_required(&owner, &request.name, &arguments, question, timeout)?;
+            return Ok(asked.into());
+        }
 
         let mut content = vec![ContentBlock::text(result.text)];
         // rmcp drops the response of a cancelled request: its notices wait for the next call.
@@ -610,6 +638,20 @@ impl CallSlots {
 /// JSON-RPC's first implementation-defined server error code: a limit (calls in flight, HTTP
 /// sessions) was reached.
 const LIMIT_EXCEEDED: ErrorCode = ErrorCode(-32000);
+
+/// Whether the client of a request declared form elicitation: in the request's `_meta` (from
+/// revision 2026-07-28 on), else at `initialize`. Declaring neither mode means form.
+fn can_elicit(context: &RequestContext<RoleServer>) -> bool {
+    let capabilities = context.meta.client_capabilities().or_else(|| {
+        context
+            .peer
+            .peer_info()
+            .map(|info| info.capabilities.clone())
+    });
+    capabilities
+        .and_then(|c| c.elicitation)
+        .is_some_and(|e| e.form.is_some() || e.url.is_none())
+}
 
 fn arguments_json(arguments: &JsonObject) -> Result<String, McpError> {
     serde_json::to_string(arguments)

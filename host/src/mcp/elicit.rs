@@ -3,14 +3,17 @@
 //! The question shows the whole command (every line), its working directory, the parts that
 //! need approval and the rule that asked; the answer is one choice: allow once, allow for this
 //! session (the normalised rule it grants is named), or deny. A client that did not declare the
-//! elicitation capability, or a session on a revision that forbids server-to-client requests,
-//! cannot be asked: the command is refused as such. Declining, cancelling, an answer that is not
+//! elicitation capability cannot be asked: the command is refused as such. A request of a
+//! revision that forbids server-to-client requests (2026-07-28) gets the same form in its result
+//! instead ([`super::input_required`]). Declining, cancelling, an answer that is not
 //! one of the choices, and no answer in time all refuse it.
 
 use std::time::Duration;
 
 use dsh_executor::BoxFuture;
-use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema, EnumSchema};
+use rmcp::model::{
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, EnumSchema,
+};
 use rmcp::service::{ElicitationMode, Peer, RoleServer, ServiceError};
 
 use crate::policy::{Answer, Approver, Question};
@@ -35,6 +38,11 @@ impl Elicitation {
 
 impl Approver for Elicitation {
     fn ask(&self, question: Question, timeout: Duration) -> BoxFuture<'static, Answer> {
+        // A request of revision 2026-07-28 is answered from its own round, never by a request
+        // to the client.
+        if let Some(answer) = super::input_required::in_round(&question, timeout) {
+            return Box::pin(std::future::ready(answer));
+        }
         let peer = self.peer.clone();
         Box::pin(async move {
             if !peer
@@ -43,32 +51,14 @@ impl Approver for Elicitation {
             {
                 return Answer::CannotAsk;
             }
-            let Some(schema) = schema(&question) else {
+            let Some(params) = form(&question) else {
                 return Answer::CannotAsk;
-            };
-            let params = ElicitRequestParams::FormElicitationParams {
-                meta: None,
-                message: message(&question),
-                requested_schema: schema,
             };
             match peer
                 .create_elicitation_with_timeout(params, Some(timeout))
                 .await
             {
-                Ok(result) => match result.action {
-                    ElicitationAction::Accept => match result
-                        .content
-                        .as_ref()
-                        .and_then(|c| c.get(CHOICE))
-                        .and_then(|v| v.as_str())
-                    {
-                        Some(ONCE) => Answer::Once,
-                        Some(SESSION) if question.session_rule.is_some() => Answer::Session,
-                        _ => Answer::Declined,
-                    },
-                    // Decline, cancel, and anything a later revision adds.
-                    _ => Answer::Declined,
-                },
+                Ok(result) => answer(&result, question.session_rule.is_some()),
                 Err(ServiceError::Timeout { .. }) => Answer::TimedOut,
                 Err(e) => {
                     tracing::warn!("the permission question could not be asked: {e}");
@@ -76,6 +66,34 @@ impl Approver for Elicitation {
                 }
             }
         })
+    }
+}
+
+/// The form that puts `question` to the person; none where it cannot be written as one.
+pub(super) fn form(question: &Question) -> Option<ElicitRequestParams> {
+    Some(ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: message(question),
+        requested_schema: schema(question)?,
+    })
+}
+
+/// What the person's answer to [`form`] comes to: only an accepted choice that was offered
+/// approves (`session_offered`: the question offered "for this session").
+pub(super) fn answer(result: &ElicitResult, session_offered: bool) -> Answer {
+    match result.action {
+        ElicitationAction::Accept => match result
+            .content
+            .as_ref()
+            .and_then(|c| c.get(CHOICE))
+            .and_then(|v| v.as_str())
+        {
+            Some(ONCE) => Answer::Once,
+            Some(SESSION) if session_offered => Answer::Session,
+            _ => Answer::Declined,
+        },
+        // Decline, cancel, and anything a later revision adds.
+        _ => Answer::Declined,
     }
 }
 

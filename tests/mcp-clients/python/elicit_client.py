@@ -1,11 +1,13 @@
 """Drives the permission questions of `dsh-host --policy FILE mcp` (MCP elicitation, form mode)
 with the official Python MCP SDK's client, over stdio or streamable HTTP.
 
-Usage: python3 elicit_client.py <dsh-host binary> <scratch dir> <stdio|http> [dsh-host flags...]
+Usage: python3 elicit_client.py <dsh-host binary> <scratch dir> <stdio|stdio-2026|http> [dsh-host flags...]
 Writes `policy.toml` in the scratch dir (default "ask", `ls` allowed) and runs each scenario in
 its own MCP session: over stdio a server process per session, over HTTP one server
 (`--http 127.0.0.1:0`, its token in DSH_HTTP_TOKEN; the address from its stderr) with a
-session per scenario, and a second server for the timeout. Every server runs with
+session per scenario, and a second server for the timeout; `stdio-2026` as stdio, with the
+SDK's `Client` pinned to revision 2026-07-28, where the question comes back as an input-required
+result and the SDK calls again with the answer. Every server runs with
 `--cwd <scratch dir>`. Prints one JSON object; tests/mcp_sdk.rs checks it.
 
 Scenarios (the files they touch are checked on disk):
@@ -32,7 +34,7 @@ import time
 from contextlib import asynccontextmanager
 
 import anyio
-from mcp import ClientSession, StdioServerParameters
+from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -118,6 +120,28 @@ class Stdio:
 
     def close(self):
         pass
+
+
+class Stdio2026(Stdio):
+    """A new `dsh-host mcp` process per session, the client on revision 2026-07-28 (no
+    `initialize`; questions come back as input-required results, answered by a retry)."""
+
+    @asynccontextmanager
+    async def session(self, asker=None, slow=False):
+        args = list(self.base_args)
+        if slow:
+            args += ["--policy-ask-timeout-ms", str(ASK_TIMEOUT_MS)]
+        args += ["mcp", *self.flags]
+        server = StdioServerParameters(command=self.binary, args=args, env=dict(os.environ))
+        with tempfile.TemporaryFile("w+") as errlog:
+            try:
+                callbacks = {"elicitation_callback": asker} if asker else {}
+                transport = stdio_client(server, errlog=errlog)
+                async with Client(transport, mode="2026-07-28", **callbacks) as client:
+                    yield client
+            finally:
+                errlog.seek(0)
+                self.stderr.append(errlog.read())
 
 
 class HttpServer:
@@ -313,7 +337,7 @@ async def main():
     with open(policy, "w") as f:
         f.write('[permissions]\ndefault = "ask"\nallow = ["Bash(ls *)"]\n')
     base_args = ["--policy", policy, "--cwd", scratch]
-    transports = {"stdio": Stdio, "http": Http}
+    transports = {"stdio": Stdio, "stdio-2026": Stdio2026, "http": Http}
     transport = transports[transport_name](binary, base_args, flags)
     seen = {"transport": transport_name, "policy": policy}
     try:
