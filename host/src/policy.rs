@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dsh_executor::{
     BoxFuture, ExecError, Executor, Limits, OutputMeter, Read, Refusal, RefusalKind, Request,
@@ -266,15 +266,13 @@ impl Rules {
         };
         match self.put(owner, command, cwd, &finding, abort).await? {
             Asked::Approved(answer) => {
-                let mut passes = lock(&self.shared.passes);
-                let now = std::time::Instant::now();
-                passes.retain(|p| p.until > now);
-                passes.push(Pass {
+                let pass = Pass {
                     owner: owner.map(str::to_string),
                     command: command.to_string(),
                     cwd: cwd.to_string(),
-                    until: now + PASS_TTL,
-                });
+                    until: Instant::now() + PASS_TTL,
+                };
+                leave_pass(&mut lock(&self.shared.passes), pass, Instant::now());
                 Ok(answer)
             }
             Asked::Refused(answer) => Ok(answer),
@@ -283,13 +281,8 @@ impl Rules {
 
     /// Take the pass a person's approval left for exactly this command, if any.
     fn take_pass(&self, owner: Option<&str>, command: &str, cwd: &str) -> bool {
-        let mut passes = lock(&self.shared.passes);
-        let now = std::time::Instant::now();
-        passes.retain(|p| p.until > now);
-        let found = passes
-            .iter()
-            .position(|p| p.owner.as_deref() == owner && p.command == command && p.cwd == cwd);
-        found.map(|i| passes.swap_remove(i)).is_some()
+        let passes = &mut lock(&self.shared.passes);
+        take_pass(passes, owner, command, cwd, Instant::now())
     }
 
     /// Put `finding` to the person behind `owner`; records a session grant.
@@ -355,6 +348,27 @@ impl Rules {
     pub fn waited_ms(&self) -> u32 {
         self.shared.ask_timeout.as_millis().min(u32::MAX as u128) as u32
     }
+}
+
+/// Keeps `pass` among `passes`, dropping those expired at `now`.
+fn leave_pass(passes: &mut Vec<Pass>, pass: Pass, now: Instant) {
+    passes.retain(|p| p.until > now);
+    passes.push(pass);
+}
+
+/// Takes the pass left at `now` for exactly this command of this session, if any.
+fn take_pass(
+    passes: &mut Vec<Pass>,
+    owner: Option<&str>,
+    command: &str,
+    cwd: &str,
+    now: Instant,
+) -> bool {
+    passes.retain(|p| p.until > now);
+    let found = passes
+        .iter()
+        .position(|p| p.owner.as_deref() == owner && p.command == command && p.cwd == cwd);
+    found.map(|i| passes.swap_remove(i)).is_some()
 }
 
 /// An executor whose `run` and `start` obey a policy.
@@ -459,5 +473,52 @@ impl Executor for PolicyExecutor {
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         self.inner.shutdown()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pass(owner: &str, command: &str, until: Instant) -> Pass {
+        Pass {
+            owner: Some(owner.to_string()),
+            command: command.to_string(),
+            cwd: "/w".to_string(),
+            until,
+        }
+    }
+
+    /// A pass serves the same command of the same session once, and only before it expires.
+    #[test]
+    fn a_pass_is_single_use_bound_and_expires() {
+        let t0 = Instant::now();
+        let mut passes = Vec::new();
+        leave_pass(&mut passes, pass("a", "git push", t0 + PASS_TTL), t0);
+        // Another session, command or directory finds none.
+        assert!(!take_pass(&mut passes, Some("b"), "git push", "/w", t0));
+        assert!(!take_pass(&mut passes, None, "git push", "/w", t0));
+        assert!(!take_pass(&mut passes, Some("a"), "git push -f", "/w", t0));
+        assert!(!take_pass(&mut passes, Some("a"), "git push", "/x", t0));
+        // Its own, once.
+        let later = t0 + PASS_TTL - Duration::from_millis(1);
+        assert!(take_pass(&mut passes, Some("a"), "git push", "/w", later));
+        assert!(!take_pass(&mut passes, Some("a"), "git push", "/w", later));
+        // Past its time it is gone, and leaving another drops it.
+        leave_pass(&mut passes, pass("a", "git push", t0 + PASS_TTL), t0);
+        assert!(!take_pass(
+            &mut passes,
+            Some("a"),
+            "git push",
+            "/w",
+            t0 + PASS_TTL
+        ));
+        leave_pass(&mut passes, pass("a", "ls", t0 + PASS_TTL), t0);
+        leave_pass(
+            &mut passes,
+            pass("a", "ls", t0 + 3 * PASS_TTL),
+            t0 + 2 * PASS_TTL,
+        );
+        assert_eq!(passes.len(), 1);
     }
 }
