@@ -300,3 +300,91 @@ async fn a_hostile_component_cannot_reach_another_sessions_task() {
     assert!(!r.text.contains(&a_owner));
     tools.shutdown().await;
 }
+
+/// A person's approver that answers "once" and counts the questions it got.
+struct Counting(std::sync::atomic::AtomicUsize);
+
+impl dsh_host::policy::Approver for Counting {
+    fn ask(
+        &self,
+        _question: dsh_host::policy::Question,
+        _timeout: Duration,
+    ) -> dsh_host::executor::BoxFuture<'static, dsh_host::policy::Answer> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async { dsh_host::policy::Answer::Once })
+    }
+}
+
+/// A component importing `approval` (as a policy middleware does) asks and reads grants only for
+/// the session of the call it serves: naming another session traps the call, and that session's
+/// person is never asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_component_cannot_ask_or_read_grants_for_another_session() {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let executor: Arc<dyn Executor> = LocalExecutor::new(Config::default(), tx).unwrap();
+    let text = "[permissions]\ndefault = \"ask\"\n".to_string();
+    let policy = dsh_policy::Policy::from_sources(&[("p.toml".into(), text.clone())]).unwrap();
+    let approvals = dsh_host::policy::Approvals::default();
+    let rules = dsh_host::policy::Rules::new(
+        policy,
+        vec![("p.toml".into(), text)],
+        approvals.clone(),
+        Duration::from_secs(5),
+    );
+    let host = ToolHost::new(
+        HostOptions {
+            component: ComponentSource::File(fault_guest()),
+            cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")),
+            rules: Some(rules),
+            ..Default::default()
+        },
+        executor,
+        rx,
+    )
+    .await
+    .expect("the fault guest loads");
+    let a = host.open_session(None);
+    let b = host.open_session(None);
+    let person_of_b = Arc::new(Counting(Default::default()));
+    let _registered = approvals.register(b.owner(), person_of_b.clone());
+    let asked = || person_of_b.0.load(std::sync::atomic::Ordering::SeqCst);
+    let spy = |tool: &'static str, owner: &str, caller: Caller| {
+        let host = host.clone();
+        let owner = owner.to_string();
+        async move {
+            host.call(tool, &owner, &caller, CancellationToken::new())
+                .await
+        }
+    };
+
+    // A names B: the call traps, B's person is not asked.
+    for tool in ["spy-ask", "spy-grants"] {
+        let r = spy(tool, b.owner(), a.caller()).await;
+        assert!(r.is_error, "{tool}: {}", r.text);
+        assert!(
+            r.text.starts_with("Error: guest trapped: "),
+            "{tool}: {}",
+            r.text
+        );
+    }
+    // Naming no session from A's call traps too.
+    let r = spy("spy-ask", "", a.caller()).await;
+    assert!(r.text.starts_with("Error: guest trapped: "), "{}", r.text);
+    assert_eq!(asked(), 0);
+
+    // Each session's own: A has nobody to ask; B's person is asked once.
+    let r = spy("spy-ask", a.owner(), a.caller()).await;
+    assert_eq!(
+        (r.text.as_str(), r.is_error),
+        ("answer Answer::CannotAsk", false)
+    );
+    let r = spy("spy-ask", b.owner(), b.caller()).await;
+    assert_eq!(
+        (r.text.as_str(), r.is_error),
+        ("answer Answer::Once", false)
+    );
+    assert_eq!(asked(), 1);
+    let r = spy("spy-grants", b.owner(), b.caller()).await;
+    assert_eq!(r.text, "grants []");
+    host.shutdown().await;
+}

@@ -7,17 +7,23 @@
 //! what the host returned, so that tests can see what a hostile component reaches:
 //! `spy-read`, `spy-kill`, `spy-get`, `spy-owner-of` take a task id; `spy-list` nothing;
 //! `spy-inject` an owner token; `spy-resolve`, `spy-run`, `spy-start` the owner token to claim
-//! (empty for none) for a `sleep 30` (`true` for `spy-run`).
+//! (empty for none) for a `sleep 30` (`true` for `spy-run`); `spy-ask` and `spy-grants` the owner
+//! token to name in an `approval` question about `git push` or grants request (empty for none).
 //! Built only for `wasm32`; natively the crate is empty.
 
 #[cfg(target_arch = "wasm32")]
 mod component {
+    // The tools' world plus the approval import a policy middleware has, so that the spies can
+    // ask and read grants as a hostile middleware would.
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "tools-component",
+        inline: "package dsh:fault; world fault-guest { include dsh:bash/tools-component@0.4.0; import dsh:bash/approval@0.4.0; }",
+        world: "dsh:fault/fault-guest",
+        generate_all,
     });
 
     use dsh::bash::agent as wit_agent;
+    use dsh::bash::approval as wit_approval;
     use dsh::bash::bash_executor as wit_ex;
     use exports::dsh::bash::tools as wit_tools;
 
@@ -50,6 +56,8 @@ mod component {
                 "spy-resolve",
                 "spy-run",
                 "spy-start",
+                "spy-ask",
+                "spy-grants",
             ]
             .into_iter()
             .map(|name| wit_tools::ToolDefinition {
@@ -164,6 +172,20 @@ mod component {
                 answer(wit_ex::run(&spec("true")).map(|r| format!("ran {:?}", r.exit_code)))
             }
             "spy-start" => answer(wit_ex::start(&spec("sleep 30")).map(|t| task(&t))),
+            "spy-ask" => {
+                let question = wit_approval::Question {
+                    owner: claim.clone(),
+                    command: "git push".into(),
+                    cwd: "/".into(),
+                    parts: vec!["git push".into()],
+                    rule: None,
+                    source: None,
+                    construct: None,
+                    session_rule: None,
+                };
+                format!("answer {:?}", wit_approval::ask(&question))
+            }
+            "spy-grants" => format!("grants {:?}", wit_approval::grants(claim.as_deref())),
             _ => format!("no spy tool {tool}"),
         }
     }
