@@ -131,6 +131,10 @@ pub fn refusal(finding: Finding, answer: Option<Answer>) -> Refused {
 /// reorder or hide text (bidirectional overrides and isolates, zero-width characters, the byte
 /// order mark, the soft hyphen), written as escapes, so that what is shown is what runs.
 pub fn visible(text: &str) -> String {
+    // Printable ASCII and spaces, most text, are shown as they are.
+    if text.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) {
+        return text.to_string();
+    }
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

@@ -10,12 +10,14 @@
 //! component (`wasm32`) decide alike. Callers read the files and pass their text.
 
 pub mod decide;
+mod fast;
 mod rule;
 mod segments;
 mod source;
 mod words;
 mod wrappers;
 
+use std::borrow::Cow;
 use std::fmt;
 
 use rule::{Pattern, Token};
@@ -63,8 +65,9 @@ impl std::error::Error for LoadError {}
 #[derive(Debug, Clone)]
 pub struct Policy {
     rules: Vec<Rule>,
-    /// The `Bash` rules by the command name they start with (indices into `rules`, in order);
-    /// `wild` holds those that start with a wildcard or a flag.
+    /// The `Bash` rules that may match a command by its name (indices into `rules`, in file
+    /// order): those that start with the name and those in `wild`, which start with a wildcard
+    /// or a flag and may match any command.
     by_name: std::collections::HashMap<String, Vec<usize>>,
     wild: Vec<usize>,
     default: (Decision, String),
@@ -201,17 +204,18 @@ impl Policy {
                 Pattern::Write(_) => {}
             }
         }
+        // Merged once here rather than on every segment checked.
+        for indices in policy.by_name.values_mut() {
+            indices.extend(&policy.wild);
+            indices.sort_unstable();
+        }
         Ok(policy)
     }
 
     /// The `Bash` rules that may match a command named `name`, in file order.
-    fn command_rules<'a>(&'a self, name: Option<&str>) -> impl Iterator<Item = &'a Rule> {
-        let named = name
-            .and_then(|n| self.by_name.get(n))
-            .map_or(&[][..], |v| v.as_slice());
-        let mut indices: Vec<usize> = named.iter().chain(&self.wild).copied().collect();
-        indices.sort_unstable();
-        indices.into_iter().map(|i| &self.rules[i])
+    fn command_rules<'a>(&'a self, name: Option<&str>) -> impl Iterator<Item = &'a Rule> + Clone {
+        let indices = name.and_then(|n| self.by_name.get(n)).unwrap_or(&self.wild);
+        indices.iter().map(|&i| &self.rules[i])
     }
 
     /// Rules naming other tools of the agent CLI, skipped.
@@ -231,15 +235,37 @@ impl Policy {
 
     /// Decide on `call`.
     pub fn evaluate(&self, call: &Call, grants: &Grants) -> Verdict {
+        self.evaluate_with(call, grants, true)
+    }
+
+    /// [`Policy::evaluate`] with every command read by the parser, never the fast path: for the
+    /// test that checks the two against each other.
+    #[doc(hidden)]
+    pub fn evaluate_by_parser(&self, call: &Call, grants: &Grants) -> Verdict {
+        self.evaluate_with(call, grants, false)
+    }
+
+    fn evaluate_with(&self, call: &Call, grants: &Grants, fast: bool) -> Verdict {
         let control = |c: char| (c.is_control() && c != '\n' && c != '\t') || c == '\u{7f}';
-        let mut segments = if let Some(c) = call.command.chars().find(|c| control(*c)) {
+        // Printable ASCII, line breaks and tabs, most commands, hold no control character:
+        // known without decoding characters.
+        let plain = call
+            .command
+            .bytes()
+            .all(|b| matches!(b, b' '..=b'~' | b'\n' | b'\t'));
+        let first_control = if plain {
+            None
+        } else {
+            call.command.chars().find(|c| control(*c))
+        };
+        let mut segments = if let Some(c) = first_control {
             // Unanalysable; still read (the character as a blank) for deny and ask rules.
             let blanked: String = call
                 .command
                 .chars()
                 .map(|c| if control(c) { ' ' } else { c })
                 .collect();
-            let mut segments = segments::collect(&blanked, true);
+            let mut segments = segments::collect(&blanked, true, fast);
             segments.push(unanalysable_whole(
                 call.command,
                 format!(
@@ -249,7 +275,7 @@ impl Policy {
             ));
             segments
         } else {
-            segments::collect(call.command, false)
+            segments::collect(call.command, false, fast)
         };
         if segments.len() > segments::MAX_SEGMENTS {
             let count = segments.len();
@@ -271,7 +297,7 @@ impl Policy {
             },
             ..*call
         };
-        let mut worst: Option<(Decision, u8, Finding)> = None;
+        let mut worst: Option<(Decision, u8, Finding, &Segment)> = None;
         let mut pending = Vec::new();
         for segment in &segments {
             let (decision, finding) = self.segment(segment, call, grants);
@@ -289,19 +315,51 @@ impl Policy {
             };
             let better = match &worst {
                 None => true,
-                Some((d, r, _)) => decision > *d || (decision == *d && rank > *r),
+                Some((d, r, _, _)) => decision > *d || (decision == *d && rank > *r),
             };
             if better {
-                worst = Some((decision, rank, finding));
+                worst = Some((decision, rank, finding, segment));
             }
         }
-        match worst {
-            None => Verdict::Allow,
-            Some((Decision::Deny, _, finding)) => Verdict::Deny(finding),
-            Some((_, _, mut finding)) => {
-                finding.pending = pending;
-                Verdict::Ask(finding)
+        let Some((decision, _, mut finding, segment)) = worst else {
+            return Verdict::Allow;
+        };
+        // The rules that would allow a segment are written out only for the one reported.
+        if matches!(finding.cause, Cause::Default { .. }) {
+            (finding.allow_rule, finding.session_rule) = self.allow_rules(segment, call);
+        }
+        if decision == Decision::Deny {
+            Verdict::Deny(finding)
+        } else {
+            finding.pending = pending;
+            Verdict::Ask(finding)
+        }
+    }
+
+    /// For a segment no rule matched: the rule line that would allow exactly it, and what
+    /// approving it "for this session" would grant, where there are such.
+    fn allow_rules(&self, segment: &Segment, call: &Call) -> (Option<String>, Option<String>) {
+        match &segment.kind {
+            Kind::Command { words, assigns, .. } => {
+                let env_clean = !assigns.iter().any(|a| changes_what_runs(a));
+                if self.default.0 == Decision::Ask
+                    && env_clean
+                    && !words.is_empty()
+                    && !words.iter().any(|w| w.dynamic)
+                {
+                    let texts: Vec<String> = words.iter().map(|w| w.text.clone()).collect();
+                    (Some(exact_rule(&texts)), Some(session_rule(&texts)))
+                } else {
+                    (None, None)
+                }
             }
+            Kind::Write { target, .. } => (
+                target
+                    .as_deref()
+                    .and_then(|t| resolve(t, call))
+                    .map(|path| format!("Write({path})")),
+                None,
+            ),
         }
     }
 
@@ -313,11 +371,15 @@ impl Policy {
             session_rule: None,
             pending: Vec::new(),
         };
-        // An allowed segment's finding is never shown.
-        let allowed = || {
-            finding(Cause::Default {
+        // An allowed segment's finding is never shown (nor its text escaped).
+        let allowed = || Finding {
+            part: String::new(),
+            cause: Cause::Default {
                 source: String::new(),
-            })
+            },
+            allow_rule: None,
+            session_rule: None,
+            pending: Vec::new(),
         };
         // Once no deny or ask rule matched: a probe allows nothing of its own, and what cannot
         // be analysed gets the policy's verdict for that.
@@ -347,17 +409,23 @@ impl Policy {
                 assigns,
                 wrapper,
             } => {
-                let texts: Vec<String> = words
+                let texts: Vec<Cow<str>> = words
                     .iter()
                     .enumerate()
                     .map(|(i, w)| word_text(i, w))
                     .collect();
-                let loose = loose_forms(&texts);
+                let loose: Option<Vec<Cow<str>>> =
+                    loose_form(&texts).map(|form| form.into_iter().map(Cow::Owned).collect());
+                // Each form's rules, looked up once.
+                let written = self.command_rules(texts.first().map(|w| w.as_ref()));
+                let normal = loose
+                    .as_ref()
+                    .map(|form| (form, self.command_rules(form.first().map(|w| w.as_ref()))));
                 for decision in [Decision::Deny, Decision::Ask] {
-                    for form in &loose {
-                        let rules = self
-                            .command_rules(form.first().map(String::as_str))
-                            .filter(|r| r.decision == decision);
+                    for (form, rules) in
+                        std::iter::once((&texts, written.clone())).chain(normal.clone())
+                    {
+                        let rules = rules.filter(|r| r.decision == decision);
                         for rule in rules {
                             let Pattern::Command(tokens) = &rule.pattern else {
                                 continue;
@@ -386,27 +454,21 @@ impl Policy {
                         rule::match_words(tokens, &texts, false)
                             .is_some_and(|coverage| covers_safely(words, &coverage))
                     };
-                    let by_rule = self
-                        .command_rules(texts.first().map(String::as_str))
-                        .any(|r| {
-                            r.decision == Decision::Allow
-                                && matches!(&r.pattern, Pattern::Command(t) if allowed_by(t))
-                        });
+                    let by_rule = written.clone().any(|r| {
+                        r.decision == Decision::Allow
+                            && matches!(&r.pattern, Pattern::Command(t) if allowed_by(t))
+                    });
                     if by_rule || grants.rules.iter().any(|(_, t)| allowed_by(t)) {
                         return (Decision::Allow, allowed());
                     }
-                    if GLUE.contains(&texts[0].as_str()) {
+                    if GLUE.contains(&texts[0].as_ref()) {
                         return (Decision::Allow, allowed());
                     }
                 }
-                let mut f = finding(Cause::Default {
+                // Its allow rules, if reported, come from `allow_rules`.
+                let f = finding(Cause::Default {
                     source: self.default.1.clone(),
                 });
-                if self.default.0 == Decision::Ask && env_clean && !words.iter().any(|w| w.dynamic)
-                {
-                    f.allow_rule = Some(exact_rule(&texts));
-                    f.session_rule = Some(session_rule(&texts));
-                }
                 (self.default.0, f)
             }
             Kind::Write { target, tree } => {
@@ -440,13 +502,11 @@ impl Policy {
                         }
                     }
                 }
-                let mut f = finding(Cause::Default {
+                // Allowed once, or by a rule (a session grant holds commands only): its allow
+                // rule, if reported, comes from `allow_rules`.
+                let f = finding(Cause::Default {
                     source: self.default.1.clone(),
                 });
-                if let Some(path) = &resolved {
-                    // Allowed once, or by a rule: a session grant holds commands only.
-                    f.allow_rule = Some(format!("Write({path})"));
-                }
                 (self.default.0, f)
             }
         }
@@ -479,22 +539,31 @@ fn unanalysable_whole(command: &str, construct: String) -> Segment {
 
 /// A word as rules see it: a dynamic argument meets any word of a deny or ask pattern, never
 /// one of an allow pattern; a dynamic command name meets none (it is unanalysable instead).
-fn word_text(index: usize, w: &Word) -> String {
+fn word_text(index: usize, w: &Word) -> Cow<'_, str> {
     match (w.dynamic, index) {
-        (false, _) => w.text.clone(),
-        (true, 0) => "\u{1}(a name expanded at run time)".to_string(),
-        (true, _) => format!("{}(expanded at run time)", rule::DYNAMIC),
+        (false, _) => Cow::Borrowed(&w.text),
+        (true, 0) => Cow::Borrowed("\u{1}(a name expanded at run time)"),
+        (true, _) => Cow::Owned(format!("{}(expanded at run time)", rule::DYNAMIC)),
     }
 }
 
-/// The forms of a command deny and ask rules are checked on: as written, and normalised (base
-/// name of the command, short flags merged, git's global options dropped).
-fn loose_forms(words: &[String]) -> Vec<Vec<String>> {
-    let mut forms = vec![words.to_vec()];
+/// Deny and ask rules are checked on a command as written and on this form of it, when it
+/// differs: normalised (base name of the command, short flags merged, git's global options
+/// dropped).
+fn loose_form(words: &[Cow<str>]) -> Option<Vec<String>> {
     if words.is_empty() {
-        return forms;
+        return None;
     }
-    let mut normal = words.to_vec();
+    // Most commands have no path for a name, no git options and no two short-flag words in a
+    // row after the name: their normal form is the written one, found without copying.
+    let flags_in_a_row = words
+        .windows(2)
+        .skip(1)
+        .any(|pair| rule::short_flags(&pair[0]).is_some() && rule::short_flags(&pair[1]).is_some());
+    if !words[0].contains('/') && !flags_in_a_row && words[0] != "git" {
+        return None;
+    }
+    let mut normal: Vec<String> = words.iter().map(|w| w.to_string()).collect();
     if let Some(base) = normal[0].rsplit('/').next()
         && !base.is_empty()
     {
@@ -515,10 +584,11 @@ fn loose_forms(words: &[String]) -> Vec<Vec<String>> {
         }
         merged.push(w);
     }
-    if merged != forms[0] {
-        forms.push(merged);
-    }
-    forms
+    (merged
+        .iter()
+        .map(String::as_str)
+        .ne(words.iter().map(|w| w.as_ref())))
+    .then_some(merged)
 }
 
 /// An allow rule covers a command safely when no word its wildcards cover is a code-running
@@ -672,7 +742,7 @@ pub fn command_names(command: &str) -> Option<Vec<String>> {
         return None;
     }
     let mut names = Vec::new();
-    for segment in segments::collect(command, false) {
+    for segment in segments::collect(command, false, true) {
         if segment.unanalysable.is_some() {
             return None;
         }
@@ -686,4 +756,53 @@ pub fn command_names(command: &str) -> Option<Vec<String>> {
         }
     }
     Some(names)
+}
+
+/// The fast path and the parser side by side, for the test that checks one against the other
+/// (`tests/fast_path.rs`). Not an interface.
+#[doc(hidden)]
+pub mod checks {
+    /// The segments of `command` (as `Debug` text), read with the fast path or by the parser
+    /// alone.
+    pub fn segments(command: &str, fast: bool) -> String {
+        format!("{:#?}", crate::segments::collect(command, false, fast))
+    }
+
+    /// The items of each simple command the fast path finds in `command` (as `Debug` text);
+    /// none when it leaves the command to the parser.
+    pub fn fast_items(command: &str) -> Option<String> {
+        let mut commands = Vec::new();
+        crate::fast::parse(command, |items| commands.push(format!("{items:#?}")))?;
+        Some(commands.join("\n"))
+    }
+
+    /// The same from `brush-parser`'s tree (as `Debug` text): none when the command does not
+    /// parse or holds other than lists and pipelines of simple commands.
+    pub fn parser_items(command: &str) -> Option<String> {
+        let options = brush_parser::ParserOptions {
+            enable_extended_globbing: false,
+            ..Default::default()
+        };
+        let program = brush_parser::Parser::new(command.as_bytes(), &options)
+            .parse_program()
+            .ok()?;
+        let commands = crate::segments::simple_items_of(&program)?;
+        let commands: Vec<String> = commands.iter().map(|items| format!("{items:#?}")).collect();
+        Some(commands.join("\n"))
+    }
+
+    /// The facts of a raw word (as `Debug` text) from the fast path; none when it leaves the
+    /// word to the parser.
+    pub fn fast_word_facts(raw: &str) -> Option<String> {
+        crate::fast::word_facts(raw).map(|facts| format!("{facts:?}"))
+    }
+
+    /// The facts of a raw word (as `Debug` text) from the parser, as the walk reads words.
+    pub fn word_facts(raw: &str) -> String {
+        let options = brush_parser::ParserOptions {
+            enable_extended_globbing: false,
+            ..Default::default()
+        };
+        format!("{:?}", crate::words::facts(raw, &options, false))
+    }
 }

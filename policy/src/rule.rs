@@ -133,7 +133,11 @@ pub(crate) type Coverage = Vec<bool>;
 
 /// Match `tokens` against `words`. `loose`: a short-flag cluster in the pattern (`-rf`) matches
 /// any cluster holding its letters (deny and ask rules).
-pub(crate) fn match_words(tokens: &[Token], words: &[String], loose: bool) -> Option<Coverage> {
+pub(crate) fn match_words<S: AsRef<str>>(
+    tokens: &[Token],
+    words: &[S],
+    loose: bool,
+) -> Option<Coverage> {
     let mut coverage = Vec::with_capacity(words.len());
     if go(tokens, words, loose, &mut coverage) {
         Some(coverage)
@@ -142,7 +146,7 @@ pub(crate) fn match_words(tokens: &[Token], words: &[String], loose: bool) -> Op
     }
 }
 
-fn go(tokens: &[Token], words: &[String], loose: bool, coverage: &mut Coverage) -> bool {
+fn go<S: AsRef<str>>(tokens: &[Token], words: &[S], loose: bool, coverage: &mut Coverage) -> bool {
     let Some((token, rest)) = tokens.split_first() else {
         return words.is_empty();
     };
@@ -160,7 +164,7 @@ fn go(tokens: &[Token], words: &[String], loose: bool, coverage: &mut Coverage) 
             false
         }
         Token::Word(expected) => match words.split_first() {
-            Some((word, more)) if word_matches(expected, word, loose) => {
+            Some((word, more)) if word_matches(expected, word.as_ref(), loose) => {
                 coverage.push(true);
                 go(rest, more, loose, coverage) || {
                     coverage.pop();
@@ -171,8 +175,8 @@ fn go(tokens: &[Token], words: &[String], loose: bool, coverage: &mut Coverage) 
         },
         Token::Glob(glob) => match words.split_first() {
             Some((word, more))
-                if glob_match(glob.as_bytes(), word.as_bytes(), false)
-                    || loose && word.starts_with(DYNAMIC) =>
+                if glob_match(glob.as_bytes(), word.as_ref().as_bytes(), false)
+                    || loose && word.as_ref().starts_with(DYNAMIC) =>
             {
                 coverage.push(false);
                 go(rest, more, loose, coverage) || {

@@ -4,6 +4,7 @@
 use brush_parser::ast::{self, SourceLocation};
 use brush_parser::{Parser, ParserOptions};
 
+use crate::fast;
 use crate::words::{self, WordFacts};
 use crate::wrappers::{self, Inner};
 
@@ -53,9 +54,11 @@ pub(crate) struct Segment {
     pub probe: bool,
 }
 
-/// The segments of `command`; all of them probes with `probe`.
-pub(crate) fn collect(command: &str, probe: bool) -> Vec<Segment> {
+/// The segments of `command`; all of them probes with `probe`. With `fast`, code and words in
+/// the subset [`fast`] reads skip the parser (the same segments, sooner).
+pub(crate) fn collect(command: &str, probe: bool, fast: bool) -> Vec<Segment> {
     let mut walker = Walker {
+        fast,
         // As `bash -c` parses: extended globs are off unless a command turns them on, so that
         // `!(cmd)` is a negated subshell, not a pattern.
         options: ParserOptions {
@@ -70,6 +73,8 @@ pub(crate) fn collect(command: &str, probe: bool) -> Vec<Segment> {
 }
 
 struct Walker {
+    /// Whether the fast path may read code and words before the parser.
+    fast: bool,
     options: ParserOptions,
     segments: Vec<Segment>,
     /// Levels of nesting of the code being walked, nested code included.
@@ -126,6 +131,15 @@ impl Walker {
     }
 
     fn parse_and_walk(&mut self, code: &str, depth: usize, probe: bool) {
+        if self.fast {
+            let source = Source { code, depth, probe };
+            let before = self.segments.len();
+            if fast::parse(code, |items| self.simple_items(items, &source)).is_some() {
+                return;
+            }
+            // Left to the parser: what the fast path found before it gave up goes.
+            self.segments.truncate(before);
+        }
         // The parser panics on some input (an fd number that overflows): that is a command it
         // cannot read, like one that does not parse.
         let parsed = std::panic::catch_unwind(|| {
@@ -169,7 +183,7 @@ impl Walker {
             // A prompt string, or a value that holds a command substitution as text: either
             // may be expanded later.
             let quoted = format!("\"{}\"", value.replace('"', "\\\""));
-            let facts = words::facts(&quoted, &self.options);
+            let facts = self.facts(&quoted);
             for code in &facts.code {
                 self.probe_value(code, s);
             }
@@ -221,11 +235,11 @@ impl Walker {
             }
             E::Not(a) | E::Parenthesized(a) => self.test(a, s),
             E::UnaryTest(_, w) => {
-                self.word(w, s);
+                self.word(&w.value, s);
             }
             E::BinaryTest(_, a, b) => {
-                self.word(a, s);
-                self.word(b, s);
+                self.word(&a.value, s);
+                self.word(&b.value, s);
             }
         }
     }
@@ -263,7 +277,7 @@ impl Walker {
             C::Subshell(sub) => self.list(&sub.list, s),
             C::ForClause(f) => {
                 for w in f.values.iter().flatten() {
-                    self.word(w, s);
+                    self.word(&w.value, s);
                 }
                 // The loop assigns its variable.
                 self.command_words(
@@ -277,10 +291,10 @@ impl Walker {
                 self.list(&f.body.list, s);
             }
             C::CaseClause(c) => {
-                self.word(&c.value, s);
+                self.word(&c.value.value, s);
                 for item in &c.cases {
                     for p in &item.patterns {
-                        self.word(p, s);
+                        self.word(&p.value, s);
                     }
                     if let Some(body) = &item.cmd {
                         self.list(body, s);
@@ -307,14 +321,18 @@ impl Walker {
 
     /// The code in a text bash expands (an arithmetic expression).
     fn expansion_text(&mut self, text: &str, s: &Source) {
-        let facts = words::facts(&format!("\"{}\"", text.replace('"', "\\\"")), &self.options);
+        let facts = self.facts(&format!("\"{}\"", text.replace('"', "\\\"")));
         self.code_of(&facts, text, s);
     }
 
-    /// Walk the code a word runs when expanded; its facts.
-    fn word(&mut self, w: &ast::Word, s: &Source) -> WordFacts {
-        let facts = words::facts(&w.value, &self.options);
-        self.code_of(&facts, &w.value, s);
+    fn facts(&self, raw: &str) -> WordFacts {
+        words::facts(raw, &self.options, self.fast)
+    }
+
+    /// Walk the code a word (its raw text) runs when expanded; its facts.
+    fn word(&mut self, raw: &str, s: &Source) -> WordFacts {
+        let facts = self.facts(raw);
+        self.code_of(&facts, raw, s);
         facts
     }
 
@@ -335,34 +353,12 @@ impl Walker {
 
     /// Walk one redirect; a literal heredoc or here-string body goes to `stdin_code`.
     fn redirect(&mut self, r: &ast::IoRedirect, s: &Source, stdin_code: &mut Option<StdinSource>) {
-        use ast::IoFileRedirectKind as K;
         use ast::IoFileRedirectTarget as T;
         match r {
             ast::IoRedirect::File(fd, kind, target) => match target {
-                T::Filename(w) => {
-                    let facts = self.word(w, s);
-                    let writes =
-                        matches!(kind, K::Write | K::Append | K::Clobber | K::ReadAndWrite);
-                    if writes {
-                        // bash expands a glob in a redirect target to the one file it matches.
-                        let target = facts.literal.filter(|_| !facts.pattern);
-                        self.write(target, &w.value, s);
-                    } else if matches!(kind, K::Read) && fd.unwrap_or(0) == 0 {
-                        *stdin_code = Some(StdinSource::File);
-                    }
-                }
+                T::Filename(w) => self.file_redirect(*fd, kind, &w.value, s, stdin_code),
                 T::Fd(_) => {}
-                T::Duplicate(w) => {
-                    // `>&file` (not a number, not `-`) writes a file.
-                    let facts = self.word(w, s);
-                    match &facts.literal {
-                        Some(t) if t == "-" || t.chars().all(|c| c.is_ascii_digit()) => {}
-                        _ if matches!(kind, K::DuplicateOutput) => {
-                            self.write(facts.literal, &w.value, s)
-                        }
-                        _ => {}
-                    }
-                }
+                T::Duplicate(w) => self.duplicate(kind, &w.value, s),
                 T::ProcessSubstitution(_, sub) => self.list(&sub.list, s),
             },
             ast::IoRedirect::HereDocument(fd, doc) => {
@@ -378,7 +374,7 @@ impl Walker {
                 }
             }
             ast::IoRedirect::HereString(fd, w) => {
-                let facts = self.word(w, s);
+                let facts = self.word(&w.value, s);
                 if fd.unwrap_or(0) == 0 {
                     *stdin_code = Some(
                         facts
@@ -387,11 +383,47 @@ impl Walker {
                     );
                 }
             }
-            ast::IoRedirect::OutputAndError(w, _) => {
-                let facts = self.word(w, s);
-                self.write(facts.literal, &w.value, s);
-            }
+            ast::IoRedirect::OutputAndError(w, _) => self.output_and_error(&w.value, s),
         }
+    }
+
+    /// A redirect to or from the file named by the raw word `raw` (`> f`, `< f`, `>> f`, …).
+    fn file_redirect(
+        &mut self,
+        fd: Option<ast::IoFd>,
+        kind: &ast::IoFileRedirectKind,
+        raw: &str,
+        s: &Source,
+        stdin_code: &mut Option<StdinSource>,
+    ) {
+        use ast::IoFileRedirectKind as K;
+        let facts = self.word(raw, s);
+        let writes = matches!(kind, K::Write | K::Append | K::Clobber | K::ReadAndWrite);
+        if writes {
+            // bash expands a glob in a redirect target to the one file it matches.
+            let target = facts.literal.filter(|_| !facts.pattern);
+            self.write(target, raw, s);
+        } else if matches!(kind, K::Read) && fd.unwrap_or(0) == 0 {
+            *stdin_code = Some(StdinSource::File);
+        }
+    }
+
+    /// `>&word` or `<&word`: `>&file` (not a number, not `-`) writes a file.
+    fn duplicate(&mut self, kind: &ast::IoFileRedirectKind, raw: &str, s: &Source) {
+        let facts = self.word(raw, s);
+        match &facts.literal {
+            Some(t) if t == "-" || t.chars().all(|c| c.is_ascii_digit()) => {}
+            _ if matches!(kind, ast::IoFileRedirectKind::DuplicateOutput) => {
+                self.write(facts.literal, raw, s)
+            }
+            _ => {}
+        }
+    }
+
+    /// `&> word`, `&>> word`.
+    fn output_and_error(&mut self, raw: &str, s: &Source) {
+        let facts = self.word(raw, s);
+        self.write(facts.literal, raw, s);
     }
 
     fn write(&mut self, target: Option<String>, raw: &str, s: &Source) {
@@ -417,61 +449,64 @@ impl Walker {
     }
 
     fn simple(&mut self, simple: &ast::SimpleCommand, s: &Source) {
-        let text = s.slice(simple_span(simple));
+        self.simple_items(&items_of(simple), s);
+    }
+
+    /// A simple command's items, in source order, however read.
+    pub(crate) fn simple_items(&mut self, items: &[Located], s: &Source) {
+        // Its text runs from the first item that has a place to the last. No redirect has one
+        // (brush-parser places none); a redirect is a part of its own anyway.
+        let mut places = items.iter().filter_map(|i| i.loc);
+        let text = match places.next() {
+            Some(first) => {
+                let end = places.next_back().unwrap_or(first).1;
+                s.code
+                    .get(first.0..end)
+                    .unwrap_or(s.code)
+                    .trim()
+                    .to_string()
+            }
+            None => s.code.trim().to_string(),
+        };
         let mut assigns = Vec::new();
         let mut stdin = None;
-        let mut raw_words: Vec<&ast::Word> = Vec::new();
-        let items = simple
-            .prefix
-            .iter()
-            .flat_map(|p| p.0.iter())
-            .map(|i| (i, true))
-            .chain(simple.word_or_name.iter().map(|_| (&NAME_MARK, false)))
-            .chain(
-                simple
-                    .suffix
-                    .iter()
-                    .flat_map(|p| p.0.iter())
-                    .map(|i| (i, false)),
-            );
-        for (item, in_prefix) in items {
-            if std::ptr::eq(item, &NAME_MARK) {
-                raw_words.extend(simple.word_or_name.as_ref());
-                continue;
-            }
-            match item {
-                ast::CommandPrefixOrSuffixItem::IoRedirect(r) => self.redirect(r, s, &mut stdin),
-                ast::CommandPrefixOrSuffixItem::Word(w) => raw_words.push(w),
-                ast::CommandPrefixOrSuffixItem::AssignmentWord(a, w) => {
-                    if in_prefix {
-                        let value = self.assignment_value(a, s);
-                        assigns.push((assignment_name(a), value));
-                    } else {
-                        // `export X=…` and its kin: a word of the command.
-                        raw_words.push(w);
-                    }
+        // Each word's raw text and where it ends; none for a process substitution's path.
+        let mut raw_words: Vec<Option<(&str, Option<usize>)>> = Vec::with_capacity(items.len());
+        for located in items {
+            match &located.item {
+                Item::Redirect(r) => self.redirect(r, s, &mut stdin),
+                Item::ToFile(fd, kind, raw) => self.file_redirect(*fd, kind, raw, s, &mut stdin),
+                Item::Duplicate(kind, raw) => self.duplicate(kind, raw, s),
+                Item::OutputAndError(raw) => self.output_and_error(raw, s),
+                Item::Word(raw) => raw_words.push(Some((raw, located.loc.map(|l| l.1)))),
+                Item::Assignment(a) => {
+                    let value = self.assignment_value(a, s);
+                    assigns.push((assignment_name(a), value));
                 }
-                ast::CommandPrefixOrSuffixItem::ProcessSubstitution(_, sub) => {
+                Item::Scalar(name, raw) => {
+                    let value = self.word(raw, s).literal;
+                    assigns.push((name.to_string(), value));
+                }
+                Item::ProcessSubstitution(sub) => {
                     self.list(&sub.list, s);
-                    raw_words.push(&DYNAMIC_WORD);
+                    raw_words.push(None);
                 }
             }
         }
         let mut words = Vec::with_capacity(raw_words.len());
         let mut unanalysable = None;
-        for (i, w) in raw_words.iter().enumerate() {
-            if std::ptr::eq(*w, &DYNAMIC_WORD) {
+        for (i, w) in raw_words.into_iter().enumerate() {
+            let Some((raw, end)) = w else {
                 words.push(Word {
                     text: String::new(),
                     dynamic: true,
                 });
                 continue;
-            }
-            let facts = self.word(w, s);
+            };
+            let facts = self.word(raw, s);
             if i == 0 {
                 unanalysable = name_problem(&facts);
                 // `name<(…)`: the substitution's path joins the name (`name/dev/fd/63`).
-                let end = w.loc.as_ref().map(|l| l.end.index);
                 let next = end.and_then(|e| s.code.get(e..e + 2));
                 if matches!(next, Some("<(" | ">(")) {
                     unanalysable = Some("a command name joined to a process substitution".into());
@@ -498,13 +533,13 @@ impl Walker {
             self.expansion_text(index, s);
         }
         match &a.value {
-            ast::AssignmentValue::Scalar(w) => self.word(w, s).literal,
+            ast::AssignmentValue::Scalar(w) => self.word(&w.value, s).literal,
             ast::AssignmentValue::Array(items) => {
                 for (k, v) in items {
                     if let Some(k) = k {
-                        self.word(k, s);
+                        self.word(&k.value, s);
                     }
-                    if let Some(value) = self.word(v, s).literal {
+                    if let Some(value) = self.word(&v.value, s).literal {
                         self.assigned("", Some(&value), s);
                     }
                 }
@@ -558,7 +593,7 @@ impl Walker {
         let wrapper = runs_inner && !analysis.own_check;
         let index = self.segments.len();
         self.segments.push(Segment {
-            text: text.clone(),
+            text,
             kind: Kind::Command {
                 words,
                 assigns,
@@ -587,7 +622,8 @@ impl Walker {
                         w.dynamic
                             .then(|| "a command name expanded at run time".to_string())
                     });
-                    let shown = shown(&inner_words).unwrap_or_else(|| text.clone());
+                    let shown =
+                        shown(&inner_words).unwrap_or_else(|| self.segments[index].text.clone());
                     self.command_words(shown, inner_words, Vec::new(), problem, None, s);
                 }
                 Inner::Code(code) => self.program(&code, s.depth + 1, s.probe),
@@ -604,17 +640,114 @@ impl Walker {
     }
 }
 
-/// A placeholder of the walk: where the command name goes among prefix and suffix items.
-static NAME_MARK: ast::CommandPrefixOrSuffixItem =
-    ast::CommandPrefixOrSuffixItem::Word(ast::Word {
-        value: String::new(),
-        loc: None,
-    });
-/// A placeholder word: a process substitution's path, known only at run time.
-static DYNAMIC_WORD: ast::Word = ast::Word {
-    value: String::new(),
-    loc: None,
-};
+/// One item of a simple command, in source order: from the parser's tree, or from the fast
+/// path ([`fast`]). The forms the fast path reads (`ToFile`, `Duplicate`, `OutputAndError`,
+/// `Word`, `Scalar`) are the ones the tree's items are put in when they have them, so that both
+/// readings of a command give the same items (`tests/fast_path.rs` compares them).
+#[derive(Debug)]
+pub(crate) enum Item<'a> {
+    /// A redirect of another form (a heredoc, a here-string, a process substitution).
+    Redirect(&'a ast::IoRedirect),
+    /// A redirect to or from a file: the descriptor, the kind, the target word's raw text.
+    ToFile(Option<ast::IoFd>, ast::IoFileRedirectKind, &'a str),
+    /// `>&word`, `<&word`.
+    Duplicate(ast::IoFileRedirectKind, &'a str),
+    /// `&> word`, `&>> word`.
+    OutputAndError(&'a str),
+    /// A word of the command, its name first (an assignment after the name is one).
+    Word(&'a str),
+    /// An assignment before the name, of another form (an array, an element).
+    Assignment(&'a ast::Assignment),
+    /// `NAME=value` before the name: the name and the value's raw text.
+    Scalar(&'a str, &'a str),
+    /// A process substitution: its code runs, and its path is a word known only at run time.
+    ProcessSubstitution(&'a ast::SubshellCommand),
+}
+
+/// An item and where it lies in the code (byte offsets, as `brush-parser` counts them), when
+/// it has a place.
+#[derive(Debug)]
+pub(crate) struct Located<'a> {
+    pub item: Item<'a>,
+    pub loc: Option<(usize, usize)>,
+}
+
+impl<'a> Located<'a> {
+    /// An item of the tree, in the form the fast path would give it.
+    fn of(item: &'a ast::CommandPrefixOrSuffixItem, in_prefix: bool) -> Located<'a> {
+        use ast::CommandPrefixOrSuffixItem as I;
+        use ast::IoFileRedirectKind as K;
+        use ast::IoFileRedirectTarget as T;
+        let loc = span_of(item.location().as_ref());
+        let item = match item {
+            I::IoRedirect(r) => match r {
+                ast::IoRedirect::File(fd, kind, T::Filename(w))
+                    if !matches!(kind, K::DuplicateInput | K::DuplicateOutput) =>
+                {
+                    Item::ToFile(*fd, kind.clone(), &w.value)
+                }
+                ast::IoRedirect::File(
+                    _,
+                    kind @ (K::DuplicateInput | K::DuplicateOutput),
+                    T::Duplicate(w),
+                ) => Item::Duplicate(kind.clone(), &w.value),
+                ast::IoRedirect::OutputAndError(w, _) => Item::OutputAndError(&w.value),
+                _ => Item::Redirect(r),
+            },
+            I::Word(w) => Item::Word(&w.value),
+            I::AssignmentWord(a, _) if in_prefix => match (&a.name, &a.value) {
+                (ast::AssignmentName::VariableName(name), ast::AssignmentValue::Scalar(w)) => {
+                    Item::Scalar(name, &w.value)
+                }
+                _ => Item::Assignment(a),
+            },
+            // `export X=…` and its kin: a word of the command.
+            I::AssignmentWord(_, w) => Item::Word(&w.value),
+            I::ProcessSubstitution(_, sub) => Item::ProcessSubstitution(sub),
+        };
+        Located { item, loc }
+    }
+}
+
+/// A simple command's items, in source order.
+pub(crate) fn items_of(simple: &ast::SimpleCommand) -> Vec<Located<'_>> {
+    let prefix = simple.prefix.iter().flat_map(|p| p.0.iter());
+    let suffix = simple.suffix.iter().flat_map(|p| p.0.iter());
+    let mut items: Vec<Located> = prefix.map(|i| Located::of(i, true)).collect();
+    items.extend(simple.word_or_name.iter().map(|w| Located {
+        item: Item::Word(&w.value),
+        loc: span_of(w.loc.as_ref()),
+    }));
+    items.extend(suffix.map(|i| Located::of(i, false)));
+    items
+}
+
+/// The items of every simple command of a program whose commands are all simple ones (lists
+/// and pipelines of them), in the order the walk meets them; none for any other program. What
+/// the fast path must give for a command it reads.
+pub(crate) fn simple_items_of(program: &ast::Program) -> Option<Vec<Vec<Located<'_>>>> {
+    let mut commands = Vec::new();
+    for list in &program.complete_commands {
+        for ast::CompoundListItem(and_or, _) in &list.0 {
+            let rest = and_or.additional.iter().map(|next| match next {
+                ast::AndOr::And(p) | ast::AndOr::Or(p) => p,
+            });
+            for pipeline in std::iter::once(&and_or.first).chain(rest) {
+                for command in &pipeline.seq {
+                    let ast::Command::Simple(simple) = command else {
+                        return None;
+                    };
+                    commands.push(items_of(simple));
+                }
+            }
+        }
+    }
+    Some(commands)
+}
+
+fn span_of(span: Option<&brush_parser::SourceSpan>) -> Option<(usize, usize)> {
+    span.map(|span| (span.start.index, span.end.index))
+}
 
 /// Where a command's standard input comes from, when a redirect says.
 #[derive(Debug, Clone)]
@@ -640,32 +773,6 @@ impl Source<'_> {
             .trim()
             .to_string()
     }
-}
-
-/// Where a simple command's words are: from the first item that has a place to the last.
-/// brush-parser places no redirect, and a simple command's own span stops at its name when its
-/// last item is a redirect (`git push origin main 2>/dev/null` would read `git`); a redirect is a
-/// part of its own anyway.
-fn simple_span(simple: &ast::SimpleCommand) -> Option<brush_parser::SourceSpan> {
-    let prefix = simple.prefix.iter().flat_map(|p| p.0.iter());
-    let suffix = simple.suffix.iter().flat_map(|p| p.0.iter());
-    let mut spans = prefix
-        .filter_map(SourceLocation::location)
-        .chain(
-            simple
-                .word_or_name
-                .iter()
-                .filter_map(SourceLocation::location),
-        )
-        .chain(suffix.filter_map(SourceLocation::location));
-    let first = spans.next()?;
-    let end = spans
-        .last()
-        .map_or_else(|| first.end.clone(), |last| last.end);
-    Some(brush_parser::SourceSpan {
-        start: first.start,
-        end,
-    })
 }
 
 fn assignment_name(a: &ast::Assignment) -> String {

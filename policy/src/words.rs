@@ -17,16 +17,31 @@ pub(crate) struct WordFacts {
     pub broken: Option<String>,
 }
 
-/// The facts of the raw word `raw` (as it appears in the source, quotes included).
-pub(crate) fn facts(raw: &str, options: &ParserOptions) -> WordFacts {
+/// The characters that make a word more than plain text (all ASCII: no byte of another
+/// character's UTF-8 form is one of them).
+const SPECIAL: [bool; 256] = {
+    let mut table = [false; 256];
+    let special = b"'\"\\$`~*?[{<>(";
+    let mut i = 0;
+    while i < special.len() {
+        table[special[i] as usize] = true;
+        i += 1;
+    }
+    table
+};
+
+/// The facts of the raw word `raw` (as it appears in the source, quotes included); with `fast`,
+/// a word in the subset [`crate::fast`] reads skips the parser.
+pub(crate) fn facts(raw: &str, options: &ParserOptions, fast: bool) -> WordFacts {
     // Most words are plain: nothing in them is quoted, escaped or expanded.
-    if !raw.contains([
-        '\'', '"', '\\', '$', '`', '~', '*', '?', '[', '{', '<', '>', '(',
-    ]) {
+    if !raw.bytes().any(|b| SPECIAL[usize::from(b)]) {
         return WordFacts {
             literal: Some(raw.to_string()),
             ..WordFacts::default()
         };
+    }
+    if fast && let Some(facts) = crate::fast::word_facts(raw) {
+        return facts;
     }
     let mut out = WordFacts::default();
     let parsed = std::panic::catch_unwind(|| word::parse(raw, options));
@@ -37,7 +52,7 @@ pub(crate) fn facts(raw: &str, options: &ParserOptions) -> WordFacts {
     match parsed {
         Ok(pieces) => {
             let mut literal = Some(String::new());
-            walk(&pieces, false, &mut literal, &mut out, options);
+            walk(&pieces, false, &mut literal, &mut out, options, fast);
             out.literal = literal;
         }
         Err(_) => out.broken = Some("a word that does not parse".to_string()),
@@ -56,7 +71,7 @@ pub(crate) fn heredoc_facts(body: &str, options: &ParserOptions) -> WordFacts {
     match parsed {
         Ok(pieces) => {
             let mut literal = Some(String::new());
-            walk(&pieces, true, &mut literal, &mut out, options);
+            walk(&pieces, true, &mut literal, &mut out, options, true);
             out.literal = literal;
         }
         Err(_) => out.broken = Some("a heredoc that does not parse".to_string()),
@@ -76,6 +91,7 @@ fn walk(
     literal: &mut Option<String>,
     out: &mut WordFacts,
     options: &ParserOptions,
+    fast: bool,
 ) {
     for piece in pieces {
         match &piece.piece {
@@ -92,7 +108,7 @@ fn walk(
             },
             WordPiece::DoubleQuotedSequence(inner)
             | WordPiece::GettextDoubleQuotedSequence(inner) => {
-                walk(inner, true, literal, out, options)
+                walk(inner, true, literal, out, options, fast)
             }
             WordPiece::EscapeSequence(text) => {
                 // `\x` is `x`; inside double quotes only `\$ \` \" \\ \newline` lose the slash.
@@ -122,7 +138,7 @@ fn walk(
             WordPiece::ParameterExpansion(expr) => {
                 *literal = None;
                 for text in parameter_strings(expr) {
-                    nested_in(text, out, options);
+                    nested_in(text, out, options, fast);
                 }
             }
             WordPiece::CommandSubstitution(code) => {
@@ -135,7 +151,7 @@ fn walk(
             }
             WordPiece::ArithmeticExpression(expr) => {
                 *literal = None;
-                nested_in(&expr.value, out, options);
+                nested_in(&expr.value, out, options, fast);
             }
         }
     }
@@ -143,11 +159,11 @@ fn walk(
 
 /// The code hidden in an expansion's own text (a default value, a pattern, an index, an
 /// arithmetic expression), which bash expands as a word.
-fn nested_in(text: &str, out: &mut WordFacts, options: &ParserOptions) {
+fn nested_in(text: &str, out: &mut WordFacts, options: &ParserOptions, fast: bool) {
     if !text.contains('$') && !text.contains('`') {
         return;
     }
-    let inner = facts(text, options);
+    let inner = facts(text, options, fast);
     out.code.extend(inner.code);
     if let Some(broken) = inner.broken {
         out.broken.get_or_insert(broken);
@@ -379,7 +395,7 @@ mod tests {
     use super::*;
 
     fn lit(raw: &str) -> Option<String> {
-        facts(raw, &ParserOptions::default()).literal
+        facts(raw, &ParserOptions::default(), true).literal
     }
 
     #[test]
@@ -397,20 +413,20 @@ mod tests {
     #[test]
     fn code_is_found_wherever_it_hides() {
         let o = ParserOptions::default();
-        assert_eq!(facts("$(rm x)", &o).code, vec!["rm x"]);
-        assert_eq!(facts("`rm x`", &o).code, vec!["rm x"]);
-        assert_eq!(facts("\"a$(rm x)\"", &o).code, vec!["rm x"]);
-        assert_eq!(facts("${y:-$(rm x)}", &o).code, vec!["rm x"]);
-        assert_eq!(facts("$(( $(rm x) + 1 ))", &o).code, vec!["rm x"]);
-        assert_eq!(facts("${a[$(rm x)]}", &o).code, vec!["rm x"]);
+        assert_eq!(facts("$(rm x)", &o, true).code, vec!["rm x"]);
+        assert_eq!(facts("`rm x`", &o, true).code, vec!["rm x"]);
+        assert_eq!(facts("\"a$(rm x)\"", &o, true).code, vec!["rm x"]);
+        assert_eq!(facts("${y:-$(rm x)}", &o, true).code, vec!["rm x"]);
+        assert_eq!(facts("$(( $(rm x) + 1 ))", &o, true).code, vec!["rm x"]);
+        assert_eq!(facts("${a[$(rm x)]}", &o, true).code, vec!["rm x"]);
     }
 
     #[test]
     fn globs_and_braces_are_patterns_only_unquoted() {
         let o = ParserOptions::default();
-        assert!(facts("r?", &o).pattern);
-        assert!(facts("{rm,x}", &o).pattern);
-        assert!(!facts("'r?'", &o).pattern);
-        assert!(!facts("{}", &o).pattern);
+        assert!(facts("r?", &o, true).pattern);
+        assert!(facts("{rm,x}", &o, true).pattern);
+        assert!(!facts("'r?'", &o, true).pattern);
+        assert!(!facts("{}", &o, true).pattern);
     }
 }
