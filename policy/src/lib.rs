@@ -298,7 +298,7 @@ impl Policy {
             ..*call
         };
         let mut worst: Option<(Decision, u8, Finding, &Segment)> = None;
-        let mut pending = Vec::new();
+        let mut pending = Vec::with_capacity(segments.len());
         for segment in &segments {
             let (decision, finding) = self.segment(segment, call, grants);
             if decision == Decision::Allow {

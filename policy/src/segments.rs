@@ -829,40 +829,43 @@ fn shown(words: &[Word]) -> Option<String> {
 /// How deeply `code` nests, at most (quotes aside, which only lower it): the deepest run of
 /// open `(` and `{`, and of open `if`, loops and `case`, together.
 fn nesting(code: &str) -> usize {
+    // Read as bytes: every character that matters is ASCII, and no byte of another
+    // character's UTF-8 form is one of them.
+    let bytes = code.as_bytes();
     let (mut brackets, mut keywords, mut deepest) = (0usize, 0usize, 0usize);
-    let mut chars = code.chars().peekable();
-    let mut word = String::new();
-    let end_word = |word: &mut String, keywords: &mut usize| {
-        match word.as_str() {
-            "if" | "while" | "until" | "for" | "case" | "select" => *keywords += 1,
-            "fi" | "done" | "esac" => *keywords = keywords.saturating_sub(1),
+    // Where the run of letters being read (a keyword?) starts.
+    let mut word: Option<usize> = None;
+    let end_word = |word: &mut Option<usize>, end: usize, keywords: &mut usize| {
+        let Some(start) = word.take() else { return };
+        match &bytes[start..end] {
+            b"if" | b"while" | b"until" | b"for" | b"case" | b"select" => *keywords += 1,
+            b"fi" | b"done" | b"esac" => *keywords = keywords.saturating_sub(1),
             _ => {}
         }
-        word.clear();
     };
-    while let Some(c) = chars.next() {
+    let mut i = 0;
+    while let Some(&c) = bytes.get(i) {
+        let at = i;
+        i += 1;
         match c {
-            '\\' => {
-                chars.next();
+            b'\\' => i += 1,
+            b'\'' => {
+                i = bytes[i..]
+                    .iter()
+                    .position(|&q| q == b'\'')
+                    .map_or(bytes.len(), |n| i + n + 1);
             }
-            '\'' => {
-                for q in chars.by_ref() {
-                    if q == '\'' {
-                        break;
-                    }
-                }
-            }
-            '(' | '{' => brackets += 1,
-            ')' | '}' => brackets = brackets.saturating_sub(1),
+            b'(' | b'{' => brackets += 1,
+            b')' | b'}' => brackets = brackets.saturating_sub(1),
             c if c.is_ascii_alphabetic() => {
-                word.push(c);
+                word.get_or_insert(at);
                 continue;
             }
             _ => {}
         }
-        end_word(&mut word, &mut keywords);
+        end_word(&mut word, at, &mut keywords);
         deepest = deepest.max(brackets + keywords);
     }
-    end_word(&mut word, &mut keywords);
+    end_word(&mut word, bytes.len(), &mut keywords);
     deepest.max(brackets + keywords)
 }
