@@ -416,12 +416,10 @@ async fn everything_else_passes_through() {
         notice.text,
         "background bash task bash-1 finished [status: completed, exit code: 0]. Read its output with bash_output."
     );
+    // Another session cannot even name it: its own numbering holds no bash-1.
     assert_eq!(
         call(other.caller(), "bash_output", json!({"task_id": "bash-1"})).await,
-        (
-            "Error: task bash-1 belongs to another session".to_string(),
-            true
-        )
+        ("Error: unknown bash task \"bash-1\"".to_string(), true)
     );
     assert_eq!(
         call(

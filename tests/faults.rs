@@ -230,8 +230,14 @@ async fn a_hostile_component_cannot_reach_another_sessions_task() {
             );
             assert_eq!(foreign, "error: unknown-task: bash-1", "{who}: {tool}");
         }
+        // A call without a session learns that the id is someone's, not whose; a session
+        // cannot even name another session's task.
         let owner = spy("spy-owner-of", "bash-1".into(), caller.clone()).await;
-        assert_eq!(owner, r#"owner Some("(another session)")"#, "{who}");
+        let expected = match caller.owner {
+            None => r#"owner Some("(another session)")"#,
+            Some(_) => "owner None",
+        };
+        assert_eq!(owner, expected, "{who}");
         assert_eq!(
             spy("spy-list", String::new(), caller.clone()).await,
             "tasks []",
@@ -256,17 +262,18 @@ async fn a_hostile_component_cannot_reach_another_sessions_task() {
     );
     assert_eq!(executor.list().len(), 1, "no task was started for A");
 
-    // The same imports do work within B's own reach: its own task, an unowned one, its session.
+    // The same imports do work within B's own reach: its own task (its session's first,
+    // bash-1, though the executor's second), an unowned one, its session.
     let b_owner = b.owner().to_string();
     let own = spy("spy-start", b_owner.clone(), b.caller()).await;
     assert_eq!(
         own,
-        format!(r#"task bash-2 owner Some("{b_owner}") command "sleep 30" state running"#)
+        format!(r#"task bash-1 owner Some("{b_owner}") command "sleep 30" state running"#)
     );
     assert!(
-        spy("spy-get", "bash-2".into(), b.caller())
+        spy("spy-get", "bash-1".into(), b.caller())
             .await
-            .starts_with("task bash-2 ")
+            .starts_with(&format!(r#"task bash-1 owner Some("{b_owner}")"#))
     );
     let open = spy("spy-start", String::new(), Caller::default()).await;
     assert!(open.starts_with("task bash-3 owner None "), "{open}");
@@ -277,9 +284,10 @@ async fn a_hostile_component_cannot_reach_another_sessions_task() {
     );
     let listed = spy("spy-list", String::new(), b.caller()).await;
     assert!(
-        listed.starts_with("tasks [task bash-2 ")
-            && listed.contains(", task bash-3 ")
-            && !listed.contains("bash-1"),
+        listed.starts_with(&format!(r#"tasks [task bash-1 owner Some("{b_owner}")"#))
+            && listed.contains(", task bash-3 owner None")
+            && listed.matches("task bash-").count() == 2
+            && !listed.contains(&a_owner),
         "{listed}"
     );
     assert_eq!(spy("spy-inject", b_owner, b.caller()).await, "injected");
@@ -336,7 +344,6 @@ async fn a_hostile_component_cannot_ask_or_read_grants_for_another_session() {
             component: ComponentSource::File(fault_guest()),
             cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")),
             rules: Some(rules),
-            ..Default::default()
         },
         executor,
         rx,

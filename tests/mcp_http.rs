@@ -264,15 +264,19 @@ fn sessions_see_only_their_own_tasks_and_notices() {
         format!("started background task {a_task}")
     );
 
-    // B can neither read nor kill A's task: the tool's answer for another session's task.
-    let foreign = format!("Error: task {a_task} belongs to another session");
+    // B can neither read nor kill A's task, nor even name it: in B's numbering there is no
+    // such task yet.
+    assert_eq!(a_task, "bash-1");
+    let foreign = format!("Error: unknown bash task \"{a_task}\"");
     assert_eq!(seen["b_output_of_a"]["text"][0], foreign.as_str(), "{seen}");
     assert_eq!(seen["b_output_of_a"]["isError"], true);
     assert_eq!(seen["b_kill_of_a"]["text"][0], foreign.as_str(), "{seen}");
+    // B numbers its own tasks from 1 too (nothing tells it A started one), and the same name in
+    // A's session is A's own task, already read.
     let b_task = seen["b_task"].as_str().unwrap();
+    assert_eq!(b_task, "bash-1", "{seen}");
     assert_eq!(
-        seen["a_output_of_b"]["text"][0],
-        format!("Error: task {b_task} belongs to another session"),
+        seen["a_output_of_b"]["text"][0], "(no new output)\n[status: completed, exit code: 0]",
         "{seen}"
     );
 

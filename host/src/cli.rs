@@ -221,9 +221,20 @@ pub struct CommonArgs {
     /// process tracking only.
     #[arg(long, global = true, value_enum, default_value_t = ContainmentArg::Auto)]
     pub containment: ContainmentArg,
-    /// Background tasks allowed to run at once.
+    /// Background tasks allowed to run at once, in all sessions together [default: 64].
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_usize)]
     pub max_tasks: Option<usize>,
+    /// Background tasks one session may have running at once [default: 16].
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_usize)]
+    pub max_session_tasks: Option<usize>,
+    /// Finished background tasks kept for bash_output, in all sessions together; past it, the
+    /// oldest of the session keeping most is forgotten [default: 1024].
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_usize)]
+    pub max_finished_tasks: Option<usize>,
+    /// Finished background tasks kept per session; past it, that session's oldest is
+    /// forgotten, never another session's [default: 256].
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_usize)]
+    pub max_session_finished_tasks: Option<usize>,
     /// Off by default. A foreground command still running after MS continues as a background
     /// task: the call returns its output so far and a line naming the task (read it with
     /// bash_output). For clients that give up on a request after a fixed time. When
@@ -355,6 +366,15 @@ impl CommonArgs {
         }
         if let Some(v) = self.max_tasks {
             c.max_tasks = v;
+        }
+        if let Some(v) = self.max_session_tasks {
+            c.max_session_tasks = v;
+        }
+        if let Some(v) = self.max_finished_tasks {
+            c.max_finished_tasks = v;
+        }
+        if let Some(v) = self.max_session_finished_tasks {
+            c.max_session_finished_tasks = v;
         }
         if let Some(v) = self.max_command_bytes {
             c.max_command_bytes = v;

@@ -42,6 +42,8 @@ pub struct UnknownOwner(pub String);
 #[derive(Debug, Clone, Default)]
 pub struct SessionRouter {
     sessions: Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Injection>>>>,
+    /// Each session's own names for its tasks.
+    names: Arc<crate::task_names::TaskNames>,
 }
 
 impl SessionRouter {
@@ -69,6 +71,27 @@ impl SessionRouter {
         };
         let owner = injection.owner.clone();
         tx.send(injection).map_err(|_| UnknownOwner(owner))
+    }
+
+    /// The name the session `owner` knows the executor's task `id` by: given now if it has
+    /// none and the session is open (an ended session's task keeps the executor's id; its notice
+    /// reaches nobody).
+    pub(crate) fn name_task(&self, owner: &str, id: &str) -> String {
+        // Under the sessions lock, so that the session cannot end (and forget its names)
+        // between the check and the naming.
+        let sessions = self.lock();
+        if sessions.contains_key(owner) {
+            self.names.name(owner, id)
+        } else {
+            self.names
+                .named(id)
+                .map_or_else(|| id.to_string(), |(_, name)| name)
+        }
+    }
+
+    /// Each session's own names for its tasks.
+    pub(crate) fn names(&self) -> &crate::task_names::TaskNames {
+        &self.names
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<Injection>>> {
@@ -157,7 +180,9 @@ impl Drop for Session {
         if let Some(hook) = self.on_end.take() {
             hook(&self.owner);
         }
-        self.router.lock().remove(&self.owner);
+        let mut sessions = self.router.lock();
+        sessions.remove(&self.owner);
+        self.router.names.forget(&self.owner);
     }
 }
 

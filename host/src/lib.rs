@@ -61,6 +61,7 @@ pub mod engine;
 pub mod inject;
 pub mod mcp;
 pub mod policy;
+mod task_names;
 
 pub use dsh_executor as executor;
 pub use engine::{

@@ -28,6 +28,11 @@ impl Config {
         positive_count("max-spill-total-bytes", self.max_spill_total_bytes)?;
         positive_count("max-tasks", self.max_tasks as u64)?;
         positive_count("max-finished-tasks", self.max_finished_tasks as u64)?;
+        positive_count("max-session-tasks", self.max_session_tasks as u64)?;
+        positive_count(
+            "max-session-finished-tasks",
+            self.max_session_finished_tasks as u64,
+        )?;
         positive_count("max-command-bytes", self.max_command_bytes)?;
         if let Some(ms) = self.yield_after_ms {
             positive_ms("yield-after-ms", ms)?;
@@ -104,7 +109,7 @@ mod tests {
     #[test]
     fn each_bad_setting_is_named() {
         type Edit = fn(&mut Config);
-        let cases: [(Edit, &str); 17] = [
+        let cases: [(Edit, &str); 19] = [
             (|c| c.default_timeout_ms = 0.0, "timeout-ms"),
             (|c| c.default_timeout_ms = f64::NAN, "timeout-ms"),
             (|c| c.max_timeout_ms = f64::INFINITY, "max-timeout-ms"),
@@ -116,6 +121,11 @@ mod tests {
             (|c| c.max_spill_total_bytes = 0, "max-spill-total-bytes"),
             (|c| c.max_tasks = 0, "max-tasks"),
             (|c| c.max_finished_tasks = 0, "max-finished-tasks"),
+            (|c| c.max_session_tasks = 0, "max-session-tasks"),
+            (
+                |c| c.max_session_finished_tasks = 0,
+                "max-session-finished-tasks",
+            ),
             (|c| c.max_command_bytes = 0, "max-command-bytes"),
             (
                 |c| c.max_command_bytes = (64 << 20) + 1,

@@ -398,10 +398,17 @@ pub struct Config {
     /// task is evicted from the finished list, or at shutdown unless kept (a foreground command's
     /// files stay until then, as their paths were shown to the model).
     pub max_spill_total_bytes: u64,
-    /// Running background tasks allowed at once.
+    /// Running background tasks allowed at once, in all.
     pub max_tasks: usize,
-    /// Finished tasks retained for reads.
+    /// Finished tasks retained for reads, in all; past it, the oldest of the session holding
+    /// most is forgotten.
     pub max_finished_tasks: usize,
+    /// Running background tasks one session (owner token) may have at once, below
+    /// [`Config::max_tasks`]; tasks without an owner meet the total only.
+    pub max_session_tasks: usize,
+    /// Finished tasks retained per session; past it, that session's oldest is forgotten, never
+    /// another session's.
+    pub max_session_finished_tasks: usize,
     /// The longest command accepted, in bytes (default 1 MiB, at most 64 MiB). A longer one is
     /// refused by [`Executor::resolve`] (and by `run` and `start`) with
     /// [`ExecError::InvalidRequest`] naming the limit, before anything starts. Commands above
@@ -446,6 +453,8 @@ impl Default for Config {
             max_spill_total_bytes: 1024 * 1024 * 1024,
             max_tasks: 64,
             max_finished_tasks: 1024,
+            max_session_tasks: 16,
+            max_session_finished_tasks: 256,
             max_command_bytes: 1024 * 1024,
             cwd: None,
             containment: ContainmentPreference::Auto,

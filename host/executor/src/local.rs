@@ -87,7 +87,12 @@ impl LocalExecutor {
                 setting: "spawn-helper",
                 reason,
             })?;
-        let tasks = Tasks::new(config.max_tasks, config.max_finished_tasks);
+        let tasks = Tasks::with_limits(crate::tasks::table::TaskLimits {
+            running: config.max_tasks,
+            finished: config.max_finished_tasks,
+            session_running: config.max_session_tasks,
+            session_finished: config.max_session_finished_tasks,
+        });
         let (containment, cgroups) = match config.containment {
             ContainmentPreference::Subreaper => (
                 Containment::Subreaper {
@@ -324,7 +329,7 @@ impl LocalExecutor {
     ) -> Option<RunResult> {
         let (task, ([stdout, stderr], denied)) = command.hand_over(|control| {
             let mut tasks = self.shared.tasks();
-            if let Err(err) = tasks.reserve() {
+            if let Err(err) = tasks.reserve(spec.owner.as_deref()) {
                 tracing::debug!(%err, "a foreground command stays in the foreground");
                 return None;
             }
@@ -362,12 +367,12 @@ impl LocalExecutor {
         // A slot first, so that a full table starts nothing; the id only once the command has
         // started, so that an unusable workdir leaves no trace.
         self.check_command(&spec.command)?;
-        self.shared.tasks().reserve()?;
+        self.shared.tasks().reserve(spec.owner.as_deref())?;
         let outputs = self.outputs();
         let denials = Arc::new(DenialLog::default());
         let spawned = match self.spawn(program, &spec, &denials).await {
             Err(ExecError::WorkdirUnusable(message)) => {
-                self.shared.tasks().unreserve();
+                self.shared.tasks().unreserve(spec.owner.as_deref());
                 return Err(ExecError::WorkdirUnusable(message));
             }
             other => other,

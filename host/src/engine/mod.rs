@@ -275,8 +275,12 @@ impl ToolHost {
         // A weak handle: the pump must not keep the host alive after its last user dropped it.
         let weak = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
-            while let Some(task) = task_done.recv().await {
+            while let Some(mut task) = task_done.recv().await {
                 let Some(inner) = weak.upgrade() else { break };
+                // The notice names the task as its session knows it.
+                if let Some(owner) = &task.owner {
+                    task.id = inner.sessions.name_task(owner, &task.id);
+                }
                 let id = task.id.clone();
                 match inner.task_done(task).await {
                     Ok(Ok(())) => {}

@@ -8,10 +8,11 @@
 //! - start or run commands as its own session (a `request` or `spec` naming another owner is
 //!   refused before the executor sees it; a run that continues as a background task must have
 //!   become a task of the caller's);
-//! - see and act on its own session's tasks and on tasks without an owner, which the contract
-//!   opens to all; a task of another session reads as an unknown one (`unknown-task`, as the
-//!   executor answers for an id it never had), so neither its output, state, command nor owner
-//!   token reaches the guest, and it cannot be read (which would consume its delta) or killed;
+//! - see and act on its own session's tasks, under its session's own names for them (its first
+//!   task is `bash-1` whatever other sessions started: `crate::task_names`), and on tasks without
+//!   an owner, which the contract opens to all, under the executor's ids; another session's task
+//!   cannot be named at all (`unknown-task`, as the executor answers for an id it never had), so
+//!   neither its output, state, command, owner token nor existence reaches the guest;
 //! - inject only into its own session.
 //!
 //! A call without an owner token is no session: it reaches tasks without an owner only (the
@@ -29,14 +30,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::inject::{Injection, SessionRouter, UnknownOwner};
 
-/// What `owner-of` answers for a task of another session.
+/// What `owner-of` answers a call without an owner token for an owned task.
 ///
 /// The tool contract (§3, §4, §6) has the tools tell the model `task <id> belongs to another
 /// session` for such a task, and the tools learn it from `owner-of` naming an owner that is not
 /// the caller's. Answering none would turn that message into `unknown bash task`; the real token
 /// would give another session's secret away. So the guest gets a stand-in that is never the
-/// caller's own token: that the task is someone else's, and nothing more. (That an id exists is
-/// no secret anyway: ids count up per executor, so any session's own ids reveal earlier ones.)
+/// caller's own token: that the task is someone else's, and nothing more. (A session is never
+/// told even that: it names only its own tasks.)
 const ANOTHER_SESSION: &str = "(another session)";
 
 /// The executor and the session router as one call may use them.
@@ -88,60 +89,63 @@ impl SessionGuard {
         meter: OutputMeter,
     ) -> Result<RunResult, ExecError> {
         self.check_claim(spec.owner.as_deref())?;
-        let result = self.executor.run_metered(spec, abort, meter).await?;
-        if let Some(yielded) = &result.yielded
-            && yielded.task.owner.as_deref() != self.caller()
-        {
-            // The executor gives the task the spec's owner, the caller's (checked above); any
-            // other is an executor fault. Such a task is out of the caller's reach, and its
-            // notice would go elsewhere: stop it rather than hand it to the guest.
-            tracing::error!(task = %yielded.task.id, "a yielded task is not the caller's; killed");
-            let _ = self.executor.kill(&yielded.task.id);
-            return Err(ExecError::Internal(
-                "the command continued as a task of another session; it was stopped".to_string(),
-            ));
+        let mut result = self.executor.run_metered(spec, abort, meter).await?;
+        if let Some(yielded) = &mut result.yielded {
+            if yielded.task.owner.as_deref() != self.caller() {
+                // The executor gives the task the spec's owner, the caller's (checked above);
+                // any other is an executor fault. Such a task is out of the caller's reach, and
+                // its notice would go elsewhere: stop it rather than hand it to the guest.
+                tracing::error!(task = %yielded.task.id, "a yielded task is not the caller's; killed");
+                let _ = self.executor.kill(&yielded.task.id);
+                return Err(ExecError::Internal(
+                    "the command continued as a task of another session; it was stopped"
+                        .to_string(),
+                ));
+            }
+            yielded.task = self.shown(yielded.task.clone());
         }
         Ok(result)
     }
 
     pub async fn start(&self, spec: Spec) -> Result<Task, ExecError> {
         self.check_claim(spec.owner.as_deref())?;
-        self.executor.start(spec).await
+        let task = self.executor.start(spec).await?;
+        Ok(self.shown(task))
     }
 
     pub fn read_output(&self, id: &str) -> Result<Read, ExecError> {
-        self.get(id)?;
-        self.executor.read_output(id)
+        let task = self.reach(id)?;
+        let mut read = self.executor.read_output(&task).map_err(as_unknown(id))?;
+        read.task = self.shown(read.task);
+        Ok(read)
     }
 
     pub fn kill(&self, id: &str) -> Result<bool, ExecError> {
-        self.get(id)?;
-        self.executor.kill(id)
+        let task = self.reach(id)?;
+        self.executor.kill(&task).map_err(as_unknown(id))
     }
 
     pub fn get(&self, id: &str) -> Result<Task, ExecError> {
-        let task = self.executor.get(id)?;
-        if may_touch(self.caller(), task.owner.as_deref()) {
-            Ok(task)
-        } else {
-            // Exactly what the executor answers for an id it does not hold.
-            Err(ExecError::UnknownTask(id.to_string()))
-        }
+        let task = self.reach(id)?;
+        let task = self.executor.get(&task).map_err(as_unknown(id))?;
+        Ok(self.shown(task))
     }
 
     pub fn owner_of(&self, id: &str) -> Option<String> {
-        let owner = self.executor.owner_of(id)?;
-        if may_touch(self.caller(), Some(&owner)) {
-            Some(owner)
-        } else {
-            Some(stand_in(self.caller()))
-        }
+        let Some(caller) = self.caller() else {
+            // No session: the executor's ids, and a stand-in for an owned task.
+            return self.executor.owner_of(id).map(|_| stand_in(None));
+        };
+        // A session names only its own tasks and those without an owner: another session's
+        // task cannot be named, and reads as unknown.
+        let task = self.executor_id(caller, id)?;
+        self.executor.owner_of(&task)
     }
 
     pub fn list(&self) -> Vec<Task> {
         let mut tasks = self.executor.list();
         tasks.retain(|task| may_touch(self.caller(), task.owner.as_deref()));
-        tasks
+        tasks.into_iter().map(|task| self.shown(task)).collect()
     }
 
     /// Deliver an injection to the calling session only. Another owner is refused as if no
@@ -156,6 +160,44 @@ impl SessionGuard {
 
     fn caller(&self) -> Option<&str> {
         self.owner.as_deref()
+    }
+
+    /// The executor's id of the task the caller calls `id`, where the caller may touch it;
+    /// else the executor's own answer for an id it does not hold.
+    fn reach(&self, id: &str) -> Result<String, ExecError> {
+        let task = match self.caller() {
+            None => Some(id.to_string()),
+            Some(caller) => self.executor_id(caller, id),
+        };
+        let task = task.ok_or_else(|| ExecError::UnknownTask(id.to_string()))?;
+        match self.executor.get(&task) {
+            Ok(t) if may_touch(self.caller(), t.owner.as_deref()) => Ok(task),
+            _ => Err(ExecError::UnknownTask(id.to_string())),
+        }
+    }
+
+    /// The executor's id of the task session `caller` calls `id`: one of its own names, else
+    /// the executor's id of a task without an owner (open to all, under the executor's id).
+    fn executor_id(&self, caller: &str, id: &str) -> Option<String> {
+        let names = self.sessions.names();
+        names.resolve(caller, id).or_else(|| {
+            let unowned = self.executor.get(id).is_ok_and(|t| t.owner.is_none());
+            unowned.then(|| id.to_string())
+        })
+    }
+
+    /// An executor's task as the caller sees it: the caller's own under its session's name.
+    fn shown(&self, mut task: Task) -> Task {
+        if let Some(caller) = self.caller()
+            && task.owner.as_deref() == Some(caller)
+        {
+            let names = self.sessions.names();
+            task.id = names.name(caller, &task.id);
+            if names.wants_pruning(caller) {
+                names.prune(caller, |id| self.executor.get(id).is_ok());
+            }
+        }
+        task
     }
 
     /// A request or spec must carry the caller's own token (none for a call without one), as the
@@ -173,6 +215,14 @@ impl SessionGuard {
         Err(ExecError::InvalidRequest(
             "the owner must be the calling session's own".to_string(),
         ))
+    }
+}
+
+/// Names an unknown task as the caller named it (the executor named its own id).
+fn as_unknown(id: &str) -> impl Fn(ExecError) -> ExecError + '_ {
+    move |e| match e {
+        ExecError::UnknownTask(_) => ExecError::UnknownTask(id.to_string()),
+        other => other,
     }
 }
 
@@ -320,7 +370,10 @@ mod tests {
             assert_eq!(guard.read_output("bash-1").unwrap_err(), unknown("bash-1"));
             assert_eq!(guard.kill("bash-1"), Err(unknown("bash-1")));
             assert_eq!(guard.get("bash-1"), Err(unknown("bash-1")));
-            assert_eq!(guard.owner_of("bash-1").as_deref(), Some(ANOTHER_SESSION));
+            // A session cannot name another's task at all; a call without a session learns
+            // that the id is someone's, not whose.
+            let owner = caller.map_or(Some(ANOTHER_SESSION), |_| None);
+            assert_eq!(guard.owner_of("bash-1").as_deref(), owner);
             let listed: Vec<String> = guard.list().into_iter().map(|t| t.id).collect();
             assert_eq!(listed, ["bash-2"]);
             // Unknown ids get the executor's own answer, and do not reach its operations either.
@@ -332,6 +385,10 @@ mod tests {
     #[test]
     fn own_and_unowned_tasks_reach_the_executor() {
         let (executor, guard) = guard(Some("a"));
+        // The session has not seen its task yet: the executor's id is no name of its own.
+        assert_eq!(guard.kill("bash-1"), Err(unknown("bash-1")));
+        // Listed, it is named (its session's first: bash-1).
+        assert_eq!(guard.list()[0].id, "bash-1");
         assert_eq!(guard.kill("bash-1"), Ok(true));
         assert_eq!(guard.kill("bash-2"), Ok(true));
         assert_eq!(guard.owner_of("bash-1").as_deref(), Some("a"));

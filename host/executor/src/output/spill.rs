@@ -2,7 +2,7 @@
 //!
 //! One directory per executor (so per host process) under the spill parent, created `0700` on
 //! first use and removed with its files at a clean shutdown unless kept; files named
-//! `dsh-bash-<host pid>-<counter>-<12 hex>-<stdout|stderr>.log`, created exclusively with `0600`.
+//! `dsh-bash-<host pid>-<24 hex>-<stdout|stderr>.log` (random, no counter), created exclusively with `0600`.
 //! A file is only ever presented while it holds every byte of its stream: one that hit its cap,
 //! failed to write or was removed at shutdown is withdrawn, and output continues in memory only.
 //!
@@ -38,9 +38,6 @@ use std::sync::{Arc, Mutex};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
-
-/// Numbers the commands of this process in spill file names.
-static COUNTER: AtomicU64 = AtomicU64::new(1);
 
 /// Fresh directory names tried before giving up (each taken name is someone else's or a race).
 const DIR_ATTEMPTS: usize = 64;
@@ -331,10 +328,15 @@ pub(crate) struct SpillTarget {
     file_name: String,
 }
 
-/// The spill targets of one command's stdout and stderr, sharing counter and random part.
+/// The spill targets of one command's stdout and stderr, sharing one random part. No counter:
+/// a name shown to one session must not tell how many commands the others ran.
 pub(crate) fn targets(dir: &Arc<SpillDir>, cap: u64) -> (SpillTarget, SpillTarget) {
-    let counter = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let stem = format!("dsh-bash-{}-{counter}-{}", std::process::id(), random_hex());
+    let stem = format!(
+        "dsh-bash-{}-{}{}",
+        std::process::id(),
+        random_hex(),
+        random_hex()
+    );
     let target = |stream: &str| SpillTarget {
         dir: dir.clone(),
         cap,
@@ -570,7 +572,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_pair_streams_and_count_up() {
+    fn names_pair_streams_and_count_nothing() {
         let dir = SpillDir::new(None);
         let (a, b) = targets(&dir, 10);
         let (c, _) = targets(&dir, 10);
@@ -578,10 +580,10 @@ mod tests {
         assert_eq!(b.file_name, format!("{stem}-stderr.log"));
         let parts: Vec<&str> = stem.split('-').collect();
         assert_eq!(parts[..3], ["dsh", "bash", &std::process::id().to_string()]);
-        assert_eq!(parts[4].len(), 12);
-        assert!(parts[4].bytes().all(|b| b.is_ascii_hexdigit()));
-        let next: u64 = c.file_name.split('-').nth(3).unwrap().parse().unwrap();
-        assert!(next > parts[3].parse().unwrap());
+        assert_eq!(parts.len(), 4);
+        assert_eq!(parts[3].len(), 24);
+        assert!(parts[3].bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(a.file_name, c.file_name);
     }
 
     #[test]

@@ -40,15 +40,35 @@ struct Record {
     control: Arc<Control>,
 }
 
+/// How many tasks may run and be retained, in all and per session (owner token).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TaskLimits {
+    pub(crate) running: usize,
+    pub(crate) finished: usize,
+    pub(crate) session_running: usize,
+    pub(crate) session_finished: usize,
+}
+
+/// One session's share of the table: what it runs (starts in progress included) and what it
+/// finished, oldest first. Tasks without an owner form one share of their own, which only the
+/// totals limit (a caller without a token is no session).
+#[derive(Debug, Default)]
+struct Share {
+    running: usize,
+    finished: VecDeque<String>,
+}
+
 #[derive(Debug)]
 pub(crate) struct Tasks {
     next_id: u64,
     records: HashMap<String, Record>,
-    /// Finished ids, oldest first, for retention.
-    finished: VecDeque<String>,
+    /// Per owner: the running count and the finished ids, for the per-session limits and for
+    /// retention, which evicts within a session (the one holding most, past the total).
+    shares: HashMap<Option<String>, Share>,
+    /// Finished tasks retained, in all.
+    finished: usize,
     running: usize,
-    max_running: usize,
-    max_finished: usize,
+    limits: TaskLimits,
     /// Tasks whose processes may still exist, retained or not: shutdown waits for these.
     live: HashMap<String, Arc<Control>>,
     /// Starts in progress, counted as running: a slot is taken before the command starts and
@@ -58,14 +78,25 @@ pub(crate) struct Tasks {
 }
 
 impl Tasks {
+    /// A table whose limits per session are its totals.
+    #[cfg(test)]
     pub(crate) fn new(max_running: usize, max_finished: usize) -> Self {
+        Self::with_limits(TaskLimits {
+            running: max_running,
+            finished: max_finished,
+            session_running: max_running,
+            session_finished: max_finished,
+        })
+    }
+
+    pub(crate) fn with_limits(limits: TaskLimits) -> Self {
         Self {
             next_id: 1,
             records: HashMap::new(),
-            finished: VecDeque::new(),
+            shares: HashMap::new(),
+            finished: 0,
             running: 0,
-            max_running,
-            max_finished,
+            limits,
             live: HashMap::new(),
             reserved: 0,
             shutdown: false,
@@ -100,30 +131,53 @@ impl Tasks {
         owner: Option<String>,
         outputs: [Arc<Output>; 2],
     ) -> Result<(Task, Arc<Control>), ExecError> {
-        self.reserve()?;
+        self.reserve(owner.as_deref())?;
         Ok(self.insert_reserved(command, owner, outputs, Arc::default()))
     }
 
-    /// Takes a running slot for a start, or refuses without any change.
-    pub(crate) fn reserve(&mut self) -> Result<(), ExecError> {
+    /// Takes a running slot for a start of `owner`'s session, or refuses without any change: the
+    /// session's own limit first, then the host's (whose message says nothing of other
+    /// sessions' tasks).
+    pub(crate) fn reserve(&mut self, owner: Option<&str>) -> Result<(), ExecError> {
         if self.shutdown {
             return Err(shutting_down());
         }
-        if self.running + self.reserved >= self.max_running {
+        let own = self
+            .shares
+            .get(&owner.map(str::to_string))
+            .map_or(0, |s| s.running);
+        if owner.is_some() && own >= self.limits.session_running {
             return Err(ExecError::TaskLimit(format!(
-                "too many background tasks: {} are running, the limit is {}; wait for one to \
-                 finish or kill one",
-                self.running + self.reserved,
-                self.max_running
+                "too many background tasks in this session: {own} are running, the limit per \
+                 session is {} (--max-session-tasks); wait for one to finish or kill one",
+                self.limits.session_running
+            )));
+        }
+        if self.running + self.reserved >= self.limits.running {
+            return Err(ExecError::TaskLimit(format!(
+                "too many background tasks running on this host: the limit is {} \
+                 (--max-tasks); wait for one to finish or kill one",
+                self.limits.running
             )));
         }
         self.reserved += 1;
+        self.shares
+            .entry(owner.map(str::to_string))
+            .or_default()
+            .running += 1;
         Ok(())
     }
 
     /// Gives back a slot taken by [`reserve`](Self::reserve) for a start that did not happen.
-    pub(crate) fn unreserve(&mut self) {
+    pub(crate) fn unreserve(&mut self, owner: Option<&str>) {
         self.reserved -= 1;
+        let owner = owner.map(str::to_string);
+        if let Some(share) = self.shares.get_mut(&owner) {
+            share.running -= 1;
+            if share.running == 0 && share.finished.is_empty() {
+                self.shares.remove(&owner);
+            }
+        }
     }
 
     /// Starts in progress.
@@ -275,19 +329,49 @@ impl Tasks {
         task
     }
 
-    /// Moves a task to the finished list and forgets the oldest beyond the retention limit. A
-    /// forgotten task's spill files are deleted with it (their bytes return to the spill budget):
-    /// nobody can read its output any more. Its processes may still be ending after a kill; their
-    /// output then stays in memory only.
+    /// Moves a task to its session's finished list and forgets the session's oldest beyond the
+    /// per-session retention limit; past the total, the oldest of the session holding most, so
+    /// that no session's churn evicts a quieter session's results. A forgotten task's spill files
+    /// are deleted with it (their bytes return to the spill budget): nobody can read its output
+    /// any more. Its processes may still be ending after a kill; their output then stays in
+    /// memory only.
     fn retire(&mut self, id: &str) {
-        self.finished.push_back(id.to_string());
-        while self.finished.len() > self.max_finished {
-            if let Some(old) = self.finished.pop_front()
-                && let Some(record) = self.records.remove(&old)
-            {
-                for output in &record.outputs {
-                    output.discard_spill();
-                }
+        let owner = self.records.get(id).and_then(|r| r.task.owner.clone());
+        let share = self.shares.entry(owner.clone()).or_default();
+        share.running -= 1;
+        share.finished.push_back(id.to_string());
+        self.finished += 1;
+        while owner.is_some() && self.shares[&owner].finished.len() > self.limits.session_finished {
+            self.evict(&owner);
+        }
+        while self.finished > self.limits.finished {
+            let Some(fullest) = self
+                .shares
+                .iter()
+                .max_by_key(|(_, share)| share.finished.len())
+                .map(|(owner, _)| owner.clone())
+            else {
+                break;
+            };
+            self.evict(&fullest);
+        }
+    }
+
+    /// Forgets the oldest finished task of `owner`'s session.
+    fn evict(&mut self, owner: &Option<String>) {
+        let Some(share) = self.shares.get_mut(owner) else {
+            return;
+        };
+        let Some(old) = share.finished.pop_front() else {
+            return;
+        };
+        if share.running == 0 && share.finished.is_empty() {
+            self.shares.remove(owner);
+        }
+        self.finished -= 1;
+        if let Some(record) = self.records.remove(&old) {
+            for output in &record.outputs {
+                output.discard_spill();
             }
         }
     }
@@ -421,6 +505,79 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path().unwrap()).unwrap().count(), 1);
     }
 
+    fn limited(session_running: usize, session_finished: usize, finished: usize) -> Tasks {
+        Tasks::with_limits(TaskLimits {
+            running: 8,
+            finished,
+            session_running,
+            session_finished,
+        })
+    }
+
+    /// A session at its running limit is refused with the per-session flag; another session and
+    /// tasks without an owner still start, up to the total, whose message names no count.
+    #[test]
+    fn each_session_has_its_own_running_limit() {
+        let mut tasks = limited(2, 10, 10);
+        let a = || Some("a".to_string());
+        tasks.insert("a1", a(), outputs()).unwrap();
+        tasks.insert("a2", a(), outputs()).unwrap();
+        let Err(ExecError::TaskLimit(m)) = tasks.insert("a3", a(), outputs()) else {
+            panic!("a third task of a started")
+        };
+        assert!(m.contains("in this session: 2 are running") && m.contains("--max-session-tasks"));
+        tasks.insert("b1", Some("b".into()), outputs()).unwrap();
+        for _ in 0..5 {
+            tasks.insert("x", None, outputs()).unwrap();
+        }
+        let Err(ExecError::TaskLimit(m)) = tasks.insert("b2", Some("b".into()), outputs()) else {
+            panic!("past the total")
+        };
+        assert_eq!(
+            m,
+            "too many background tasks running on this host: the limit is 8 (--max-tasks); \
+             wait for one to finish or kill one"
+        );
+        // A reservation given back frees the session's slot.
+        tasks.kill("bash-1").unwrap();
+        tasks.reserve(Some("a")).unwrap();
+        assert!(tasks.reserve(Some("a")).is_err());
+        tasks.unreserve(Some("a"));
+        tasks.reserve(Some("a")).unwrap();
+    }
+
+    /// One session's churn evicts its own finished tasks only; past the total, the session
+    /// holding most loses its oldest.
+    #[test]
+    fn retention_evicts_within_the_churning_session() {
+        let mut tasks = limited(8, 3, 5);
+        let (quiet, _) = tasks.insert("q", Some("q".into()), outputs()).unwrap();
+        tasks.finish(&quiet, exited(0));
+        for _ in 0..100 {
+            let (t, _) = tasks.insert("c", Some("c".into()), outputs()).unwrap();
+            tasks.finish(&t, exited(0));
+        }
+        assert!(
+            tasks.get(&quiet.id).is_ok(),
+            "the quiet session's result is kept"
+        );
+        let churn: Vec<String> = tasks
+            .list()
+            .into_iter()
+            .filter(|t| t.owner.as_deref() == Some("c"))
+            .map(|t| t.id)
+            .collect();
+        assert_eq!(churn, ["bash-99", "bash-100", "bash-101"]);
+        // Past the total (5): unowned tasks, the fullest share, lose theirs; q keeps its one.
+        for _ in 0..3 {
+            let (t, _) = tasks.insert("n", None, outputs()).unwrap();
+            tasks.finish(&t, exited(0));
+        }
+        assert_eq!(tasks.finished, 5);
+        assert!(tasks.get(&quiet.id).is_ok());
+        assert_eq!(tasks.list().len(), 5);
+    }
+
     #[test]
     fn end_states() {
         let mut tasks = Tasks::new(10, 10);
@@ -446,7 +603,7 @@ mod tests {
         let outputs = outputs();
         outputs[0].write(b"seen");
         outputs[1].write(b"e1");
-        tasks.reserve().unwrap();
+        tasks.reserve(None).unwrap();
         let control = Arc::new(Control::default());
         let task = tasks.adopt_reserved(
             "x",
@@ -457,7 +614,7 @@ mod tests {
             control.clone(),
         );
         assert_eq!(task.id, "bash-1");
-        assert!(matches!(tasks.reserve(), Err(ExecError::TaskLimit(_))));
+        assert!(matches!(tasks.reserve(None), Err(ExecError::TaskLimit(_))));
         outputs[0].write(b"new");
         let read = tasks.read("bash-1").unwrap();
         assert_eq!(
