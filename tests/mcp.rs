@@ -851,51 +851,87 @@ fn numbers_beyond_f64_reach_the_tool_and_get_its_validation_error() {
     assert_eq!(texts(&r), ["1e400\n"]);
 }
 
-/// Calls beyond the connection's limit are answered at once with an error naming the limit; the
-/// calls in flight are not disturbed, and a slot frees when a call ends.
+/// Calls beyond the session's limit, or the server's, are answered at once with an error naming
+/// that limit and its flag (never queued); the calls in flight are not disturbed, and a slot frees
+/// when a call ends. Without flags, 256 calls at once meet the session's default of 32.
 #[test]
-fn calls_beyond_the_in_flight_limit_get_an_error_naming_it() {
-    let mut mcp = Mcp::start(&["--max-calls-in-flight", "3"]);
-    let ids: Vec<i64> = (0..5)
-        .map(|i| {
-            mcp.request(
-                "tools/call",
-                json!({"name": "bash", "arguments": {"command": format!("sleep 1; echo {i}"), "description": "Wait"}}),
-            )
-        })
-        .collect();
-    let answers: Vec<Value> = ids
-        .iter()
-        .map(|&id| {
-            mcp.find(READ_TIMEOUT, "a call's answer", |m| {
-                m.get("id") == Some(&id.into())
+fn calls_beyond_the_in_flight_limits_get_an_error_naming_them() {
+    for (flags, calls, limit, scope, flag) in [
+        (
+            &["--max-calls-in-flight", "3"][..],
+            5,
+            3,
+            "in this session",
+            "--max-calls-in-flight",
+        ),
+        (
+            &["--max-calls-total", "3"][..],
+            5,
+            3,
+            "on this server",
+            "--max-calls-total",
+        ),
+        (&[][..], 40, 32, "in this session", "--max-calls-in-flight"),
+    ] {
+        let mut mcp = Mcp::start(flags);
+        let ids: Vec<i64> = (0..calls)
+            .map(|i| {
+                mcp.request(
+                    "tools/call",
+                    json!({"name": "bash", "arguments": {"command": format!("sleep 2; echo {i}"), "description": "Wait"}}),
+                )
             })
-        })
-        .collect();
-    let refused: Vec<&Value> = answers
-        .iter()
-        .filter(|a| a.get("error").is_some())
-        .collect();
-    assert_eq!(refused.len(), 2, "{answers:?}");
-    for answer in refused {
-        assert_eq!(answer["error"]["code"], -32000, "{answer}");
-        assert_eq!(
-            answer["error"]["message"],
-            "too many tool calls in flight in this session: the limit is 3 \
-             (--max-calls-in-flight); wait for a call to finish"
-        );
+            .collect();
+        let answers: Vec<Value> = ids
+            .iter()
+            .map(|&id| {
+                mcp.find(READ_TIMEOUT, "a call's answer", |m| {
+                    m.get("id") == Some(&id.into())
+                })
+            })
+            .collect();
+        let refused: Vec<&Value> = answers
+            .iter()
+            .filter(|a| a.get("error").is_some())
+            .collect();
+        assert_eq!(refused.len(), calls - limit, "{flags:?}: {answers:?}");
+        for answer in refused {
+            assert_eq!(answer["error"]["code"], -32000, "{answer}");
+            assert_eq!(
+                answer["error"]["message"],
+                format!(
+                    "too many tool calls in flight {scope}: the limit is {limit} ({flag}); \
+                     wait for a call to finish"
+                )
+            );
+        }
+        let ran: Vec<&str> = answers
+            .iter()
+            .filter_map(|a| a.get("result"))
+            .flat_map(|r| texts(r))
+            .collect();
+        assert_eq!(ran.len(), limit, "{flags:?}: {answers:?}");
+        // Every slot is free again.
+        for i in 0..3 {
+            let r = mcp.bash(&format!("echo again {i}"));
+            assert_eq!(texts(&r), [format!("again {i}\n")]);
+        }
     }
-    let ran: Vec<&str> = answers
-        .iter()
-        .filter_map(|a| a.get("result"))
-        .flat_map(|r| texts(r))
-        .collect();
-    assert_eq!(ran.len(), 3, "{answers:?}");
-    // Every slot is free again.
-    for i in 0..3 {
-        let r = mcp.bash(&format!("echo again {i}"));
-        assert_eq!(texts(&r), [format!("again {i}\n")]);
-    }
+}
+
+/// `--max-calls-total` above what the server runs at once is a usage error naming the bound.
+#[test]
+fn a_server_wide_call_limit_above_the_hosts_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_dsh-host"))
+        .args(["mcp", "--max-calls-total", "241"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--max-calls-total") && stderr.contains("expected 1 to 240"),
+        "{stderr}"
+    );
 }
 
 /// A client that leaves mid-call (its input ends): the call is aborted at once, its command

@@ -56,10 +56,14 @@ pub enum Command {
     },
     /// Serve the tools over MCP on stdin/stdout.
     Mcp {
-        /// Tool calls the client may have in flight at once; one more is answered with an error
-        /// naming this limit.
+        /// Tool calls one session may have in flight at once; one more is answered at once with
+        /// an error naming this limit.
         #[arg(long, value_name = "N", default_value_t = crate::mcp::DEFAULT_MAX_CALLS_IN_FLIGHT, value_parser = call_limit)]
         max_calls_in_flight: usize,
+        /// Tool calls in flight in all sessions together (at most the default); one more is
+        /// answered at once with an error naming this limit.
+        #[arg(long, value_name = "N", default_value_t = crate::mcp::MAX_CALLS_TOTAL, value_parser = calls_total)]
+        max_calls_total: usize,
         /// How often a call whose request carries a progressToken reports progress (clients
         /// that reset their request timeout on progress then wait for long commands).
         #[arg(long, value_name = "MS", default_value_t = 10000.0, allow_negative_numbers = true, value_parser = progress_ms)]
@@ -306,6 +310,12 @@ fn call_limit(s: &str) -> Result<usize, String> {
         n @ 1..=1_048_576 => Ok(n as usize),
         n => Err(format!("expected at most 1048576, got {n}")),
     }
+}
+
+/// The server-wide limit on calls in flight: at most what the host runs at once.
+fn calls_total(s: &str) -> Result<usize, String> {
+    let n = usize::try_from(positive_u64(s)?).unwrap_or(usize::MAX);
+    crate::mcp::CallsTotal::new(n).map(|_| n)
 }
 
 /// A progress interval: at least 10 ms, so that reports cannot flood the client.
@@ -582,12 +592,16 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         }
         Command::Mcp {
             max_calls_in_flight,
+            max_calls_total,
             progress_interval_ms,
             http,
         } => {
+            let calls_total =
+                crate::mcp::CallsTotal::new(max_calls_total).map_err(CliError::Usage)?;
             let options = crate::mcp::McpOptions {
                 cwd,
                 max_calls_in_flight,
+                calls_total,
                 progress_interval: Duration::from_secs_f64(progress_interval_ms / 1000.0),
                 approvals,
             };

@@ -88,8 +88,14 @@ pub const NOTICE_LOGGER: &str = "tool-bash";
 /// on top of the executor's TERM-to-KILL grace.
 const CALL_DRAIN_SLACK: Duration = Duration::from_secs(5);
 
-/// Tool calls one connection may have in flight by default.
-pub const DEFAULT_MAX_CALLS_IN_FLIGHT: usize = 256;
+/// Tool calls one session may have in flight by default: more than a model runs in parallel,
+/// and few enough that one session cannot take every call of a shared server.
+pub const DEFAULT_MAX_CALLS_IN_FLIGHT: usize = 32;
+
+/// Tool calls one server may have in flight in all its sessions together, at most and by
+/// default: what the host runs at once. Past it a call would wait for an instance of the
+/// component; it is refused instead, so that no call ever queues unseen.
+pub const MAX_CALLS_TOTAL: usize = crate::engine::CALL_SLOTS;
 
 /// How often a call that carries a `progressToken` reports progress, by default: well under the
 /// 60 s after which common clients time a request out unless progress resets their clock.
@@ -101,9 +107,12 @@ pub struct McpOptions {
     /// The session's default working directory (relative `workdir`s resolve against it), used
     /// unless the client offers a usable root when asked `roots/list`.
     pub cwd: Option<String>,
-    /// Tool calls the connection may have in flight at once; one more is answered with an error
+    /// Tool calls one session may have in flight at once; one more is answered with an error
     /// naming the limit instead of being run.
     pub max_calls_in_flight: usize,
+    /// Tool calls in flight in every session together, shared by the clones of these options
+    /// (so by every session of one server); one more is answered with an error naming it.
+    pub calls_total: CallsTotal,
     /// The interval of `notifications/progress` for a call whose request carries a
     /// `progressToken`.
     pub progress_interval: Duration,
@@ -117,6 +126,7 @@ impl Default for McpOptions {
         Self {
             cwd: None,
             max_calls_in_flight: DEFAULT_MAX_CALLS_IN_FLIGHT,
+            calls_total: CallsTotal::default(),
             progress_interval: DEFAULT_PROGRESS_INTERVAL,
             approvals: None,
         }
@@ -353,6 +363,7 @@ struct McpServer {
     cwd: Arc<SessionCwd>,
     notices: Arc<Notices>,
     call_slots: CallSlots,
+    calls_total: CallSlots,
     progress_interval: Duration,
     approvals: Option<crate::policy::Approvals>,
     /// The permission questions of revision 2026-07-28 requests this session holds pending.
@@ -378,7 +389,12 @@ impl McpServer {
             tools,
             cwd: Arc::new(SessionCwd::new(options.cwd.clone())),
             notices: Arc::new(Notices::default()),
-            call_slots: CallSlots::new(options.max_calls_in_flight),
+            call_slots: CallSlots::new(
+                options.max_calls_in_flight,
+                "in this session",
+                "--max-calls-in-flight",
+            ),
+            calls_total: options.calls_total.0.clone(),
             progress_interval: options.progress_interval,
             approvals: options.approvals.clone(),
             rounds: input_required::Rounds::default(),
@@ -450,7 +466,10 @@ impl ServerHandler for McpServer {
         // rmcp cancels `context.ct` on the client's `notifications/cancelled` (and when the
         // server stops) and lets this future run to its end. Should the future ever be dropped
         // instead, the guard still aborts the call.
+        // The session's own limit first: a session at it learns of its own limit, not the
+        // server's.
         let _slot = self.call_slots.take()?;
+        let _total = self.calls_total.take()?;
         let modern = context
             .protocol_version()
             .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
@@ -605,33 +624,70 @@ async fn report_progress(
     }
 }
 
-/// The connection's limit on tool calls in flight.
+/// A limit on tool calls in flight: a session's, or a server's (shared by its clones).
+#[derive(Debug, Clone)]
 struct CallSlots {
     limit: usize,
+    /// Where the limit holds ("in this session"), and the flag that sets it.
+    scope: &'static str,
+    flag: &'static str,
     free: Arc<tokio::sync::Semaphore>,
 }
 
 impl CallSlots {
-    fn new(limit: usize) -> Self {
+    fn new(limit: usize, scope: &'static str, flag: &'static str) -> Self {
         Self {
             limit,
+            scope,
+            flag,
             free: Arc::new(tokio::sync::Semaphore::new(limit)),
         }
     }
 
-    /// A slot for one call, or the error that answers a call beyond the limit.
+    /// A slot for one call, or the error that answers a call beyond the limit at once.
     fn take(&self) -> Result<tokio::sync::OwnedSemaphorePermit, McpError> {
         self.free.clone().try_acquire_owned().map_err(|_| {
             McpError::new(
                 LIMIT_EXCEEDED,
                 format!(
-                    "too many tool calls in flight in this session: the limit is {} \
-                     (--max-calls-in-flight); wait for a call to finish",
-                    self.limit
+                    "too many tool calls in flight {}: the limit is {} ({}); wait for a call \
+                     to finish",
+                    self.scope, self.limit, self.flag
                 ),
                 None,
             )
         })
+    }
+}
+
+/// The limit on tool calls in flight in every session of a server together; its clones share
+/// it.
+#[derive(Debug, Clone)]
+pub struct CallsTotal(CallSlots);
+
+impl CallsTotal {
+    /// A limit of `limit` calls, at most [`MAX_CALLS_TOTAL`].
+    pub fn new(limit: usize) -> Result<Self, String> {
+        if limit == 0 || limit > MAX_CALLS_TOTAL {
+            return Err(format!(
+                "expected 1 to {MAX_CALLS_TOTAL} (the calls one server runs at once), got {limit}"
+            ));
+        }
+        Ok(Self(CallSlots::new(
+            limit,
+            "on this server",
+            "--max-calls-total",
+        )))
+    }
+}
+
+impl Default for CallsTotal {
+    fn default() -> Self {
+        Self(CallSlots::new(
+            MAX_CALLS_TOTAL,
+            "on this server",
+            "--max-calls-total",
+        ))
     }
 }
 

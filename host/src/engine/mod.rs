@@ -435,7 +435,7 @@ const POOL_INSTANCES: u32 = 256;
 
 /// Calls in flight at once; the rest of the pool serves the instance made ahead and task-done
 /// deliveries.
-const CALL_SLOTS: usize = POOL_INSTANCES as usize - 16;
+pub const CALL_SLOTS: usize = POOL_INSTANCES as usize - 16;
 
 /// Bytes of a pooled memory or table reset in place rather than given back to the kernel.
 const KEEP_RESIDENT: usize = 1 << 20;
