@@ -867,3 +867,84 @@ fn bad_http_flags_are_usage_errors() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("holds no token"), "{stderr}");
 }
+
+/// Two sessions on one server, one quiet and one abusive (small per-session limits): B's churn
+/// of 20 tasks evicts only B's own oldest results, B's start burst and calls past its limits are
+/// refused at once with errors naming the per-session flags, and A's unread result, numbering,
+/// start and call are untouched.
+#[test]
+fn an_abusive_session_leaves_a_quiet_one_unaffected() {
+    let server = Server::start(&[
+        "--max-session-tasks",
+        "3",
+        "--max-session-finished-tasks",
+        "4",
+        "--max-finished-tasks",
+        "4",
+        "--max-calls-in-flight",
+        "2",
+    ]);
+    let dir = scratch();
+    let seen = server.client("fairness", TOKEN, dir.path());
+
+    // A's first task is bash-1 and B's tasks count from bash-1 too, whatever the other did.
+    assert_eq!(
+        seen["a_started"], "started background task bash-1",
+        "{seen}"
+    );
+    let b_ids: Vec<String> = (1..=20).map(|i| format!("bash-{i}")).collect();
+    assert_eq!(seen["b_ids"], serde_json::json!(b_ids), "{seen}");
+
+    // B's churn evicted B's oldest (its limit is 4, and 4 in all), never A's unread result.
+    assert_eq!(
+        texts(&seen["b_first_after_churn"]["text"]),
+        ["Error: unknown bash task \"bash-1\""],
+        "{seen}"
+    );
+    assert!(
+        texts(&seen["b_last_after_churn"]["text"])[0].starts_with("(no new output)"),
+        "{seen}"
+    );
+    // (Its completion notice rides on this result, the session's next.)
+    assert_eq!(
+        texts(&seen["a_after_churn"]["text"])[0],
+        "quiet-a\n\n[status: completed, exit code: 0]",
+        "{seen}"
+    );
+
+    // B's fourth start is refused, naming its per-session limit; A's start goes through, as
+    // A's second task.
+    let burst = seen["b_burst"].as_array().unwrap();
+    for (i, start) in burst[..3].iter().enumerate() {
+        assert_eq!(
+            texts(&start["text"]),
+            [format!("started background task bash-{}", 21 + i)],
+            "{seen}"
+        );
+    }
+    let refused = texts(&burst[3]["text"]).join("");
+    assert!(
+        refused.contains("too many background tasks in this session: 3 are running")
+            && refused.contains("(--max-session-tasks)"),
+        "{seen}"
+    );
+    assert_eq!(
+        texts(&seen["a_start_during_burst"]["text"]),
+        ["started background task bash-2"],
+        "{seen}"
+    );
+
+    // B's third call at once is refused at once; A's call is answered without waiting for B's.
+    let calls = seen["b_calls"].as_array().unwrap();
+    let refused: Vec<&Value> = calls.iter().filter(|c| c.get("error").is_some()).collect();
+    assert_eq!(refused.len(), 1, "{seen}");
+    let message = refused[0]["error"].as_str().unwrap();
+    assert!(
+        message.contains("too many tool calls in flight in this session: the limit is 2"),
+        "{message}"
+    );
+    assert!(refused[0]["s"].as_f64().unwrap() < 0.5, "{seen}");
+    let a_call = &seen["a_call_during_b_calls"];
+    assert_eq!(texts(&a_call["text"])[0], "a-call\n", "{seen}");
+    assert!(a_call["s"].as_f64().unwrap() < 0.6, "{seen}");
+}

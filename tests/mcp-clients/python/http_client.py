@@ -16,6 +16,10 @@ Scenarios:
              2026-07-28 first, then initialize on a legacy answer) and pinned to 2026-07-28
   roots      sessions offering different roots (`x`, `y` in the scratch dir) at once, one offering
              none, one a root that is not file://, one a missing directory: each runs `pwd`
+  fairness   a quiet session A beside an abusive B (the server run with small per-session
+             limits): B churns 20 background tasks, bursts starts past its running limit and
+             calls past its calls limit; A's finished result, task numbering, starts and calls are
+             unaffected
   untouched  with --http-max-sessions 1: a session that never calls a tool ends with DELETE,
              another goes without DELETE and is waited out until it expired, and the next one
              sets its log level before its first call, then starts a task
@@ -315,7 +319,88 @@ async def untouched(url, token, scratch):
     print(json.dumps(seen))
 
 
+async def fairness(url, token, scratch):
+    """Run with --max-session-tasks 3, --max-session-finished-tasks 4, --max-finished-tasks 4 and
+    --max-calls-in-flight 2."""
+    seen = {}
+
+    async def outcome(coro):
+        started = time.monotonic()
+        try:
+            r = await coro
+            return {"text": texts(r), "isError": r.is_error, "s": time.monotonic() - started}
+        except Exception as e:
+            return {"error": str(e), "s": time.monotonic() - started}
+
+    async def wait_done(session, task):
+        for _ in range(500):
+            r = await session.call_tool("bash_output", {"task_id": task})
+            if "[status: running]" not in texts(r)[0]:
+                return
+            await anyio.sleep(0.02)
+        raise RuntimeError(f"{task} never finished")
+
+    async with open_session(url, token) as a, open_session(url, token) as b:
+        # A's task finishes; its result waits unread.
+        a_task, seen["a_started"] = await start_background(a, "echo quiet-a")
+        with anyio.fail_after(10):
+            await a.log_arrived.wait()
+
+        # B churns: 20 tasks, one after another, each to its end.
+        b_ids = []
+        for i in range(20):
+            task, _ = await start_background(b, f"echo churn-{i}")
+            await wait_done(b, task)
+            b_ids.append(task)
+        seen["b_ids"] = b_ids
+        seen["b_first_after_churn"] = await outcome(
+            b.call_tool("bash_output", {"task_id": b_ids[0]})
+        )
+        seen["b_last_after_churn"] = await outcome(
+            b.call_tool("bash_output", {"task_id": b_ids[-1]})
+        )
+        seen["a_after_churn"] = await outcome(a.call_tool("bash_output", {"task_id": a_task}))
+
+        # B bursts starts: 4 long tasks against its limit of 3; A still starts one.
+        seen["b_burst"] = [
+            await outcome(
+                b.call_tool(
+                    "bash",
+                    {"command": "sleep 30", "description": "Hold", "run_in_background": True},
+                )
+            )
+            for _ in range(4)
+        ]
+        seen["a_start_during_burst"] = await outcome(
+            a.call_tool(
+                "bash", {"command": "echo a-two", "description": "Two", "run_in_background": True}
+            )
+        )
+
+        # B calls past its calls limit (2): 3 slow calls at once; A's call meanwhile.
+        b_calls = []
+
+        async def b_call(i):
+            b_calls.append(
+                await outcome(b.call_tool("bash", {"command": f"sleep 1; echo b{i}", "description": "Slow"}))
+            )
+
+        async def a_call():
+            await anyio.sleep(0.3)
+            seen["a_call_during_b_calls"] = await outcome(
+                a.call_tool("bash", {"command": "echo a-call", "description": "Quick"})
+            )
+
+        async with anyio.create_task_group() as tg:
+            for i in range(3):
+                tg.start_soon(b_call, i)
+            tg.start_soon(a_call)
+        seen["b_calls"] = b_calls
+    print(json.dumps(seen))
+
+
 SCENARIOS = {
+    "fairness": fairness,
     "isolation": isolation,
     "close": close,
     "leave": leave,
