@@ -187,7 +187,7 @@ impl LocalExecutor {
             let helper = self
                 .shared
                 .launcher
-                .take()
+                .take(spec.owner.as_deref())
                 .await
                 .map_err(|err| cannot(&format!("no spawn helper: {err}")))?;
             let started = spawn::spawn(

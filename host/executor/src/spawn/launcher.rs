@@ -81,6 +81,8 @@ pub(crate) struct Launcher {
     cgroups: Option<Arc<CgroupRoot>>,
     factory: Mutex<Option<Factory>>,
     ready: Mutex<Vec<Helper>>,
+    /// Takes served round-robin over sessions.
+    gate: Arc<super::fair::FairGate>,
     /// Helpers being forked or checked for the ready list.
     filling: Mutex<usize>,
 }
@@ -97,6 +99,7 @@ impl Launcher {
             cgroups,
             factory: Mutex::new(None),
             ready: Mutex::new(Vec::new()),
+            gate: Arc::default(),
             filling: Mutex::new(0),
         })
     }
@@ -105,10 +108,12 @@ impl Launcher {
         self.ready.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A helper fit to take: a ready one, else one forked now (on a blocking thread). The caller
-    /// [`refill`](Self::refill)s once its command has started, so that making the next helper
-    /// does not compete with this start for the processor.
-    pub(crate) async fn take(self: &Arc<Self>) -> io::Result<Helper> {
+    /// A helper fit to take for a start of `owner`'s session, in its turn among the sessions
+    /// waiting ([`super::fair`]): a ready one, else one forked now (on a blocking thread). The
+    /// caller [`refill`](Self::refill)s once its command has started, so that making the next
+    /// helper does not compete with this start for the processor.
+    pub(crate) async fn take(self: &Arc<Self>, owner: Option<&str>) -> io::Result<Helper> {
+        let _turn = self.gate.enter(owner).await;
         loop {
             let ready = self.ready().pop();
             match ready {

@@ -7,6 +7,7 @@
 //! reported as not started only when that is certain (the helper refused the workdir, or bash's
 //! `exec` or the steps before it failed, as the outcome pipe says).
 
+pub(crate) mod fair;
 pub(crate) mod launcher;
 
 use std::ffi::OsStr;
