@@ -1004,15 +1004,34 @@ fn bad_http_flags_are_usage_errors() {
 
 /// Under a descriptor limit of 400, 1,000 idle or slow unauthenticated connections (every other
 /// one sent half a request) do not keep an authenticated client out: the oldest unauthenticated
-/// connections are closed to make room, and accepting never runs out of descriptors.
+/// connections are closed to make room (here at `--http-max-unauthenticated`, 128), and
+/// accepting never runs out of descriptors.
 #[test]
 fn unauthenticated_connections_do_not_keep_out_an_authenticated_client() {
+    flood_then_call(&[]);
+}
+
+/// The same with an unauthenticated cap above the flood: the descriptor limit caps connections
+/// (400 less the 128 the server keeps for itself).
+#[test]
+fn the_descriptor_limit_caps_connections_below_it() {
+    let log = flood_then_call(&["--http-max-unauthenticated", "5000"]);
+    assert!(
+        log.contains("the descriptor limit of 400 leaves room for 272 HTTP connections"),
+        "{log}"
+    );
+}
+
+/// Opens 1,000 unauthenticated connections to a server started with `flags` under a
+/// descriptor limit of 400, then a session whose `tools/call` must be answered at once; the
+/// server's log.
+fn flood_then_call(flags: &[&str]) -> String {
     let own = raise_own_descriptor_limit();
     assert!(
         own >= 1100,
         "this test opens 1,000 connections: the hard limit is {own}"
     );
-    let server = Server::start_limited(&[], 400);
+    let server = Server::start_limited(flags, 400);
     // From the start of the flood: a server that stops accepting makes connects wait too.
     let flood = Instant::now();
     let mut idle = Vec::new();
@@ -1053,6 +1072,7 @@ fn unauthenticated_connections_do_not_keep_out_an_authenticated_client() {
     );
     assert!(!log.contains("cannot accept"), "{log}");
     drop(idle);
+    log
 }
 
 /// The texts of a `tools/call` answer's content.
