@@ -233,7 +233,9 @@ pub async fn serve_http_until(
     let sessions_stop = CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(sessions_stop.clone())
-        .with_max_request_body_bytes(MAX_MESSAGE_BYTES);
+        // The gate read the body within MAX_MESSAGE_BYTES; the text it hands on may be longer
+        // by the stand-ins of out-of-range numbers, which stdio accepts as well.
+        .with_max_request_body_bytes(usize::MAX);
     // rmcp checks the Host header against loopback names (DNS rebinding); a server listening on
     // another address is reached by that address too.
     let config = if bound.ip().is_unspecified() {
