@@ -549,10 +549,12 @@ fn malformed_json_gets_a_parse_error_and_serving_goes_on() {
     assert_eq!(texts(&r), ["ok\n"]);
 }
 
-/// More calls at once than the guest instance pool holds (256): the later ones wait for a slot,
-/// and every call gets its own answer; none shows the pool's limit as a trap.
+/// More calls at once than the server runs (240, the guest instance pool less what it keeps for
+/// notices), with a session limit above that: the calls beyond it are answered at once with the
+/// server's limit, never queued unseen; every other call gets its own answer, and none shows the
+/// pool's limit as a trap.
 #[test]
-fn more_calls_at_once_than_guest_instances_all_get_their_answer() {
+fn more_calls_at_once_than_the_server_runs_are_refused_not_queued() {
     let mut mcp = Mcp::start(&["--max-calls-in-flight", "300"]);
     let ids: Vec<i64> = (0..300)
         .map(|i| {
@@ -562,13 +564,24 @@ fn more_calls_at_once_than_guest_instances_all_get_their_answer() {
             )
         })
         .collect();
+    let mut refused = 0;
     for (i, id) in ids.into_iter().enumerate() {
         let answer = mcp.find(Duration::from_secs(60), "a call's answer", |m| {
             m.get("id") == Some(&id.into())
         });
-        assert!(answer.get("error").is_none(), "{answer}");
+        if let Some(error) = answer.get("error") {
+            assert_eq!(
+                error["message"],
+                "too many tool calls in flight on this server: the limit is 240 \
+                 (--max-calls-total); wait for a call to finish",
+                "{answer}"
+            );
+            refused += 1;
+            continue;
+        }
         assert_eq!(texts(&answer["result"]), [format!("{i}\n")], "{answer}");
     }
+    assert_eq!(refused, 60);
 }
 
 /// A message longer than the 16 MiB line limit is answered with an error for its id when the id

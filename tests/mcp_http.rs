@@ -61,7 +61,36 @@ impl Server {
 
     /// Starts `dsh-host ARGS`, which must serve HTTP.
     fn start_args(args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn(args, env, None)
+    }
+
+    /// [`Server::start`] with `nofile` as both the soft and the hard descriptor limit, as
+    /// `prlimit --nofile=N:N` would set them.
+    fn start_limited(flags: &[&str], nofile: u64) -> Self {
+        let mut args = vec!["mcp", "--http", "127.0.0.1:0", "--grace-ms", "500"];
+        args.extend_from_slice(flags);
+        Self::spawn(&args, &[("DSH_HTTP_TOKEN", TOKEN)], Some(nofile))
+    }
+
+    fn spawn(args: &[&str], env: &[(&str, &str)], nofile: Option<u64>) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_dsh-host"));
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            let limit = libc::rlimit {
+                rlim_cur: n,
+                rlim_max: n,
+            };
+            // SAFETY: setrlimit is async-signal-safe and touches only the child.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
         command
             .args(args)
             .env("DSH_CACHE_DIR", component_cache())
@@ -205,6 +234,40 @@ impl Server {
         (status, response)
     }
 
+    /// A session opened with plain requests (`initialize`, then `notifications/initialized`):
+    /// its `Mcp-Session-Id`.
+    fn open_session(&self) -> String {
+        let (status, response) = self.initialize(&[("Authorization", &bearer(TOKEN))]);
+        assert_eq!(status, 200, "{response}");
+        let session = response
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("mcp-session-id")
+                    .then(|| value.trim().to_string())
+            })
+            .unwrap_or_else(|| panic!("no Mcp-Session-Id in {response:?}"));
+        let (status, response) = self.post_in(
+            &session,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        );
+        assert_eq!(status, 202, "{response}");
+        session
+    }
+
+    /// A POST of `body` in `session`, with the token.
+    fn post_in(&self, session: &str, body: &str) -> (u16, String) {
+        let auth = bearer(TOKEN);
+        let headers = [
+            ("Authorization", auth.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Mcp-Session-Id", session),
+            ("MCP-Protocol-Version", "2025-06-18"),
+        ];
+        self.request("POST", &headers, body)
+    }
+
     /// A POST of `initialize` with `headers` added.
     fn initialize(&self, headers: &[(&str, &str)]) -> (u16, String) {
         let mut all = vec![
@@ -224,6 +287,65 @@ impl Drop for Server {
 }
 
 const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+
+/// The answer of `dsh-host mcp` on stdio to `line`, sent after the handshake: the first
+/// message with an `id` after the `initialize` result.
+fn stdio_answer(line: &str) -> Value {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dsh-host"))
+        .args(["mcp", "--grace-ms", "500"])
+        .env("DSH_CACHE_DIR", component_cache())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dsh-host mcp");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = format!(
+        "{}\n{}\n{line}\n",
+        INITIALIZE.replace(r#""id":1"#, r#""id":"init""#),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#
+    );
+    // A writer of its own: a long line must not wait on our reading.
+    let writer = std::thread::spawn(move || {
+        stdin.write_all(input.as_bytes()).unwrap();
+        // stdin stays open until the answer is read: its end would stop the server.
+        stdin
+    });
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let Ok(message) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if message.get("id").is_some_and(|id| id != "init") {
+                let _ = tx.send(message);
+                return;
+            }
+        }
+    });
+    let answer = rx.recv_timeout(Duration::from_secs(60));
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(writer.join());
+    answer.unwrap_or_else(|_| panic!("no answer on stdio to {:.200}", line))
+}
+
+/// Raise this process's soft descriptor limit to its hard one, for a test that opens many
+/// connections; the limit then in force.
+fn raise_own_descriptor_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: reads and sets this process's own limit through valid pointers.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        limit.rlim_cur = limit.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+    }
+    limit.rlim_cur
+}
 
 fn bearer(token: &str) -> String {
     format!("Bearer {token}")
@@ -838,6 +960,22 @@ fn bad_http_flags_are_usage_errors() {
             "--http-max-sessions",
         ),
         (
+            vec!["--http", "0", "--http-max-connections", "0"],
+            "--http-max-connections",
+        ),
+        (
+            vec!["--http", "0", "--http-max-unauthenticated", "-1"],
+            "--http-max-unauthenticated",
+        ),
+        (
+            vec!["--http", "0", "--http-header-timeout-ms", "0"],
+            "--http-header-timeout-ms",
+        ),
+        (
+            vec!["--http", "0", "--http-body-timeout-ms", "nan"],
+            "--http-body-timeout-ms",
+        ),
+        (
             vec!["--http", "0", "--http-token", "a", "--http-token-file", "f"],
             "--http-token",
         ),
@@ -953,4 +1091,262 @@ fn an_abusive_session_leaves_a_quiet_one_unaffected() {
     let a_call = &seen["a_call_during_b_calls"];
     assert_eq!(texts(&a_call["text"])[0], "a-call\n", "{seen}");
     assert!(0.3 + a_call["s"].as_f64().unwrap() < b_done, "{seen}");
+}
+
+/// Under a descriptor limit of 400, 1,000 idle or slow unauthenticated connections (every other
+/// one sent half a request) do not keep an authenticated client out: the oldest unauthenticated
+/// connections are closed to make room (here at `--http-max-unauthenticated`, 128), and
+/// accepting never runs out of descriptors.
+#[test]
+fn unauthenticated_connections_do_not_keep_out_an_authenticated_client() {
+    flood_then_call(&[]);
+}
+
+/// The same with an unauthenticated cap above the flood: the descriptor limit caps connections
+/// (400 less the 128 the server keeps for itself).
+#[test]
+fn the_descriptor_limit_caps_connections_below_it() {
+    let log = flood_then_call(&["--http-max-unauthenticated", "5000"]);
+    assert!(
+        log.contains("the descriptor limit of 400 leaves room for 272 HTTP connections"),
+        "{log}"
+    );
+}
+
+/// Opens 1,000 unauthenticated connections to a server started with `flags` under a
+/// descriptor limit of 400, then a session whose `tools/call` must be answered at once; the
+/// server's log.
+fn flood_then_call(flags: &[&str]) -> String {
+    let own = raise_own_descriptor_limit();
+    assert!(
+        own >= 1100,
+        "this test opens 1,000 connections: the hard limit is {own}"
+    );
+    let server = Server::start_limited(flags, 400);
+    // From the start of the flood: a server that stops accepting makes connects wait too.
+    let flood = Instant::now();
+    let mut idle = Vec::new();
+    for i in 0..1000 {
+        let mut stream = TcpStream::connect(&server.authority).expect("connect");
+        if i % 2 == 1 {
+            // Slow: half a request, the rest never comes.
+            let _ = stream.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le");
+        }
+        idle.push(stream);
+    }
+    let flooded = flood.elapsed();
+
+    let started = Instant::now();
+    let session = server.open_session();
+    let opened = started.elapsed();
+    let started = Instant::now();
+    let (status, response) = server.post_in(
+        &session,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo served","description":"d"}}}"#,
+    );
+    let called = started.elapsed();
+    assert_eq!(status, 200, "{response}");
+    let answer = jsonrpc_message(&response);
+    assert_eq!(texts_of(&answer), ["served\n"], "{answer}");
+    // Measured here: the flood and the client took 0.1 s in all, the call 15 ms; the old
+    // listener, which waited for descriptors while idle connections held them all, 28 to 75 s.
+    // The bounds are generous.
+    assert!(
+        flood.elapsed() < Duration::from_secs(10) && called < Duration::from_secs(2),
+        "the 1,000 connections took {flooded:?} to open, the session {opened:?}, the call \
+         {called:?}"
+    );
+    let log = server.stderr();
+    assert!(
+        log.contains("unauthenticated HTTP connection(s) to make room"),
+        "{log}"
+    );
+    assert!(!log.contains("cannot accept"), "{log}");
+    drop(idle);
+    log
+}
+
+/// The texts of a `tools/call` answer's content.
+fn texts_of(answer: &Value) -> Vec<String> {
+    answer["result"]["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no content in {answer}"))
+        .iter()
+        .map(|c| c["text"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// How long until the server closes `stream` (a read sees the end or a reset), waiting at
+/// most `limit`; what it sent before.
+fn closed_within(stream: &mut TcpStream, limit: Duration) -> (Duration, String) {
+    let started = Instant::now();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut received = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => received.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+        assert!(
+            started.elapsed() < limit,
+            "the server kept the connection open {limit:?}; it sent {:?}",
+            String::from_utf8_lossy(&received)
+        );
+    }
+    (
+        started.elapsed(),
+        String::from_utf8_lossy(&received).into_owned(),
+    )
+}
+
+/// A connection that sends nothing, one that sends its headers a byte at a time, a keep-alive
+/// connection left idle after a request, and one whose body stops half-way are all closed by
+/// the timeouts, the last with 408.
+#[test]
+fn slow_and_idle_connections_are_closed_by_the_timeouts() {
+    let server = Server::start(&[
+        "--http-header-timeout-ms",
+        "1000",
+        "--http-body-timeout-ms",
+        "1000",
+    ]);
+    let connect = || TcpStream::connect(&server.authority).expect("connect");
+    let mut silent = connect();
+    let mut trickling = connect();
+    let mut writer = trickling.try_clone().unwrap();
+    // Slow loris: a byte every 100 ms for 10 s, were the connection kept open.
+    let trickle = std::thread::spawn(move || {
+        let headers = format!("POST /mcp HTTP/1.1\r\nX-Slow: {}", "a".repeat(100));
+        for byte in headers.bytes() {
+            if writer.write_all(&[byte]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let mut kept_alive = connect();
+    write!(
+        kept_alive,
+        "GET /other HTTP/1.1\r\nHost: {}\r\n\r\n",
+        server.authority
+    )
+    .unwrap();
+    let mut half_body = connect();
+    write!(
+        half_body,
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Length: 100\r\n\r\n{{\"jsonrpc\":",
+        server.authority
+    )
+    .unwrap();
+
+    let limit = Duration::from_secs(5);
+    let (_, sent) = closed_within(&mut silent, limit);
+    assert_eq!(sent, "");
+    closed_within(&mut trickling, limit);
+    let (_, sent) = closed_within(&mut kept_alive, limit);
+    assert!(sent.starts_with("HTTP/1.1 404"), "{sent}");
+    let (_, sent) = closed_within(&mut half_body, limit);
+    assert!(sent.starts_with("HTTP/1.1 408"), "{sent}");
+    assert!(sent.contains("--http-body-timeout-ms"), "{sent}");
+    trickle.join().unwrap();
+}
+
+/// `"timeoutMs": 1e400` (beyond f64) reaches the tool over HTTP as on stdio, and gets the
+/// tool's own validation error in the same answer.
+#[test]
+fn numbers_out_of_range_get_the_tools_answer_as_on_stdio() {
+    let server = Server::start(&[]);
+    let session = server.open_session();
+    let call = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo ran","description":"d","timeoutMs":1e400}}}"#;
+    let (status, response) = server.post_in(&session, call);
+    assert_eq!(status, 200, "{response}");
+    let over_http = jsonrpc_message(&response);
+    assert_eq!(over_http, stdio_answer(call));
+    assert_eq!(over_http["result"]["isError"], true, "{over_http}");
+    assert_eq!(
+        texts_of(&over_http),
+        ["Error: invalid timeoutMs: expected a positive number, got null"]
+    );
+}
+
+/// Ids rmcp cannot hold get the same answer over HTTP as on stdio: beyond f64, an invalid
+/// request with a null id (never a stand-in string); beyond i64, an invalid request for the id.
+#[test]
+fn big_ids_get_the_same_answer_as_on_stdio() {
+    let server = Server::start(&[]);
+    let session = server.open_session();
+    for (id, expected) in [
+        ("1e400", Value::Null),
+        ("-1E+999", Value::Null),
+        (
+            "9223372036854775808",
+            serde_json::json!(9223372036854775808u64),
+        ),
+        (
+            "18446744073709551616",
+            serde_json::json!(18446744073709551616.0),
+        ),
+    ] {
+        let ping = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+        let (status, response) = server.post_in(&session, &ping);
+        assert_eq!(status, 400, "{id}: {response}");
+        let over_http = jsonrpc_message(&response);
+        assert_eq!(over_http, stdio_answer(&ping), "{id}");
+        assert_eq!(over_http["id"], expected, "{id}: {over_http}");
+        assert_eq!(over_http["error"]["code"], -32600, "{id}: {over_http}");
+    }
+    // An id in range is served.
+    let (status, response) = server.post_in(
+        &session,
+        r#"{"jsonrpc":"2.0","id":9007199254740991,"method":"ping"}"#,
+    );
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(jsonrpc_message(&response)["id"], 9007199254740991u64);
+}
+
+/// A body beyond 16 MiB gets stdio's answer to a line that long (HTTP 413): an invalid request
+/// for the id read before the cut, else for a null id; the server serves on.
+#[test]
+fn an_oversized_body_gets_the_same_answer_as_on_stdio() {
+    let server = Server::start(&[]);
+    let session = server.open_session();
+    let big = "x".repeat(17 << 20);
+    for (body, id) in [
+        (
+            format!(
+                r#"{{"jsonrpc":"2.0","id":41,"method":"tools/call","params":{{"name":"bash","arguments":{{"command":"echo {big}","description":"d"}}}}}}"#
+            ),
+            serde_json::json!(41),
+        ),
+        (
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"tools/call","params":{{"arguments":{{"command":"echo {big}"}}}},"id":42}}"#
+            ),
+            Value::Null,
+        ),
+    ] {
+        let (status, response) = server.post_in(&session, &body);
+        assert_eq!(status, 413, "{:.300}", response);
+        let over_http = jsonrpc_message(&response);
+        assert_eq!(over_http, stdio_answer(&body));
+        assert_eq!(over_http["id"], id, "{over_http}");
+        assert_eq!(
+            over_http["error"]["message"],
+            "Invalid request: message longer than 16777216 bytes"
+        );
+    }
+    let (status, response) =
+        server.post_in(&session, r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#);
+    assert_eq!(status, 200, "{response}");
 }

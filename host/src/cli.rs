@@ -111,6 +111,23 @@ pub struct HttpArgs {
     /// tasks.
     #[arg(long, value_name = "MS", requires = "http", allow_negative_numbers = true, value_parser = positive_ms, default_value_t = crate::mcp::DEFAULT_SESSION_IDLE.as_secs_f64() * 1000.0)]
     pub http_session_idle_ms: f64,
+    /// HTTP connections open at once (fewer when the descriptor limit leaves less room). At the
+    /// limit the oldest unauthenticated connection is closed to make room; when every one is
+    /// authenticated, a new one gets 503.
+    #[arg(long, value_name = "N", requires = "http", allow_negative_numbers = true, value_parser = call_limit, default_value_t = crate::mcp::DEFAULT_HTTP_MAX_CONNECTIONS)]
+    pub http_max_connections: usize,
+    /// Connections open at once on which no request has carried the token yet; one more closes
+    /// the oldest of them.
+    #[arg(long, value_name = "N", requires = "http", allow_negative_numbers = true, value_parser = call_limit, default_value_t = crate::mcp::DEFAULT_HTTP_MAX_UNAUTHENTICATED)]
+    pub http_max_unauthenticated: usize,
+    /// How long a client may take to send a request's headers; a keep-alive connection idle
+    /// this long is closed too.
+    #[arg(long, value_name = "MS", requires = "http", allow_negative_numbers = true, value_parser = positive_ms, default_value_t = crate::mcp::DEFAULT_HTTP_HEADER_TIMEOUT.as_secs_f64() * 1000.0)]
+    pub http_header_timeout_ms: f64,
+    /// How long a client may take to send a request's body (413 beyond 16 MiB, 408 beyond
+    /// this time).
+    #[arg(long, value_name = "MS", requires = "http", allow_negative_numbers = true, value_parser = positive_ms, default_value_t = crate::mcp::DEFAULT_HTTP_BODY_TIMEOUT.as_secs_f64() * 1000.0)]
+    pub http_body_timeout_ms: f64,
 }
 
 impl HttpArgs {
@@ -128,10 +145,21 @@ impl HttpArgs {
         };
         options.allowed_origins = self.http_allow_origin.clone();
         options.max_sessions = self.http_max_sessions;
-        options.session_idle = Duration::from_secs_f64(self.http_session_idle_ms / 1000.0);
+        options.session_idle = http_duration(self.http_session_idle_ms);
+        options.max_connections = self.http_max_connections;
+        options.max_unauthenticated = self.http_max_unauthenticated;
+        options.header_timeout = http_duration(self.http_header_timeout_ms);
+        options.body_timeout = http_duration(self.http_body_timeout_ms);
         options.session = session;
         Some(options)
     }
+}
+
+/// An HTTP flag's milliseconds as a duration: a year at most, which any f64 converts to and
+/// any deadline can add (the timers would overflow on the largest ones).
+fn http_duration(ms: f64) -> Duration {
+    const YEAR_MS: f64 = 365.0 * 86_400_000.0;
+    Duration::from_secs_f64(ms.min(YEAR_MS) / 1000.0)
 }
 
 /// `dsh-host tools --format`: the shape of the tool definitions.

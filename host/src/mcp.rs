@@ -29,7 +29,8 @@
 //!   block to the session's next `tools/call` result, for clients that do not show log messages
 //!   to the model. Each notice rides on exactly one result, in arrival order.
 //! - A line that is not JSON gets a JSON-RPC parse error (`"id": null`, -32700) and the server
-//!   keeps serving (see the `transport` module).
+//!   keeps serving (see the `transport` module); an HTTP request body is read by the same
+//!   decoder (`decode`), so it gets the same answer.
 //! - When the input ends (or, for [`serve_stdio`], on SIGINT or SIGTERM) the server stops, lets
 //!   in-flight calls end (rmcp cancels them), kills every running task and waits for it.
 
@@ -38,6 +39,7 @@
 #![allow(deprecated)]
 
 mod big_numbers;
+mod decode;
 mod elicit;
 mod http;
 mod input_required;
@@ -67,9 +69,13 @@ use crate::engine::{Caller, ToolDefinition, ToolHost};
 use crate::inject::{Injection, Session};
 use dsh_executor::OutputMeter;
 pub use http::{
-    DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE, ENDPOINT as HTTP_ENDPOINT, HttpOptions,
-    TOKEN_ENV as HTTP_TOKEN_ENV, TokenSource, parse_listen_addr as http_listen_addr,
-    parse_origin as http_origin, serve_http, serve_http_until,
+    DEFAULT_BODY_TIMEOUT as DEFAULT_HTTP_BODY_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT as DEFAULT_HTTP_HEADER_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS as DEFAULT_HTTP_MAX_CONNECTIONS, DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_UNAUTHENTICATED as DEFAULT_HTTP_MAX_UNAUTHENTICATED, DEFAULT_SESSION_IDLE,
+    ENDPOINT as HTTP_ENDPOINT, HttpOptions, TOKEN_ENV as HTTP_TOKEN_ENV, TokenSource,
+    parse_listen_addr as http_listen_addr, parse_origin as http_origin, serve_http,
+    serve_http_until,
 };
 pub use roots::ROOTS_WAIT;
 use roots::SessionCwd;

@@ -50,6 +50,13 @@ pub(super) fn stand_in(line: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The number text a marked string stands for; `None` for any other string.
+pub(super) fn stood_in(s: &str) -> Option<&str> {
+    // `marker()` is JSON-escaped; the string holds the NUL itself.
+    let nonce = marker().strip_prefix("\\u0000")?;
+    s.strip_prefix('\0')?.strip_prefix(nonce)
+}
+
 /// Serialized arguments with every marked string turned back into its number text.
 pub(super) fn restore(json: String) -> String {
     let open = format!("\"{}", marker());
@@ -83,6 +90,9 @@ mod tests {
         assert_eq!(value["id"], 7);
         assert_eq!(value["params"]["arguments"]["s"], "1e400");
         assert_eq!(value["params"]["arguments"]["n"], 1.5);
+        let t = value["params"]["arguments"]["t"].as_str().unwrap();
+        assert_eq!(super::stood_in(t), Some("1e400"));
+        assert_eq!(super::stood_in("1e400"), None);
         let arguments = serde_json::to_string(&value["params"]["arguments"]).unwrap();
         assert_eq!(
             restore(arguments),

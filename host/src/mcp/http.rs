@@ -21,11 +21,19 @@
 //! - an `initialize` beyond `--http-max-sessions` open sessions is refused (HTTP 503, JSON-RPC
 //!   error -32000 naming the limit).
 //!
+//! The listener is bounded (see `connections`): connections are capped, unauthenticated ones
+//! apart, the oldest unauthenticated one closed to make room; a client has
+//! `--http-header-timeout-ms` to send a request's headers (which also closes a keep-alive
+//! connection left idle that long) and `--http-body-timeout-ms` for its body, of at most
+//! [`MAX_MESSAGE_BYTES`] bytes. Bodies are read by the stdio transport's decoder (`decode`), so
+//! that a message gets the same answer over both transports.
+//!
 //! A session ends when the client sends `DELETE`, when it was idle for `--http-session-idle-ms`
 //! (no message either way), or when the server stops; its running tasks are killed then.
 //! SIGINT or SIGTERM stop the server: it stops accepting, ends every session, kills every task,
 //! waits for each, and returns.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -34,20 +42,24 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+mod connections;
+
+use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt as _, Full, Limited};
+use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::model::ErrorCode;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use super::decode::{self, Decoded, MAX_MESSAGE_BYTES, Refusal};
 use super::{McpOptions, McpServer, mcp_tools, watch_signals};
 use crate::engine::ToolHost;
+use connections::{Admission, Connections};
 
 /// The path of the MCP endpoint.
 pub const ENDPOINT: &str = "/mcp";
@@ -58,14 +70,33 @@ pub const DEFAULT_MAX_SESSIONS: usize = 64;
 /// How long a session may be idle (no message either way) before it is closed, by default.
 pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
 
+/// Connections open at once by default.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// Unauthenticated connections open at once by default.
+pub const DEFAULT_MAX_UNAUTHENTICATED: usize = 128;
+
+/// How long a client may take to send a request's headers, by default; a keep-alive
+/// connection idle this long is closed too (it is waiting for the next request's headers).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a client may take to send a request's body, by default.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The environment variable that may hold the bearer token.
 pub const TOKEN_ENV: &str = "DSH_HTTP_TOKEN";
 
-/// The largest request body, as for one stdio message.
-const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+/// Connections the kernel queues until they are accepted (capped by `net.core.somaxconn`).
+/// std's and tokio's 128 fill in a burst of connections, after which the kernel drops new
+/// ones and their clients, an authenticated one too, retry a second later.
+const LISTEN_BACKLOG: u32 = 1024;
 
-/// How long a client may take to send a request's headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long accepting waits when it fails with nothing to close (out of descriptors, all of
+/// them held by authenticated connections and commands, or out of memory).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// How long accepting waits for a connection closed to make room to give back its descriptor.
+const SHED_SETTLE: Duration = Duration::from_millis(1);
 
 /// How long open connections may take to finish once the server stops, on top of the kill
 /// grace.
@@ -98,6 +129,14 @@ pub struct HttpOptions {
     pub max_sessions: usize,
     /// A session idle this long is closed and its tasks killed.
     pub session_idle: Duration,
+    /// Connections open at once (fewer when the descriptor limit leaves less room).
+    pub max_connections: usize,
+    /// Unauthenticated connections open at once: beyond it, the oldest is closed.
+    pub max_unauthenticated: usize,
+    /// How long a client may take to send a request's headers, or leave a connection idle.
+    pub header_timeout: Duration,
+    /// How long a client may take to send a request's body.
+    pub body_timeout: Duration,
     /// Each session's settings (cwd, calls in flight, progress interval).
     pub session: McpOptions,
 }
@@ -111,6 +150,10 @@ impl HttpOptions {
             allowed_origins: Vec::new(),
             max_sessions: DEFAULT_MAX_SESSIONS,
             session_idle: DEFAULT_SESSION_IDLE,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_unauthenticated: DEFAULT_MAX_UNAUTHENTICATED,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
             session: McpOptions::default(),
         }
     }
@@ -168,8 +211,11 @@ pub async fn serve_http_until(
 ) -> anyhow::Result<()> {
     let tools = Arc::new(mcp_tools(host.tools())?);
     let token = Token::resolve(&options.token)?;
-    let listener = TcpListener::bind(options.addr)
-        .await
+    let connections = Connections::new(
+        descriptor_bounded(options.max_connections),
+        options.max_unauthenticated,
+    );
+    let listener = listen(options.addr)
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.addr))?;
     let bound = listener
         .local_addr()
@@ -187,7 +233,9 @@ pub async fn serve_http_until(
     let sessions_stop = CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(sessions_stop.clone())
-        .with_max_request_body_bytes(MAX_BODY_BYTES);
+        // The gate read the body within MAX_MESSAGE_BYTES; the text it hands on may be longer
+        // by the stand-ins of out-of-range numbers, which stdio accepts as well.
+        .with_max_request_body_bytes(usize::MAX);
     // rmcp checks the Host header against loopback names (DNS rebinding); a server listening on
     // another address is reached by that address too.
     let config = if bound.ip().is_unspecified() {
@@ -217,7 +265,9 @@ pub async fn serve_http_until(
         allowed_origins: options.allowed_origins.clone(),
         max_sessions: options.max_sessions,
         initializing: tokio::sync::Mutex::new(()),
+        body_timeout: options.body_timeout,
     });
+    let header_timeout = options.header_timeout;
 
     // The address line comes last: once it is out, the server is ready.
     if let Some(path) = &token.generated {
@@ -228,22 +278,23 @@ pub async fn serve_http_until(
     tracing::info!("serving MCP over HTTP at {url}");
     eprintln!("dsh-host: serving MCP over HTTP at {url}");
 
-    let mut connections = tokio::task::JoinSet::new();
+    let mut tasks = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     tracing::debug!("HTTP connection from {peer}");
-                    connections.spawn(serve_connection(stream, gate.clone(), stop.clone()));
+                    let Some(admission) = connections.admit() else {
+                        refuse_connection(&stream, peer);
+                        continue;
+                    };
+                    let connection = Connection { stream, admission, header_timeout };
+                    tasks.spawn(serve_connection(connection, gate.clone(), stop.clone()));
                 }
-                Err(e) => {
-                    // Out of descriptors and the like: wait a little rather than spin.
-                    tracing::warn!("cannot accept an HTTP connection: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+                Err(e) => accept_failed(&e, &connections).await,
             },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
     }
 
@@ -253,29 +304,116 @@ pub async fn serve_http_until(
     sessions_stop.cancel();
     let grace = Duration::from_secs_f64(host.executor().limits().grace_ms.max(0.0) / 1000.0);
     let drained = tokio::time::timeout(grace + CONNECTION_DRAIN_SLACK, async {
-        while connections.join_next().await.is_some() {}
+        while tasks.join_next().await.is_some() {}
     })
     .await;
     if drained.is_err() {
         tracing::debug!("closing HTTP connections still open");
-        connections.shutdown().await;
+        tasks.shutdown().await;
     }
     token.remove_generated();
     Ok(())
 }
 
-async fn serve_connection(stream: TcpStream, gate: Arc<Gate>, stop: CancellationToken) {
+/// A socket listening on `addr` with a queue of [`LISTEN_BACKLOG`] connections.
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    // As std and tokio bind: a restarted server gets its port back at once.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// The soft descriptor limit raised to the hard one, and `requested` connections, or fewer
+/// when the limit leaves less room beside the host's own descriptors.
+fn descriptor_bounded(requested: usize) -> usize {
+    let limit = connections::raise_descriptor_limit();
+    let cap = connections::connection_cap(requested, limit);
+    if cap < requested
+        && let Some(limit) = limit
+    {
+        tracing::warn!(
+            "the descriptor limit of {limit} leaves room for {cap} HTTP connections, fewer than \
+             --http-max-connections {requested}: raise the hard limit (ulimit -Hn, or systemd's \
+             LimitNOFILE=) to serve more"
+        );
+    }
+    cap
+}
+
+/// After a failed `accept`: out of descriptors, close the oldest unauthenticated connection for
+/// one (rather than wait while it holds it); else wait a little rather than spin.
+async fn accept_failed(error: &std::io::Error, connections: &Connections) {
+    use rustix::io::Errno;
+    let errno = Errno::from_io_error(error);
+    if matches!(errno, Some(Errno::MFILE | Errno::NFILE)) && connections.shed_one() {
+        // Its task closes its socket when it next runs.
+        tokio::time::sleep(SHED_SETTLE).await;
+        return;
+    }
+    if matches!(errno, Some(Errno::CONNABORTED | Errno::INTR | Errno::PROTO)) {
+        // That connection is gone; the next may come at once.
+        tracing::debug!("an HTTP connection went before it was accepted: {error}");
+        return;
+    }
+    tracing::warn!("cannot accept an HTTP connection: {error}");
+    tokio::time::sleep(ACCEPT_BACKOFF).await;
+}
+
+/// Turn away a connection when every open one is authenticated and there is no room: a 503 if
+/// the socket takes it at once, then close.
+fn refuse_connection(stream: &TcpStream, peer: SocketAddr) {
+    tracing::warn!(
+        "refused an HTTP connection from {peer}: every connection is authenticated and the \
+         limit is reached (--http-max-connections)"
+    );
+    let text = "Service Unavailable: too many connections (--http-max-connections)";
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Type: text/plain; \
+         charset=utf-8\r\nContent-Length: {}\r\n\r\n{text}",
+        text.len()
+    );
+    // A client that cannot take it at once sees the connection close.
+    let _ = stream.try_write(response.as_bytes());
+}
+
+/// An accepted connection and its place among the open ones.
+struct Connection {
+    stream: TcpStream,
+    admission: Admission,
+    header_timeout: Duration,
+}
+
+async fn serve_connection(connection: Connection, gate: Arc<Gate>, stop: CancellationToken) {
+    let Connection {
+        stream,
+        admission,
+        header_timeout,
+    } = connection;
+    let admission = Arc::new(admission);
+    let on_requests = admission.clone();
     let service = hyper::service::service_fn(move |request| {
         let gate = gate.clone();
-        async move { Ok::<_, Infallible>(gate.handle(request).await) }
+        let admission = on_requests.clone();
+        async move { Ok::<_, Infallible>(gate.handle(request, &admission).await) }
     });
+    // hyper's header timeout runs whenever the connection waits for a request's headers,
+    // which includes a keep-alive connection's wait for its next request.
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(header_timeout)
         .serve_connection(TokioIo::new(stream), service);
     tokio::pin!(connection);
     let outcome = tokio::select! {
         outcome = connection.as_mut() => outcome,
+        // Dropping the connection closes its socket.
+        () = admission.closed() => {
+            tracing::debug!("closed an unauthenticated HTTP connection to make room");
+            return;
+        }
         _ = stop.cancelled() => {
             connection.as_mut().graceful_shutdown();
             connection.await
@@ -298,10 +436,11 @@ struct Gate {
     /// Held while an `initialize` is counted and served, so that the limit holds for
     /// concurrent ones.
     initializing: tokio::sync::Mutex<()>,
+    body_timeout: Duration,
 }
 
 impl Gate {
-    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+    async fn handle(&self, request: Request<Incoming>, connection: &Admission) -> Response<Body> {
         if request.uri().path() != ENDPOINT {
             return text_response(
                 StatusCode::NOT_FOUND,
@@ -315,6 +454,7 @@ impl Gate {
         if let Err(given) = check_token(request.headers(), &self.token) {
             return unauthorized(given);
         }
+        connection.authenticate();
         if request.method() == Method::DELETE {
             let mut response = self.service.handle(request).await;
             // rmcp says 202 Accepted; the session is gone by now, which clients (the Python
@@ -329,37 +469,31 @@ impl Gate {
         }
 
         let (parts, body) = request.into_parts();
-        let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-                return text_response(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("Payload Too Large: a request body may hold {MAX_BODY_BYTES} bytes"),
-                );
+        let body = match self.read_body(body).await {
+            Ok(body) => body,
+            Err(response) => return response,
+        };
+        // The text rmcp reads: the body, or a copy with out-of-range numbers stood in.
+        let text = match decode::decode(&body) {
+            Decoded::Message { text, .. } => match text {
+                Cow::Borrowed(text) => body.slice_ref(text),
+                Cow::Owned(text) => Bytes::from(text),
+            },
+            Decoded::Refused(refusal) => {
+                return refusal_response(StatusCode::BAD_REQUEST, &refusal);
             }
-            Err(e) => {
+            // A malformed notification, answered as rmcp answers notifications.
+            Decoded::Ignored => return empty_response(StatusCode::ACCEPTED),
+            Decoded::Blank => {
                 return text_response(
                     StatusCode::BAD_REQUEST,
-                    format!("Bad Request: cannot read the request body: {e}"),
+                    "Bad Request: the request body is empty; send one JSON-RPC message".into(),
                 );
             }
         };
         let in_session = parts.headers.contains_key("mcp-session-id");
-        let message = match serde_json::from_slice::<serde_json::Value>(&body) {
-            Ok(message) => message,
-            Err(e) => {
-                return jsonrpc_error(
-                    StatusCode::BAD_REQUEST,
-                    serde_json::Value::Null,
-                    rmcp::ErrorData::parse_error(
-                        format!("Parse error: the request body is not JSON: {e}"),
-                        None,
-                    ),
-                );
-            }
-        };
-        let probe = probe(message);
-        let request = Request::from_parts(parts, Full::new(body));
+        let probe = serde_json::from_slice(&text).ok().and_then(probe);
+        let request = Request::from_parts(parts, Full::new(text));
         let Some(probe) = probe else {
             // Not one JSON-RPC request (a notification, a response, a batch): rmcp answers it.
             return self.service.handle(request).await;
@@ -404,6 +538,71 @@ impl Gate {
             );
         }
         self.service.handle(request).await
+    }
+}
+
+impl Gate {
+    /// A POST's body, read within the body timeout: at most [`MAX_MESSAGE_BYTES`], else the
+    /// answer stdio gives a line that long (HTTP 413), once the rest is read and dropped.
+    async fn read_body(&self, body: Incoming) -> Result<Bytes, Response<Body>> {
+        let mut reading = BodyRead::default();
+        let read = tokio::time::timeout(self.body_timeout, reading.read(body)).await;
+        if reading.overflowed {
+            let refusal = decode::oversized(&reading.collected);
+            return Err(closing(refusal_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &refusal,
+            )));
+        }
+        match read {
+            Ok(Ok(())) => Ok(reading.collected.freeze()),
+            Ok(Err(e)) => Err(text_response(
+                StatusCode::BAD_REQUEST,
+                format!("Bad Request: cannot read the request body: {e}"),
+            )),
+            Err(_) => {
+                tracing::debug!(
+                    "an HTTP request body took longer than {:?}",
+                    self.body_timeout
+                );
+                Err(closing(text_response(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "Request Timeout: the body was not sent within {} ms \
+                         (--http-body-timeout-ms)",
+                        self.body_timeout.as_millis()
+                    ),
+                )))
+            }
+        }
+    }
+}
+
+/// A request body being read: its first [`MAX_MESSAGE_BYTES`], and whether more came.
+#[derive(Default)]
+struct BodyRead {
+    collected: BytesMut,
+    overflowed: bool,
+}
+
+impl BodyRead {
+    /// Read `body` to its end, keeping what fits; what is read stays in `self` should the read
+    /// be cut short by the timeout.
+    async fn read(&mut self, mut body: Incoming) -> Result<(), hyper::Error> {
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame?.into_data() else {
+                continue;
+            };
+            let room = MAX_MESSAGE_BYTES - self.collected.len();
+            if data.len() > room {
+                self.overflowed = true;
+            }
+            // Past the limit, the rest is read and dropped, so that the client, still
+            // sending, gets the answer rather than a reset connection.
+            self.collected
+                .extend_from_slice(&data[..data.len().min(room)]);
+        }
+        Ok(())
     }
 }
 
@@ -558,6 +757,26 @@ fn text_response(status: StatusCode, text: String) -> Response<Body> {
     response
 }
 
+fn empty_response(status: StatusCode) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::new()).boxed());
+    *response.status_mut() = status;
+    response
+}
+
+/// `response`, after which the connection is closed (the request's body was not all read).
+fn closing(mut response: Response<Body>) -> Response<Body> {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// The JSON-RPC error answering a message that cannot be served, as stdio writes it, sent
+/// with HTTP `status`.
+fn refusal_response(status: StatusCode, refusal: &Refusal) -> Response<Body> {
+    json_response(status, &refusal.to_json())
+}
+
 /// A JSON-RPC error response for request `id`, sent with HTTP `status`.
 fn jsonrpc_error(
     status: StatusCode,
@@ -565,6 +784,10 @@ fn jsonrpc_error(
     error: rmcp::ErrorData,
 ) -> Response<Body> {
     let body = serde_json::json!({ "jsonrpc": "2.0", "id": id, "error": error });
+    json_response(status, &body)
+}
+
+fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
     *response.status_mut() = status;
     response.headers_mut().insert(
