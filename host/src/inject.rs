@@ -63,6 +63,20 @@ impl SessionRouter {
         }
     }
 
+    /// [`SessionRouter::open`] with a given owner token, for tests that need a known one.
+    #[cfg(test)]
+    pub(crate) fn open_as(&self, owner: &str) -> Session {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.lock().insert(owner.to_string(), tx);
+        Session {
+            owner: owner.to_string(),
+            cwd: None,
+            injections: rx,
+            router: self.clone(),
+            on_end: None,
+        }
+    }
+
     /// Deliver `injection` to its owner's session.
     pub fn inject(&self, injection: Injection) -> Result<(), UnknownOwner> {
         let sessions = self.lock();

@@ -46,6 +46,13 @@ impl Default for Names {
     }
 }
 
+/// The number of a name `bash-N`.
+fn number(name: &str) -> u64 {
+    name.strip_prefix("bash-")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
 impl TaskNames {
     /// The name `owner`'s session knows the executor's task `id` by, given now if it has none.
     pub fn name(&self, owner: &str, id: &str) -> String {
@@ -83,10 +90,19 @@ impl TaskNames {
     }
 
     /// Drops `owner`'s names of tasks for which `known` is false (the executor forgot them: their
-    /// names would only ever answer "unknown" again). Names are never given anew.
+    /// names would only ever answer "unknown" again), but for the latest [`FIRST_PRUNE`], whose
+    /// completion notices may still be on their way. Names are never given anew.
     pub fn prune(&self, owner: &str, known: impl Fn(&str) -> bool) {
         let ids: Vec<String> = match self.lock().sessions.get(owner) {
-            Some(names) => names.ids.values().cloned().collect(),
+            Some(names) => {
+                let recent = names.next.saturating_sub(FIRST_PRUNE as u64);
+                names
+                    .ids
+                    .iter()
+                    .filter(|(name, _)| number(name) < recent)
+                    .map(|(_, id)| id.clone())
+                    .collect()
+            }
             None => return,
         };
         // Asked outside the lock: the executor takes locks of its own.
@@ -146,15 +162,21 @@ mod tests {
     #[test]
     fn pruning_drops_forgotten_tasks_and_never_reuses_a_name() {
         let names = TaskNames::default();
-        for i in 0..=FIRST_PRUNE {
+        let made = 2 * FIRST_PRUNE + 1;
+        for i in 0..made {
             names.name("a", &format!("x-{i}"));
         }
         assert!(names.wants_pruning("a"));
         names.prune("a", |id| id == "x-7");
         assert!(!names.wants_pruning("a"));
+        // An old name of a known task stays; old names of forgotten ones go.
         assert_eq!(names.resolve("a", "bash-8").as_deref(), Some("x-7"));
         assert_eq!(names.resolve("a", "bash-1"), None);
         assert_eq!(names.named("x-1"), None);
-        assert_eq!(names.name("a", "y"), format!("bash-{}", FIRST_PRUNE + 2));
+        // The latest names stay, known or not: their notices may be on their way.
+        let last = format!("bash-{made}");
+        let last_id = format!("x-{}", made - 1);
+        assert_eq!(names.resolve("a", &last).as_deref(), Some(last_id.as_str()));
+        assert_eq!(names.name("a", "y"), format!("bash-{}", made + 1));
     }
 }

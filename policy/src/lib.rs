@@ -9,6 +9,7 @@
 //! The crate is pure: no files, processes or clocks, so that the host and a middleware
 //! component (`wasm32`) decide alike. Callers read the files and pass their text.
 
+mod comsub;
 pub mod decide;
 mod fast;
 mod rule;

@@ -17,7 +17,7 @@ const MAX_PROBE_DEPTH: usize = 32;
 /// The parser and the walk recurse once per level of nesting (groups, subshells, `$(`, `${`,
 /// `if`, loops), across nested code too: past this many levels in all, a command is
 /// unanalysable and not parsed, so that no command can exhaust the host's stack.
-const MAX_NESTING: usize = 64;
+pub(crate) const MAX_NESTING: usize = 64;
 
 /// One word of a command: its value, or that it is only known at run time.
 #[derive(Debug, Clone, PartialEq)]
@@ -127,6 +127,15 @@ impl Walker {
         }
         self.nesting += levels;
         self.parse_and_walk(code, depth, probe);
+        // A `case` inside `$(…)`: its patterns' `)` end the substitution for the parser, not for
+        // bash; what bash runs there is also read as probes.
+        if code.contains("$(") && crate::comsub::mentions_case(code) {
+            for body in crate::comsub::bodies(code) {
+                if crate::comsub::mentions_case(body) {
+                    self.program(body, depth + 1, true);
+                }
+            }
+        }
         self.nesting -= levels;
     }
 

@@ -40,6 +40,9 @@ pub(crate) fn facts(raw: &str, options: &ParserOptions, fast: bool) -> WordFacts
             ..WordFacts::default()
         };
     }
+    if let Some(deep) = too_deep(raw) {
+        return deep;
+    }
     if fast && let Some(facts) = crate::fast::word_facts(raw) {
         return facts;
     }
@@ -62,6 +65,9 @@ pub(crate) fn facts(raw: &str, options: &ParserOptions, fast: bool) -> WordFacts
 
 /// The facts of an unquoted heredoc body (expansions apply, quotes are literal).
 pub(crate) fn heredoc_facts(body: &str, options: &ParserOptions) -> WordFacts {
+    if let Some(deep) = too_deep(body) {
+        return deep;
+    }
     let mut out = WordFacts::default();
     let parsed = std::panic::catch_unwind(|| word::parse_heredoc(body, options));
     let Ok(parsed) = parsed else {
@@ -77,6 +83,30 @@ pub(crate) fn heredoc_facts(body: &str, options: &ParserOptions) -> WordFacts {
         Err(_) => out.broken = Some("a heredoc that does not parse".to_string()),
     }
     out
+}
+
+/// A word or heredoc body whose brackets nest deeper than the walk allows, counted everywhere
+/// (quotes included: a value single-quoted in the command is read again as a word once it is
+/// assigned): it is not parsed, since every level is a level of recursion in the readers.
+fn too_deep(text: &str) -> Option<WordFacts> {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for b in text.bytes() {
+        match b {
+            b'(' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b')' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    (deepest > crate::segments::MAX_NESTING).then(|| WordFacts {
+        broken: Some(format!(
+            "nesting more than {} levels deep",
+            crate::segments::MAX_NESTING
+        )),
+        ..WordFacts::default()
+    })
 }
 
 fn push(literal: &mut Option<String>, text: &str) {

@@ -271,6 +271,15 @@ fn deep_nesting_is_unanalysable_not_a_crash() {
         ),
         format!("echo {}x{}", "${x:-".repeat(3000), "}".repeat(3000)),
         format!("echo {}x{}", "$(".repeat(3000), ")".repeat(3000)),
+        // Nesting the command hides in quotes, read again as a word once assigned (through the
+        // parser, and through the fast path) or in an unquoted heredoc body.
+        format!("x='{}l\\s{}'", "$(".repeat(25_000), ")".repeat(25_000)),
+        format!("x='{}ls{}'", "$(".repeat(200_000), ")".repeat(200_000)),
+        format!(
+            "cat <<EOF\n'{}ls{}'\nEOF",
+            "$(".repeat(25_000),
+            ")".repeat(25_000)
+        ),
     ] {
         // On a thread with a small stack, as a tokio worker's.
         let v = std::thread::Builder::new()
@@ -287,6 +296,11 @@ fn deep_nesting_is_unanalysable_not_a_crash() {
 #[test]
 fn the_reviewers_bypasses_are_closed() {
     for (command, expected) in [
+        // A case pattern's `)` inside `$(…)` does not end it for bash: the `rm` runs.
+        ("echo \"$(case x in x) rm -rf / ; esac)\"", "deny"),
+        ("x=\"$(case x in x) rm -rf / ; esac)\"", "deny"),
+        ("echo \"$(true; case a in a) rm -rf x; esac)\"", "deny"),
+        ("echo $(case a in (a) rm -rf x;; esac)", "deny"),
         ("test -v 'a[$(rm -rf x)]'", "deny"),
         ("printf -v 'a[$(touch p)]' %s 1", "ask"),
         ("BASH_CMDS[ls]=/bin/rm; ls -rf x", "ask"),

@@ -191,8 +191,10 @@ impl SessionGuard {
         if let Some(caller) = self.caller()
             && task.owner.as_deref() == Some(caller)
         {
+            // Named only while the session is open: a call that outlives its session names
+            // nothing (which would keep names of an ended session for good).
+            task.id = self.sessions.name_task(caller, &task.id);
             let names = self.sessions.names();
-            task.id = names.name(caller, &task.id);
             if names.wants_pruning(caller) {
                 names.prune(caller, |id| self.executor.get(id).is_ok());
             }
@@ -358,7 +360,12 @@ mod tests {
 
     fn guard(owner: Option<&str>) -> (Arc<Recording>, SessionGuard) {
         let executor = Arc::new(Recording::default());
-        let mut guard = SessionGuard::new(executor.clone(), SessionRouter::default());
+        let sessions = SessionRouter::default();
+        // The session stays open for the test (its guard names tasks only while it is).
+        if let Some(owner) = owner {
+            std::mem::forget(sessions.open_as(owner));
+        }
+        let mut guard = SessionGuard::new(executor.clone(), sessions);
         guard.bind(owner.map(str::to_string));
         (executor, guard)
     }

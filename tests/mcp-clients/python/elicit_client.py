@@ -109,39 +109,32 @@ class Stdio:
         server = StdioServerParameters(command=self.binary, args=args, env=dict(os.environ))
         with tempfile.TemporaryFile("w+") as errlog:
             try:
-                async with stdio_client(server, errlog=errlog) as (read, write):
-                    callbacks = {"elicitation_callback": asker} if asker else {}
-                    async with ClientSession(read, write, **callbacks) as session:
-                        await session.initialize()
-                        yield session
+                callbacks = {"elicitation_callback": asker} if asker else {}
+                async with self.connect(stdio_client(server, errlog=errlog), callbacks) as session:
+                    yield session
             finally:
                 errlog.seek(0)
                 self.stderr.append(errlog.read())
+
+    @asynccontextmanager
+    async def connect(self, transport, callbacks):
+        async with transport as (read, write):
+            async with ClientSession(read, write, **callbacks) as session:
+                await session.initialize()
+                yield session
 
     def close(self):
         pass
 
 
 class Stdio2026(Stdio):
-    """A new `dsh-host mcp` process per session, the client on revision 2026-07-28 (no
-    `initialize`; questions come back as input-required results, answered by a retry)."""
+    """As `Stdio`, the client on revision 2026-07-28 (no `initialize`; questions come back as
+    input-required results, answered by a retry)."""
 
     @asynccontextmanager
-    async def session(self, asker=None, slow=False):
-        args = list(self.base_args)
-        if slow:
-            args += ["--policy-ask-timeout-ms", str(ASK_TIMEOUT_MS)]
-        args += ["mcp", *self.flags]
-        server = StdioServerParameters(command=self.binary, args=args, env=dict(os.environ))
-        with tempfile.TemporaryFile("w+") as errlog:
-            try:
-                callbacks = {"elicitation_callback": asker} if asker else {}
-                transport = stdio_client(server, errlog=errlog)
-                async with Client(transport, mode="2026-07-28", **callbacks) as client:
-                    yield client
-            finally:
-                errlog.seek(0)
-                self.stderr.append(errlog.read())
+    async def connect(self, transport, callbacks):
+        async with Client(transport, mode="2026-07-28", **callbacks) as client:
+            yield client
 
 
 class HttpServer:
