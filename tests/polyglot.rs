@@ -139,7 +139,9 @@ fn mismatches(host: &str, case: &Case, outcomes: &[Value]) -> Vec<String> {
         return out;
     }
     for (i, (step, got)) in steps.iter().zip(outcomes).enumerate() {
-        let Some(want) = expected(host, step) else { continue };
+        let Some(want) = expected(host, step) else {
+            continue;
+        };
         let mut got_cmp = got.clone();
         if let Some(obj) = got_cmp.as_object_mut() {
             obj.remove("errorCode");
