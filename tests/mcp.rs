@@ -866,7 +866,7 @@ fn numbers_beyond_f64_reach_the_tool_and_get_its_validation_error() {
 
 /// Calls beyond the session's limit, or the server's, are answered at once with an error naming
 /// that limit and its flag (never queued); the calls in flight are not disturbed, and a slot frees
-/// when a call ends. Without flags, 256 calls at once meet the session's default of 32.
+/// when a call ends. Without flags, 20 calls at once meet the session's default of 16.
 #[test]
 fn calls_beyond_the_in_flight_limits_get_an_error_naming_them() {
     for (flags, calls, limit, scope, flag) in [
@@ -884,7 +884,7 @@ fn calls_beyond_the_in_flight_limits_get_an_error_naming_them() {
             "on this server",
             "--max-calls-total",
         ),
-        (&[][..], 40, 32, "in this session", "--max-calls-in-flight"),
+        (&[][..], 20, 16, "in this session", "--max-calls-in-flight"),
     ] {
         let mut mcp = Mcp::start(flags);
         let ids: Vec<i64> = (0..calls)

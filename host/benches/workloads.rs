@@ -569,6 +569,16 @@ fn http_sessions(scale: &Scale, cache: &Path, report: &mut Report) {
         figure("floor", "latency_ms_p99"),
         "ms",
     );
+    let p99 = |part: &str| Duration::from_secs_f64(figure(part, "latency_ms_p99") / 1000.0);
+    report.ratio(
+        &format!(
+            "the same sessions' p99 latency while one more session floods at its limit of {} calls ÷ without it",
+            r["flooded"]["flood_width"]
+        ),
+        p99("flooded"),
+        p99("active"),
+        1.5,
+    );
     let rss_mib = r["idle"][0]["rss_kib"].as_f64().expect("RSS") / 1024.0;
     report.absolute(
         &format!("host RSS with {idle} idle HTTP sessions"),

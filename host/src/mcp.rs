@@ -94,9 +94,10 @@ pub const NOTICE_LOGGER: &str = "tool-bash";
 /// on top of the executor's TERM-to-KILL grace.
 const CALL_DRAIN_SLACK: Duration = Duration::from_secs(5);
 
-/// Tool calls one session may have in flight by default: more than a model runs in parallel,
-/// and few enough that one session cannot take every call of a shared server.
-pub const DEFAULT_MAX_CALLS_IN_FLIGHT: usize = 32;
+/// Tool calls one session may have in flight by default: more than a model runs in parallel, and
+/// few enough that one session at its limit slows a hundred others' calls by a third at most
+/// (the benchmark's flooded sessions workload).
+pub const DEFAULT_MAX_CALLS_IN_FLIGHT: usize = 16;
 
 /// Tool calls one server may have in flight in all its sessions together, at most and by
 /// default: what the host runs at once. Past it a call would wait for an instance of the

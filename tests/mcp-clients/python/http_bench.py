@@ -1,5 +1,7 @@
-"""Measures `dsh-host mcp --http` with many sessions: calls from 100 active sessions at once, and
-the memory 1,000 idle sessions take. The floor: the same number of `bash -c true` spawns, run
+"""Measures `dsh-host mcp --http` with many sessions: calls from 100 active sessions at once, the
+same again while one more session floods the server (as many `bash true` calls in flight as its
+per-session limit allows, one after another, for as long as the others call), and the memory
+1,000 idle sessions take. The floor: the same number of `bash -c true` spawns, run
 from this client with the same concurrency (each worker spawning one after another, all at once).
 
 Usage: python3 http_bench.py <dsh-host binary> [active sessions] [calls each] [idle sessions] [rounds]
@@ -19,6 +21,9 @@ import time
 import httpx2
 
 TOKEN = "bench-token"
+# The flooding session's calls in flight: the server's default per-session limit
+# (--max-calls-in-flight).
+FLOOD_WIDTH = 16
 HEADERS = {
     "authorization": f"Bearer {TOKEN}",
     "content-type": "application/json",
@@ -85,6 +90,30 @@ async def call(client, url, headers, n):
     return time.perf_counter() - started
 
 
+async def flood(client, url, headers, width, stop):
+    """`width` loops of `bash true` calls in one session until `stop` is set; (answered, refused)."""
+    counts = [0, 0]
+
+    async def loop(k):
+        n = 0
+        while not stop.is_set():
+            n += 1
+            r = await client.post(
+                url,
+                headers=headers,
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 1_000_000 * (k + 1) + n,
+                    "method": "tools/call",
+                    "params": {"name": "bash", "arguments": {"command": "true", "description": "Flood"}},
+                },
+            )
+            counts["error" in sse_result(r.text)] += 1
+
+    await asyncio.gather(*(loop(k) for k in range(width)))
+    return counts
+
+
 async def spawn_true():
     started = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
@@ -141,7 +170,9 @@ async def main():
                 url = line.split()[-1]
                 break
         assert url, "the server printed no address"
-        limits = httpx2.Limits(max_connections=active + 50, max_keepalive_connections=active + 50)
+        limits = httpx2.Limits(
+            max_connections=active + FLOOD_WIDTH + 50, max_keepalive_connections=active + FLOOD_WIDTH + 50
+        )
         async with httpx2.AsyncClient(limits=limits, timeout=120) as client:
             out = {"binary": binary}
             warm = await open_session(client, url)
@@ -168,6 +199,25 @@ async def main():
                 **summary(latencies, wall),
                 "rss_kib": rss_kib(server.pid),
             }
+            # The same calls while one more session floods at its calls-in-flight limit.
+            flooder = await open_session(client, url)
+            stop = asyncio.Event()
+            flooding = asyncio.create_task(flood(client, url, flooder, FLOOD_WIDTH, stop))
+            await asyncio.sleep(0.5)
+            started = time.perf_counter()
+            latencies = [x for per in await asyncio.gather(*(run(h) for h in sessions)) for x in per]
+            wall = time.perf_counter() - started
+            stop.set()
+            answered, refused = await flooding
+            out["flooded"] = {
+                "sessions": active,
+                **summary(latencies, wall),
+                "flood_width": FLOOD_WIDTH,
+                "flood_answered": answered,
+                "flood_refused": refused,
+            }
+            await close(client, url, flooder)
+
             await asyncio.gather(*(close(client, url, h) for h in sessions))
             await asyncio.sleep(1)
             out["rss_kib_after_active_closed"] = rss_kib(server.pid)
