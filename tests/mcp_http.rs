@@ -67,18 +67,23 @@ impl Server {
     /// [`Server::start`] with `nofile` as both the soft and the hard descriptor limit, as
     /// `prlimit --nofile=N:N` would set them.
     fn start_limited(flags: &[&str], nofile: u64) -> Self {
-        let mut args = vec!["mcp", "--http", "127.0.0.1:0", "--grace-ms", "500"];
-        args.extend_from_slice(flags);
-        Self::spawn(&args, &[("DSH_HTTP_TOKEN", TOKEN)], Some(nofile))
+        Self::start_with_nofile(flags, nofile, nofile)
     }
 
-    fn spawn(args: &[&str], env: &[(&str, &str)], nofile: Option<u64>) -> Self {
+    /// [`Server::start`] with the soft descriptor limit `soft` and the hard one `hard`.
+    fn start_with_nofile(flags: &[&str], soft: u64, hard: u64) -> Self {
+        let mut args = vec!["mcp", "--http", "127.0.0.1:0", "--grace-ms", "500"];
+        args.extend_from_slice(flags);
+        Self::spawn(&args, &[("DSH_HTTP_TOKEN", TOKEN)], Some((soft, hard)))
+    }
+
+    fn spawn(args: &[&str], env: &[(&str, &str)], nofile: Option<(u64, u64)>) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_dsh-host"));
-        if let Some(n) = nofile {
+        if let Some((soft, hard)) = nofile {
             use std::os::unix::process::CommandExt;
             let limit = libc::rlimit {
-                rlim_cur: n,
-                rlim_max: n,
+                rlim_cur: soft,
+                rlim_max: hard,
             };
             // SAFETY: setrlimit is async-signal-safe and touches only the child.
             unsafe {
@@ -1349,4 +1354,47 @@ fn an_oversized_body_gets_the_same_answer_as_on_stdio() {
     let (status, response) =
         server.post_in(&session, r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#);
     assert_eq!(status, 200, "{response}");
+}
+
+/// The server raises its own soft descriptor limit to hold connections; commands keep the one it
+/// was started with, also those whose spawn helper factory was started after the raise (here:
+/// the first factory killed, so that the next commands' helpers come from a new one).
+#[test]
+fn commands_keep_the_descriptor_limit_the_server_started_with() {
+    let server = Server::start_with_nofile(&[], 1024, 4096);
+    let session = server.open_session();
+    let soft_limit = |id: u32| {
+        let (status, response) = server.post_in(
+            &session,
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"bash","arguments":{{"command":"ulimit -Sn","description":"Limit"}}}}}}"#
+            ),
+        );
+        assert_eq!(status, 200, "{response}");
+        let message = jsonrpc_message(&response);
+        message["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{message}"))
+            .to_string()
+    };
+    assert_eq!(soft_limit(2), "1024\n");
+    // The factory: the server's child whose command line names it.
+    let server_pid = server.child.id().to_string();
+    let factory = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            cmdline.starts_with("dsh-spawn-factory")
+                && cmdline.split('\0').any(|arg| arg == server_pid)
+        })
+        .expect("the spawn helper factory runs");
+    // SAFETY: a signal to a process of this test's server.
+    assert_eq!(unsafe { libc::kill(factory, libc::SIGKILL) }, 0);
+    gone_within(factory, "the factory");
+    // The helpers made ahead by the old factory serve the next two; then a new factory's.
+    for id in 3..8 {
+        assert_eq!(soft_limit(id), "1024\n", "call {id}");
+    }
 }

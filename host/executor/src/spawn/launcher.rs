@@ -85,6 +85,11 @@ pub(crate) struct Launcher {
     gate: Arc<super::fair::FairGate>,
     /// Helpers being forked or checked for the ready list.
     filling: Mutex<usize>,
+    /// The soft descriptor limit when the executor was made, which every factory (so every
+    /// command) gets: a host that raises its own limit later (the HTTP server does, to hold many
+    /// connections) does not pass the raised one to commands, even through a factory it starts
+    /// after the raise.
+    nofile: Option<u64>,
 }
 
 impl Launcher {
@@ -100,6 +105,7 @@ impl Launcher {
             factory: Mutex::new(None),
             ready: Mutex::new(Vec::new()),
             gate: Arc::default(),
+            nofile: rustix::process::getrlimit(rustix::process::Resource::Nofile).current,
             filling: Mutex::new(0),
         })
     }
@@ -250,6 +256,25 @@ impl Launcher {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
+        if let Some(soft) = self.nofile {
+            // SAFETY: between fork and exec, only the getrlimit and setrlimit system calls (no
+            // allocation, no lock).
+            unsafe {
+                command.pre_exec(move || {
+                    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+                    let now = getrlimit(Resource::Nofile);
+                    let current = now.maximum.map_or(soft, |hard| soft.min(hard));
+                    setrlimit(
+                        Resource::Nofile,
+                        Rlimit {
+                            current: Some(current),
+                            maximum: now.maximum,
+                        },
+                    )?;
+                    Ok(())
+                });
+            }
+        }
         let child = command.spawn()?;
         let pid = child
             .id()
