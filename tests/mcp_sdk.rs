@@ -352,17 +352,23 @@ fn check_permission_questions(r: &Value, scratch: &std::path::Path, rounds: bool
     }
 }
 
+/// Runs every scenario of `elicit_client.py` over `transport` in a scratch directory and checks
+/// them (`rounds`: asked through input-required results).
+fn permission_questions(transport: &str, rounds: bool) {
+    let scratch = tempfile::tempdir().unwrap();
+    let scratch = std::fs::canonicalize(scratch.path()).unwrap();
+    let r = python_client("elicit_client.py", &scratch, &[transport]);
+    assert_eq!(r["transport"], transport, "{r}");
+    check_permission_questions(&r, &scratch, rounds);
+}
+
 /// Permission questions (`--policy`, default "ask") put to the Python SDK's client over stdio
 /// as form elicitations: allow once, allow for the session (later matches run unasked, a new
 /// session asks again), decline, cancel, no answer in time, a client that cannot be asked, and
 /// a command of two lines. What ran is checked on disk.
 #[test]
 fn python_sdk_client_answers_permission_questions_over_stdio() {
-    let scratch = tempfile::tempdir().unwrap();
-    let scratch = std::fs::canonicalize(scratch.path()).unwrap();
-    let r = python_client("elicit_client.py", &scratch, &["stdio"]);
-    assert_eq!(r["transport"], "stdio", "{r}");
-    check_permission_questions(&r, &scratch, false);
+    permission_questions("stdio", false);
 }
 
 /// The same questions to the Python SDK's client pinned to revision 2026-07-28 over stdio, which
@@ -371,20 +377,12 @@ fn python_sdk_client_answers_permission_questions_over_stdio() {
 /// state, and only then does the command run (tests/mcp_input_required.rs alters that state).
 #[test]
 fn python_sdk_client_answers_permission_questions_through_results_on_2026_07_28() {
-    let scratch = tempfile::tempdir().unwrap();
-    let scratch = std::fs::canonicalize(scratch.path()).unwrap();
-    let r = python_client("elicit_client.py", &scratch, &["stdio-2026"]);
-    assert_eq!(r["transport"], "stdio-2026", "{r}");
-    check_permission_questions(&r, &scratch, true);
+    permission_questions("stdio-2026", true);
 }
 
 /// The same questions over streamable HTTP: one server, an MCP session per scenario, so the
 /// grant of one session does not reach the next.
 #[test]
 fn python_sdk_client_answers_permission_questions_over_http() {
-    let scratch = tempfile::tempdir().unwrap();
-    let scratch = std::fs::canonicalize(scratch.path()).unwrap();
-    let r = python_client("elicit_client.py", &scratch, &["http"]);
-    assert_eq!(r["transport"], "http", "{r}");
-    check_permission_questions(&r, &scratch, false);
+    permission_questions("http", false);
 }
