@@ -5,7 +5,7 @@
 //! the complete stream.
 //!
 //! Contract: one directory per host process, created `0700` on first use under the configured
-//! spill directory; files named `dsh-bash-<host pid>-<24 hex>-<stdout|stderr>.log`,
+//! spill directory; files named `dsh-bash-<host pid>-<counter>-<12 hex>-<stdout|stderr>.log`,
 //! created exclusively with mode `0600`.
 
 #[path = "support/exec.rs"]

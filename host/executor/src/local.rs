@@ -161,9 +161,11 @@ impl LocalExecutor {
     }
 
     /// Fresh stdout and stderr buffers for one command.
-    fn outputs(&self) -> [Arc<Output>; 2] {
+    /// The outputs of a command of the session `owner`.
+    fn outputs(&self, owner: Option<&str>) -> [Arc<Output>; 2] {
         let config = &self.shared.config;
-        let (stdout, stderr) = output::spill::targets(&self.shared.spill, config.max_spill_bytes);
+        let (stdout, stderr) =
+            output::spill::targets_for(&self.shared.spill, config.max_spill_bytes, owner);
         [
             Output::new(config.max_output_bytes, stdout),
             Output::new(config.max_output_bytes, stderr),
@@ -262,7 +264,7 @@ impl LocalExecutor {
         }
         self.check_command(&spec.command)?;
         let timeout_ms = self.timeout_ms(spec.timeout_ms)?;
-        let outputs = self.outputs();
+        let outputs = self.outputs(spec.owner.as_deref());
         meter.attach(&outputs);
         let denials = Arc::new(DenialLog::default());
         let spawned = tokio::select! {
@@ -368,7 +370,7 @@ impl LocalExecutor {
         // started, so that an unusable workdir leaves no trace.
         self.check_command(&spec.command)?;
         self.shared.tasks().reserve(spec.owner.as_deref())?;
-        let outputs = self.outputs();
+        let outputs = self.outputs(spec.owner.as_deref());
         let denials = Arc::new(DenialLog::default());
         let spawned = match self.spawn(program, &spec, &denials).await {
             Err(ExecError::WorkdirUnusable(message)) => {

@@ -26,6 +26,7 @@ use rmcp::model::{
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::lock;
 use crate::policy::{Answer, Question};
 
 /// The key of the question in `inputRequests`, and of its answer in `inputResponses`.
@@ -279,10 +280,6 @@ fn refused(why: &str) -> McpError {
         ),
         None,
     )
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //!
 //! One directory per executor (so per host process) under the spill parent, created `0700` on
 //! first use and removed with its files at a clean shutdown unless kept; files named
-//! `dsh-bash-<host pid>-<24 hex>-<stdout|stderr>.log` (random, no counter), created exclusively with `0600`.
+//! `dsh-bash-<host pid>-<counter>-<12 hex>-<stdout|stderr>.log` (the counter the session's own), created exclusively with `0600`.
 //! A file is only ever presented while it holds every byte of its stream: one that hit its cap,
 //! failed to write or was removed at shutdown is withdrawn, and output continues in memory only.
 //!
@@ -28,6 +28,7 @@
 //! everything at shutdown. A foreground command's files are presented to the model by path, so
 //! they stay until shutdown and stay counted: the budget is what bounds them.
 
+use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Write};
@@ -239,6 +240,44 @@ pub(crate) struct SpillDir {
     /// Removed at shutdown: no file is presented or created any more.
     removed: AtomicBool,
     budget: Budget,
+    /// Each session's count of commands given spill targets.
+    counters: Counters,
+}
+
+/// Sessions whose command counters are kept; past it the longest-kept is forgotten (its next
+/// name counts from 1 again, still unique through its random part).
+const COUNTED_SESSIONS: usize = 4096;
+
+/// Each session's (owner token's) command counter, for spill file names.
+#[derive(Debug, Default)]
+struct Counters {
+    inner: Mutex<CounterTable>,
+}
+
+#[derive(Debug, Default)]
+struct CounterTable {
+    next: HashMap<Option<String>, u64>,
+    /// The sessions in the order they were first counted.
+    order: VecDeque<Option<String>>,
+}
+
+impl Counters {
+    /// The next number of `owner`'s session, from 1.
+    fn next(&self, owner: Option<&str>) -> u64 {
+        let mut table = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let key = owner.map(str::to_string);
+        if !table.next.contains_key(&key) {
+            if table.order.len() >= COUNTED_SESSIONS
+                && let Some(oldest) = table.order.pop_front()
+            {
+                table.next.remove(&oldest);
+            }
+            table.order.push_back(key.clone());
+        }
+        let n = table.next.entry(key).or_insert(0);
+        *n += 1;
+        *n
+    }
 }
 
 impl SpillDir {
@@ -260,6 +299,7 @@ impl SpillDir {
                 total: total_bytes,
                 used: AtomicU64::new(0),
             },
+            counters: Counters::default(),
         })
     }
 
@@ -328,15 +368,23 @@ pub(crate) struct SpillTarget {
     file_name: String,
 }
 
-/// The spill targets of one command's stdout and stderr, sharing one random part. No counter:
-/// a name shown to one session must not tell how many commands the others ran.
+/// The spill targets of one command (of no session) of stdout and stderr: [`targets_for`].
+#[cfg(test)]
 pub(crate) fn targets(dir: &Arc<SpillDir>, cap: u64) -> (SpillTarget, SpillTarget) {
-    let stem = format!(
-        "dsh-bash-{}-{}{}",
-        std::process::id(),
-        random_hex(),
-        random_hex()
-    );
+    targets_for(dir, cap, None)
+}
+
+/// The spill targets of one command's stdout and stderr for the session `owner`, sharing a
+/// counter and a random part. The counter is the session's own (the `n`th command of that
+/// session that was given spill targets), so that a name shown to one session does not tell how
+/// many commands the others ran.
+pub(crate) fn targets_for(
+    dir: &Arc<SpillDir>,
+    cap: u64,
+    owner: Option<&str>,
+) -> (SpillTarget, SpillTarget) {
+    let counter = dir.counters.next(owner);
+    let stem = format!("dsh-bash-{}-{counter}-{}", std::process::id(), random_hex());
     let target = |stream: &str| SpillTarget {
         dir: dir.clone(),
         cap,
@@ -572,18 +620,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_pair_streams_and_count_nothing() {
+    fn names_pair_streams_and_count_per_session() {
         let dir = SpillDir::new(None);
-        let (a, b) = targets(&dir, 10);
-        let (c, _) = targets(&dir, 10);
+        let (a, b) = targets_for(&dir, 10, Some("s"));
         let stem = a.file_name.strip_suffix("-stdout.log").unwrap();
         assert_eq!(b.file_name, format!("{stem}-stderr.log"));
         let parts: Vec<&str> = stem.split('-').collect();
         assert_eq!(parts[..3], ["dsh", "bash", &std::process::id().to_string()]);
-        assert_eq!(parts.len(), 4);
-        assert_eq!(parts[3].len(), 24);
-        assert!(parts[3].bytes().all(|b| b.is_ascii_hexdigit()));
-        assert_ne!(a.file_name, c.file_name);
+        assert_eq!(parts[3], "1");
+        assert_eq!(parts[4].len(), 12);
+        assert!(parts[4].bytes().all(|b| b.is_ascii_hexdigit()));
+        let counter = |owner: Option<&str>| {
+            let (t, _) = targets_for(&dir, 10, owner);
+            t.file_name
+                .split('-')
+                .nth(3)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        };
+        // Another session's commands do not move a session's count.
+        assert_eq!(counter(Some("t")), 1);
+        assert_eq!(counter(Some("t")), 2);
+        assert_eq!(counter(None), 1);
+        assert_eq!(counter(Some("s")), 2);
     }
 
     #[test]
