@@ -1191,3 +1191,35 @@ fn without_yield_after_ms_a_long_call_runs_to_its_end() {
     let r = mcp.call("bash_output", json!({ "task_id": "bash-1" }));
     assert_eq!(texts(&r), [r#"Error: unknown bash task "bash-1""#]);
 }
+
+/// A command nesting `$(` 25,000 deep inside a quoted value (about 75 KB) is refused as not
+/// analysable under permission rules; the server stays up and serves the next call (the engine
+/// once recursed through it and overflowed the stack, which aborted the whole server).
+#[test]
+fn a_deeply_nested_command_under_permission_rules_leaves_the_server_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("p.toml");
+    std::fs::write(
+        &policy,
+        "[permissions]\ndefault = \"allow\"\ndeny = [\"Bash(rm *)\"]\n",
+    )
+    .unwrap();
+    let mut mcp = Mcp::start(&["--policy", policy.to_str().unwrap()]);
+    for command in [
+        format!("x='{}l\\s{}'", "$(".repeat(25_000), ")".repeat(25_000)),
+        format!(
+            "cat <<EOF\n'{}ls{}'\nEOF",
+            "$(".repeat(25_000),
+            ")".repeat(25_000)
+        ),
+    ] {
+        let r = mcp.bash(&command);
+        assert!(is_error(&r), "{r}");
+        let text = texts(&r)[0].to_string();
+        assert!(
+            text.starts_with("[policy: ") && text.contains("nesting more than 64 levels deep"),
+            "{text}"
+        );
+    }
+    assert_eq!(texts(&mcp.bash("echo still here")), ["still here\n"]);
+}
