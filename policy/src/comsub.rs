@@ -41,8 +41,9 @@ fn is_word_byte(c: u8) -> bool {
     !b" \t\n;&|()<>\"'`$\\".contains(&c)
 }
 
-/// Past the closing quote of a single-quoted text starting at `from`.
-fn skip_single(bytes: &[u8], from: usize) -> usize {
+/// Past the closing quote of a single-quoted text whose content starts at `from` (the end of
+/// the text when it is not closed).
+pub(crate) fn skip_single(bytes: &[u8], from: usize) -> usize {
     bytes[from.min(bytes.len())..]
         .iter()
         .position(|&b| b == b'\'')

@@ -562,10 +562,8 @@ pub(crate) fn word_facts(raw: &str) -> Option<WordFacts> {
                             j = end;
                         }
                         c if quotable(c) => {
-                            let run = code[j..]
-                                .iter()
-                                .position(|c| matches!(c, b'"' | b'$') || !quotable(*c))
-                                .map_or(code.len(), |n| j + n);
+                            let run =
+                                run_end(code, j, |c| !matches!(c, b'"' | b'$') && quotable(c));
                             push(&mut literal, &raw[j..run]);
                             j = run;
                         }
@@ -580,10 +578,7 @@ pub(crate) fn word_facts(raw: &str) -> Option<WordFacts> {
                 i = end;
             }
             c if plain(c) => {
-                let run = code[i..]
-                    .iter()
-                    .position(|c| !plain(*c))
-                    .map_or(code.len(), |n| i + n);
+                let run = run_end(code, i, plain);
                 push(&mut literal, &raw[i..run]);
                 i = run;
             }
@@ -592,6 +587,14 @@ pub(crate) fn word_facts(raw: &str) -> Option<WordFacts> {
     }
     facts.literal = literal;
     Some(facts)
+}
+
+/// Where the run of bytes from `from` that `keep` accepts ends.
+fn run_end(code: &[u8], from: usize, keep: impl Fn(u8) -> bool) -> usize {
+    code[from..]
+        .iter()
+        .position(|&c| !keep(c))
+        .map_or(code.len(), |n| from + n)
 }
 
 /// An expansion `raw[start..end]` (`$(…)` or `$NAME`): its value is known only at run time; a

@@ -858,12 +858,7 @@ fn nesting(code: &str) -> usize {
         i += 1;
         match c {
             b'\\' => i += 1,
-            b'\'' => {
-                i = bytes[i..]
-                    .iter()
-                    .position(|&q| q == b'\'')
-                    .map_or(bytes.len(), |n| i + n + 1);
-            }
+            b'\'' => i = crate::comsub::skip_single(bytes, i),
             b'(' | b'{' => brackets += 1,
             b')' | b'}' => brackets = brackets.saturating_sub(1),
             c if c.is_ascii_alphabetic() => {
