@@ -230,7 +230,10 @@ impl Rounds {
 /// arguments with their keys in order (so that a client re-encoding the same object matches).
 fn binding(owner: &str, name: &str, arguments: &str) -> Vec<u8> {
     let canonical = serde_json::from_str::<Value>(arguments)
-        .map(|v| canonical(&v).to_string())
+        .map(|mut v| {
+            v.sort_all_objects();
+            v.to_string()
+        })
         .unwrap_or_else(|_| arguments.to_string());
     let mut out = Vec::with_capacity(owner.len() + name.len() + 34);
     out.extend_from_slice(owner.as_bytes());
@@ -239,24 +242,6 @@ fn binding(owner: &str, name: &str, arguments: &str) -> Vec<u8> {
     out.push(0);
     out.extend_from_slice(&Sha256::digest(canonical.as_bytes()));
     out
-}
-
-/// `value` with every object's keys sorted.
-fn canonical(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            Value::Object(
-                entries
-                    .into_iter()
-                    .map(|(k, v)| (k.clone(), canonical(v)))
-                    .collect(),
-            )
-        }
-        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
-        other => other.clone(),
-    }
 }
 
 /// The sealing key, made once per process: a state outlives neither the process nor its session.
