@@ -256,7 +256,8 @@ pub struct CommonArgs {
     /// Background tasks allowed to run at once, in all sessions together [default: 64].
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_usize)]
     pub max_tasks: Option<usize>,
-    /// Background tasks one session may have running at once [default: 16].
+    /// Background tasks one session may have running at once; set it below --max-tasks on a
+    /// server shared by sessions [default: 64, the total].
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_usize)]
     pub max_session_tasks: Option<usize>,
     /// Finished background tasks kept for bash_output, in all sessions together; past it, the
@@ -264,7 +265,7 @@ pub struct CommonArgs {
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_usize)]
     pub max_finished_tasks: Option<usize>,
     /// Finished background tasks kept per session; past it, that session's oldest is
-    /// forgotten, never another session's [default: 256].
+    /// forgotten, never another session's [default: 1024, the total].
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "N", value_parser = positive_usize)]
     pub max_session_finished_tasks: Option<usize>,
     /// Off by default. A foreground command still running after MS continues as a background

@@ -403,11 +403,14 @@ pub struct Config {
     /// Finished tasks retained for reads, in all; past it, the oldest of the session holding
     /// most is forgotten.
     pub max_finished_tasks: usize,
-    /// Running background tasks one session (owner token) may have at once, below
-    /// [`Config::max_tasks`]; tasks without an owner meet the total only.
+    /// Running background tasks one session (owner token) may have at once, within
+    /// [`Config::max_tasks`]; tasks without an owner meet the total only. By default the total,
+    /// so that one session sees the executor contract's default (64); a server shared by
+    /// sessions sets it lower.
     pub max_session_tasks: usize,
     /// Finished tasks retained per session; past it, that session's oldest is forgotten, never
-    /// another session's.
+    /// another session's. By default the total (the executor contract's 1024): past the total,
+    /// the session keeping most loses its oldest, so a quiet session keeps its results anyway.
     pub max_session_finished_tasks: usize,
     /// The longest command accepted, in bytes (default 1 MiB, at most 64 MiB). A longer one is
     /// refused by [`Executor::resolve`] (and by `run` and `start`) with
@@ -453,8 +456,8 @@ impl Default for Config {
             max_spill_total_bytes: 1024 * 1024 * 1024,
             max_tasks: 64,
             max_finished_tasks: 1024,
-            max_session_tasks: 16,
-            max_session_finished_tasks: 256,
+            max_session_tasks: 64,
+            max_session_finished_tasks: 1024,
             max_command_bytes: 1024 * 1024,
             cwd: None,
             containment: ContainmentPreference::Auto,
