@@ -1013,8 +1013,9 @@ fn bad_http_flags_are_usage_errors() {
 
 /// Two sessions on one server, one quiet and one abusive (small per-session limits): B's churn
 /// of 20 tasks evicts only B's own oldest results, B's start burst and calls past its limits are
-/// refused at once with errors naming the per-session flags, and A's unread result, numbering,
-/// start and call are untouched.
+/// refused at once with errors naming the per-session flags, B's flood of spill files past its
+/// spill budget deletes only B's own oldest files (a later read of one says so), and A's unread
+/// result, numbering, start, call and spill files are untouched.
 #[test]
 fn an_abusive_session_leaves_a_quiet_one_unaffected() {
     let server = Server::start(&[
@@ -1026,6 +1027,10 @@ fn an_abusive_session_leaves_a_quiet_one_unaffected() {
         "4",
         "--max-calls-in-flight",
         "2",
+        "--max-output-bytes",
+        "1000",
+        "--max-session-spill-bytes",
+        "20000",
     ]);
     let dir = scratch();
     let seen = server.client("fairness", TOKEN, dir.path());
@@ -1096,6 +1101,51 @@ fn an_abusive_session_leaves_a_quiet_one_unaffected() {
     let a_call = &seen["a_call_during_b_calls"];
     assert_eq!(texts(&a_call["text"])[0], "a-call\n", "{seen}");
     assert!(0.3 + a_call["s"].as_f64().unwrap() < b_done, "{seen}");
+
+    // B's flood of spill files past its budget deleted B's own oldest files (its unread task's
+    // first), and each of its files while they were the newest held the whole stream; A's
+    // files, older than all of B's flood, are whole.
+    let spill_of = |text: &str, marker: &str| -> Option<String> {
+        let (_, rest) = text.split_once(marker)?;
+        let path = rest.split(']').next()?.split(',').next()?.trim();
+        (path != "(unavailable)").then(|| path.to_string())
+    };
+    let whole = |path: &str, byte: u8| {
+        let bytes = std::fs::read(path).unwrap_or_default();
+        bytes.len() == 5000 && bytes.iter().all(|b| *b == byte)
+    };
+    let a_call = texts(&seen["a_spill_call"]["text"]).join("");
+    let a_call_path = spill_of(&a_call, "full output: ").expect("A's call names its file");
+    assert!(whole(&a_call_path, b'a'), "{a_call}");
+    let flood: Vec<String> = seen["b_flood"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let text = texts(&r["text"]).join("");
+            spill_of(&text, "full output: ").unwrap_or_else(|| panic!("a flood file: {text}"))
+        })
+        .collect();
+    let kept = flood.iter().filter(|p| std::path::Path::new(p).exists());
+    assert_eq!(kept.count(), 4, "B keeps 20,000 bytes: {flood:?}");
+    for path in &flood[6..] {
+        assert!(whole(path, b'b'), "{path}");
+    }
+    assert!(!std::path::Path::new(&flood[0]).exists());
+    let b_big = texts(&seen["b_big_after_flood"]["text"]).join("");
+    assert!(
+        b_big.contains("full output: (unavailable)]")
+            && b_big.ends_with(
+                "[status: completed, exit code: 0]\n[full output evicted: the spill file of \
+                 stdout was deleted to keep this session within its spill budget]"
+            ),
+        "{b_big}"
+    );
+    let a_big = texts(&seen["a_big_after_flood"]["text"]).join("");
+    let a_big_path = spill_of(&a_big, "full output: ").expect("A's task names its file");
+    assert!(whole(&a_big_path, b't'), "{a_big}");
+    assert!(!a_big.contains("evicted"), "{a_big}");
+    assert!(whole(&a_call_path, b'a'), "{a_call}");
 }
 
 /// Under a descriptor limit of 400, 1,000 idle or slow unauthenticated connections (every other

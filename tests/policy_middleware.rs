@@ -103,6 +103,7 @@ impl inner::Host for Host {
             text: String::new(),
             truncated: false,
             spill_path: None,
+            spill_evicted: false,
         };
         Ok(inner::RunResult {
             exit_code: Some(0),

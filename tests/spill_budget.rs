@@ -1,6 +1,8 @@
 //! The executor's total spill budget (`Config::max_spill_total_bytes`), through the public API:
-//! a spill file that would go beyond it is withdrawn like a capped one, and a background task's
-//! spill files are deleted, their bytes freed, when the task drops off the finished list.
+//! a write that would go beyond it first deletes finished spill files, oldest first (a later read
+//! of one reports it evicted); a file that still cannot fit is withdrawn like a capped one; a
+//! background task's spill files are deleted, their bytes freed, when it drops off the finished
+//! list.
 
 #[path = "support/exec.rs"]
 mod exec;
@@ -82,7 +84,8 @@ fn size(path: &Path) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn output_beyond_the_budget_is_withdrawn_like_a_capped_spill() {
+async fn output_beyond_the_budget_takes_finished_files_first_then_is_withdrawn_like_a_capped_spill()
+{
     let h = harness(|_| {});
     // Within the budget: spilled and presented.
     let small = h.run(&bytes(30_000)).await;
@@ -90,27 +93,55 @@ async fn output_beyond_the_budget_is_withdrawn_like_a_capped_spill() {
     assert!(small.stdout.truncated);
     assert_eq!(size(&small_path), 30_000);
 
-    // More than what is left: the file keeps what fit, stops there and is not presented.
+    // More than the whole budget: the finished file goes first, then the new file keeps what
+    // fit, stops there and is not presented (nor reported evicted: it was never complete).
     let big = h.run(&bytes(2 * BUDGET)).await;
     assert!(big.stdout.truncated);
     assert_eq!(big.stdout.spill_path, None);
+    assert!(!big.stdout.spill_evicted);
     assert_eq!(big.stdout.text, "a".repeat(1000));
+    assert!(!small_path.exists(), "the oldest finished file made room");
     let files = h.spill_files();
-    assert_eq!(files.len(), 2, "{files:?}");
-    assert_eq!(files.iter().map(|(_, len)| len).sum::<u64>(), BUDGET);
-    // The foreground file shown to the model is untouched.
-    assert_eq!(size(&small_path), 30_000);
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(files[0].1, BUDGET);
 
-    // Later commands still work; with the budget used up, overflow stays in memory only.
+    // Later commands still work, and the capped file, which nobody is shown, makes room for
+    // the next complete one.
     let ok = h.run("echo ok").await;
     assert_eq!(ok.stdout.text, "ok\n");
     assert_eq!(ok.exit_code, Some(0));
     let more = h.run(&format!("{}; echo done >&2", bytes(5000))).await;
     assert_eq!(more.stdout.text, "a".repeat(1000));
     assert!(more.stdout.truncated);
-    assert_eq!(more.stdout.spill_path, None);
+    let more_path = PathBuf::from(more.stdout.spill_path.expect("complete spill"));
+    assert_eq!(size(&more_path), 5000);
     assert_eq!(more.stderr.text, "done\n");
-    assert_eq!(h.spill_files(), files, "no file grew or was added");
+    assert_eq!(h.spill_files(), [(more_path, 5000)]);
+    h.exec.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_needing_room_takes_the_oldest_finished_file_and_its_reads_say_so() {
+    let mut h = harness(|_| {});
+    let a = h.start_and_finish(&bytes(60_000)).await;
+    let first = h.exec.read_output(&a.id).unwrap();
+    let a_path = PathBuf::from(first.stdout.spill_path.expect("complete spill"));
+    assert!(!first.stdout.spill_evicted);
+    assert_eq!(size(&a_path), 60_000);
+
+    // 60,000 more do not fit beside A's: A's file goes, the new one is whole.
+    let crowded = h.run(&bytes(60_000)).await;
+    let crowded_path = PathBuf::from(crowded.stdout.spill_path.expect("complete spill"));
+    assert_eq!(std::fs::read(&crowded_path).unwrap(), vec![b'a'; 60_000]);
+    assert!(!crowded.stdout.spill_evicted);
+    assert!(!a_path.exists());
+
+    // A's reads say its file was evicted, and name none.
+    let read = h.exec.read_output(&a.id).unwrap();
+    assert!(read.stdout.spill_evicted);
+    assert_eq!(read.stdout.spill_path, None);
+    assert!(!read.stderr.spill_evicted, "stderr never spilled");
+    assert_eq!(h.spill_files(), [(crowded_path, 60_000)]);
     h.exec.shutdown().await;
 }
 
@@ -128,15 +159,6 @@ async fn an_evicted_task_takes_its_spill_files_and_frees_their_bytes() {
     );
     assert_eq!(size(&a_path), 60_000);
 
-    // A's file counts: a foreground command that needs more than what is left is withdrawn.
-    let crowded = h.run(&bytes(60_000)).await;
-    assert_eq!(crowded.stdout.spill_path, None);
-    assert!(crowded.stdout.truncated);
-    assert_eq!(
-        h.spill_files().iter().map(|(_, len)| len).sum::<u64>(),
-        BUDGET
-    );
-
     // B finishing evicts A: A's spill file is deleted with it.
     let b = h.start_and_finish("echo b").await;
     assert!(!a_path.exists(), "{a_path:?} outlived its task");
@@ -146,9 +168,9 @@ async fn an_evicted_task_takes_its_spill_files_and_frees_their_bytes() {
     ));
     assert_eq!(h.exec.read_output(&b.id).unwrap().stdout.text, "b\n");
 
-    // The freed bytes let a later big command spill whole again.
-    let later = h.run(&bytes(50_000)).await;
+    // Its bytes were freed: a command using all but a byte of the budget spills whole.
+    let later = h.run(&bytes(BUDGET - 1)).await;
     let later_path = PathBuf::from(later.stdout.spill_path.expect("complete spill"));
-    assert_eq!(std::fs::read(&later_path).unwrap(), vec![b'a'; 50_000]);
+    assert_eq!(size(&later_path), BUDGET - 1);
     h.exec.shutdown().await;
 }

@@ -81,7 +81,7 @@ class Executor {
     const keep = Number(LIMITS.maxOutputBytes);
     const truncated = data.length > keep;
     // The file holds the complete stream.
-    return { text: data.subarray(Math.max(0, data.length - keep)).toString("utf8"), truncated, spillPath: truncated ? path : undefined };
+    return { text: data.subarray(Math.max(0, data.length - keep)).toString("utf8"), truncated, spillPath: truncated ? path : undefined, spillEvicted: false };
   }
 
   // The nine `bash-executor` functions, camelCased. The component calls only some of them, but
@@ -147,7 +147,7 @@ class Executor {
           const data = readFileSync(entry.files[i]);
           const delta = data.subarray(entry.read[i]);
           entry.read[i] = data.length;
-          return { text: delta.toString("utf8"), lossy: false, spillPath: undefined };
+          return { text: delta.toString("utf8"), lossy: false, spillPath: undefined, spillEvicted: false };
         });
         return { stdout, stderr, task: { ...entry.task }, denials: noDenials() };
       }),
@@ -195,7 +195,7 @@ async function main() {
     },
   };
   // The generated code looks the imports up by these unversioned names, although its .d.ts
-  // names them `dsh:bash/bash-executor@0.4.0` and `dsh:bash/agent@0.4.0`. Nothing else is
+  // names them `dsh:bash/bash-executor@0.5.0` and `dsh:bash/agent@0.5.0`. Nothing else is
   // imported: the component needs no WASI shim.
   const imports = { "dsh:bash/bash-executor": executor.functions(), "dsh:bash/agent": agent };
   const instantiate = await load(process.argv[2] ?? "target/guest-wasm/guest_tools.wasm", executor.dir + "-jco");

@@ -25,9 +25,9 @@ import time
 import wasmtime
 from wasmtime.component import Component, Linker, Record, Variant
 
-EXECUTOR = "dsh:bash/bash-executor@0.4.0"
-AGENT = "dsh:bash/agent@0.4.0"
-TOOLS = "dsh:bash/tools@0.4.0"
+EXECUTOR = "dsh:bash/bash-executor@0.5.0"
+AGENT = "dsh:bash/agent@0.5.0"
+TOOLS = "dsh:bash/tools@0.5.0"
 
 # f64 fields must be Python floats: an int there fails the call. No sandbox: `sandbox` is none.
 LIMITS = {"default-timeout-ms": 120_000.0, "max-timeout-ms": 600_000.0, "max-output-bytes": 64_000, "grace-ms": 3_000.0, "sandbox": None}
@@ -153,7 +153,7 @@ class Executor:
         keep = LIMITS["max-output-bytes"]
         truncated = len(data) > keep
         # The file holds the complete stream.
-        return record(text=data[-keep:].decode("utf-8", "replace"), truncated=truncated, spill_path=path if truncated else None)
+        return record(text=data[-keep:].decode("utf-8", "replace"), truncated=truncated, spill_path=path if truncated else None, spill_evicted=False)
 
     def start(self, _store, spec):
         self.trace.append("start")
@@ -177,7 +177,7 @@ class Executor:
                 f.seek(offsets[i])
                 data = f.read()
             offsets[i] += len(data)
-            deltas.append(record(text=data.decode("utf-8", "replace"), lossy=False, spill_path=None))
+            deltas.append(record(text=data.decode("utf-8", "replace"), lossy=False, spill_path=None, spill_evicted=False))
         return record(stdout=deltas[0], stderr=deltas[1], task=record(**task), denials=no_denials())
 
     def kill(self, _store, task_id):

@@ -95,6 +95,7 @@ fn executor() -> FakeExecutor {
         text: text.into(),
         lossy: false,
         spill_path: None,
+        spill_evicted: false,
     };
     FakeExecutor {
         run: Ok(RunResult {
@@ -108,6 +109,7 @@ fn executor() -> FakeExecutor {
                 text: "err".into(),
                 truncated: true,
                 spill_path: None,
+                spill_evicted: false,
             },
             ..Default::default()
         }),

@@ -188,6 +188,7 @@ fn stream_from_wit(s: wit_exec::StreamOutput) -> StreamOutput {
         text: s.text,
         truncated: s.truncated,
         spill_path: s.spill_path,
+        spill_evicted: s.spill_evicted,
     }
 }
 
@@ -196,6 +197,7 @@ fn delta_from_wit(d: wit_exec::StreamDelta) -> StreamDelta {
         text: d.text,
         lossy: d.lossy,
         spill_path: d.spill_path,
+        spill_evicted: d.spill_evicted,
     }
 }
 

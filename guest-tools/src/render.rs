@@ -17,8 +17,9 @@ const UNAVAILABLE: &str = "(unavailable)";
 /// limit) is rendered by the same rules: its output so far is the body, and one marker names the
 /// task instead of the end markers, since nothing ended.
 ///
-/// What a sandbox denied the command (our extension) is one more marker after all the others,
-/// so that the model reads how the command ended first and then why it may have failed.
+/// A spill file deleted to keep the session within its spill budget, and what a sandbox denied
+/// the command (our extensions) are more markers after all the others, so that the model reads
+/// how the command ended first.
 pub fn foreground(result: &RunResult) -> String {
     let mut body = join_streams(&stream_text(&result.stdout), &stream_text(&result.stderr));
     if body.is_empty() {
@@ -28,6 +29,10 @@ pub fn foreground(result: &RunResult) -> String {
         Some(yielded) => vec![yielded_marker(yielded)],
         None => end_markers(result),
     };
+    markers.extend(evicted_line(
+        result.stdout.spill_evicted,
+        result.stderr.spill_evicted,
+    ));
     markers.extend(sandbox_line(&result.denials));
     if markers.is_empty() {
         return body;
@@ -70,6 +75,21 @@ fn yielded_marker(yielded: &Yielded) -> String {
         jsnum::to_js_string(yielded.after_ms),
         yielded.task.id
     )
+}
+
+/// `[full output evicted: …]` when the complete spill file of stdout, stderr or both was
+/// deleted to keep the session within the executor's spill budget: the file a `(unavailable)`
+/// stands for, or one named earlier, is gone, and reading its path would fail. None otherwise.
+pub fn evicted_line(stdout: bool, stderr: bool) -> Option<String> {
+    let what = match (stdout, stderr) {
+        (true, true) => "the spill files of stdout and stderr were",
+        (true, false) => "the spill file of stdout was",
+        (false, true) => "the spill file of stderr was",
+        (false, false) => return None,
+    };
+    Some(format!(
+        "[full output evicted: {what} deleted to keep this session within its spill budget]"
+    ))
 }
 
 /// `[sandbox: <phrase>; <phrase>; and <n> more]`: what the sandbox denied, as the host reported
@@ -297,6 +317,7 @@ mod tests {
                 text: "tail".into(),
                 truncated: true,
                 spill_path: None,
+                spill_evicted: false,
             },
             ..exited(0, "", "")
         };
@@ -313,11 +334,13 @@ mod tests {
                 text: "tail\n".into(),
                 truncated: true,
                 spill_path: Some("/tmp/o.log".into()),
+                spill_evicted: false,
             },
             stderr: StreamOutput {
                 text: "etail".into(),
                 truncated: true,
                 spill_path: Some("/tmp/e.log".into()),
+                spill_evicted: false,
             },
             ..exited(2, "", "")
         };
@@ -394,6 +417,7 @@ mod tests {
             text: "tail\n".into(),
             truncated: true,
             spill_path: Some("/s/o.log".into()),
+            spill_evicted: false,
         };
         assert_eq!(
             foreground(&yielded("bash-2", 300.0, truncated, out(""))),
@@ -632,6 +656,7 @@ mod tests {
             text: text.into(),
             lossy: true,
             spill_path: path.map(str::to_string),
+            ..Default::default()
         }
     }
 
@@ -658,5 +683,43 @@ mod tests {
             delta(&read(d(""), lossy("", Some("/s/err.log")))),
             "(no new output)\n[some output was dropped from memory; full output: /s/err.log]"
         );
+    }
+
+    #[test]
+    fn an_evicted_spill_file_is_one_more_marker_before_the_sandbox_line() {
+        let evicted = |text: &str| StreamOutput {
+            text: text.into(),
+            truncated: true,
+            spill_path: None,
+            spill_evicted: true,
+        };
+        let mut result = exited(2, "", "");
+        result.stdout = evicted("tail\n");
+        result.denials = Denials {
+            first: vec![Denial {
+                access: DeniedAccess::Read,
+                target: "/root/.netrc".into(),
+                reason: DenialReason::DeniedRead,
+            }],
+            more: 0,
+        };
+        assert_eq!(
+            foreground(&result),
+            "tail\n\n[output truncated; full output: (unavailable)]\n[exit code: 2]\n\
+             [full output evicted: the spill file of stdout was deleted to keep this session within its spill budget]\n\
+             [sandbox: read of /root/.netrc denied (a denied path)]"
+        );
+        assert_eq!(
+            evicted_line(true, true).unwrap(),
+            "[full output evicted: the spill files of stdout and stderr were deleted to keep this session within its spill budget]"
+        );
+        assert_eq!(
+            evicted_line(false, true).unwrap(),
+            "[full output evicted: the spill file of stderr was deleted to keep this session within its spill budget]"
+        );
+        assert_eq!(evicted_line(false, false), None);
+        // Without an eviction nothing changes.
+        result.stdout.spill_evicted = false;
+        assert!(!foreground(&result).contains("evicted"));
     }
 }

@@ -28,6 +28,7 @@ pub struct StreamOutput {
     pub text: String,
     pub truncated: bool,
     pub spill_path: Option<String>,
+    pub spill_evicted: bool,
 }
 
 /// `bash-executor.run-result`: the facts of a finished foreground command, or of one that
@@ -79,6 +80,7 @@ pub struct StreamDelta {
     pub text: String,
     pub lossy: bool,
     pub spill_path: Option<String>,
+    pub spill_evicted: bool,
 }
 
 /// `bash-executor.read`: both deltas and the task's current state.

@@ -214,6 +214,7 @@ impl ex::Host for Host {
                 text: String::from_utf8_lossy(new).into_owned(),
                 lossy: false,
                 spill_path: None,
+                spill_evicted: false,
             })
         };
         let (stdout, stderr) = (delta(0)?, delta(1)?);
@@ -436,6 +437,7 @@ fn tail(path: &PathBuf) -> Result<StreamOutput, ExecutorError> {
         truncated,
         // The file holds the complete stream.
         spill_path: truncated.then(|| path.display().to_string()),
+        spill_evicted: false,
     })
 }
 

@@ -242,10 +242,16 @@ pub struct CommonArgs {
     /// Cap of one spill file.
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "BYTES", value_parser = positive_u64)]
     pub max_spill_bytes: Option<u64>,
-    /// Total bytes all spill files may hold together; a file that would go beyond it is
-    /// withdrawn like a capped one (background tasks' files are deleted when the task is evicted).
+    /// Total bytes all spill files may hold together; past it, the oldest finished spill files
+    /// of the session holding most are deleted first (a file that still cannot fit is withdrawn
+    /// like a capped one) [default: 1 GiB].
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "BYTES", value_parser = positive_u64)]
     pub max_spill_total_bytes: Option<u64>,
+    /// Bytes one session's spill files may hold together; past it, that session's oldest
+    /// finished spill files are deleted first, never another session's; set it below
+    /// --max-spill-total-bytes on a server shared by sessions [default: 1 GiB, the total].
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "BYTES", value_parser = positive_u64)]
+    pub max_session_spill_bytes: Option<u64>,
     /// Keep spill files when the host exits (they are removed on a clean shutdown otherwise).
     #[arg(long, global = true)]
     pub keep_spill: bool,
@@ -402,6 +408,9 @@ impl CommonArgs {
         }
         if let Some(v) = self.max_spill_total_bytes {
             c.max_spill_total_bytes = v;
+        }
+        if let Some(v) = self.max_session_spill_bytes {
+            c.max_session_spill_bytes = v;
         }
         if let Some(v) = self.max_tasks {
             c.max_tasks = v;

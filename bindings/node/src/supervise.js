@@ -50,7 +50,7 @@ export class Stream {
 
   /** This executor keeps no spill files: a truncated stream has no complete copy. */
   snapshot() {
-    return { text: this.buf.toString("utf8"), truncated: this.total > this.buf.length };
+    return { text: this.buf.toString("utf8"), truncated: this.total > this.buf.length, spillEvicted: false };
   }
 
   /** What came after the whole-stream offset `offset`; lossy when part of it left the window. */
@@ -58,7 +58,7 @@ export class Stream {
     const start = this.total - this.buf.length;
     const lossy = offset < start;
     const chunk = lossy ? this.buf : this.buf.subarray(offset - start);
-    return [{ text: chunk.toString("utf8"), lossy }, this.total];
+    return [{ text: chunk.toString("utf8"), lossy, spillEvicted: false }, this.total];
   }
 }
 

@@ -85,8 +85,8 @@ class Processes(unittest.TestCase):
     def test_tails_are_byte_exact(self):
         ex = LocalExecutor(max_output_bytes=5)
         r = ex.run(spec("printf 'abcdefgh'; printf '\\xff\\xfeok' >&2"))
-        self.assertEqual(r["stdout"], {"text": "defgh", "truncated": True, "spill_path": None})
-        self.assertEqual(r["stderr"], {"text": "\ufffd\ufffdok", "truncated": False, "spill_path": None})
+        self.assertEqual(r["stdout"], {"text": "defgh", "truncated": True, "spill_path": None, "spill_evicted": False})
+        self.assertEqual(r["stderr"], {"text": "\ufffd\ufffdok", "truncated": False, "spill_path": None, "spill_evicted": False})
 
     def test_resolve_applies_defaults_and_caps(self):
         ex = LocalExecutor(cwd="/tmp", default_timeout_ms=1000, max_timeout_ms=5000)

@@ -1050,11 +1050,13 @@ fn output_with_stderr_and_dropped_output() {
                 text: "tail of out".into(),
                 lossy: true,
                 spill_path: Some("/tmp/s/out.log".into()),
+                spill_evicted: false,
             },
             stderr: StreamDelta {
                 text: "warn\n".into(),
                 lossy: true,
                 spill_path: None,
+                spill_evicted: false,
             },
             task: task("bash-1", TaskState::Completed, Some(0), None),
             denials: Denials::default(),
@@ -1069,6 +1071,36 @@ fn output_with_stderr_and_dropped_output() {
         ),
         ok(
             "tail of out\n[stderr]\nwarn\n\n[some output was dropped from memory; full output: /tmp/s/out.log, (unavailable)]\n[status: completed, exit code: 0]"
+        )
+    );
+}
+
+#[test]
+fn output_of_an_evicted_spill_file_says_so_after_the_status_line() {
+    let mut exec = FakeExecutor::default();
+    exec.reads.insert(
+        "bash-1".into(),
+        Read {
+            stdout: StreamDelta {
+                text: "tail of out".into(),
+                lossy: true,
+                spill_path: None,
+                spill_evicted: true,
+            },
+            stderr: StreamDelta::default(),
+            task: task("bash-1", TaskState::Completed, Some(0), None),
+            denials: Denials::default(),
+        },
+    );
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash_output",
+            r#"{"task_id":"bash-1"}"#,
+            &Caller::default()
+        ),
+        ok(
+            "tail of out\n[some output was dropped from memory; full output: (unavailable)]\n[status: completed, exit code: 0]\n[full output evicted: the spill file of stdout was deleted to keep this session within its spill budget]"
         )
     );
 }

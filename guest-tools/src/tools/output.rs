@@ -28,6 +28,10 @@ pub fn call(exec: &dyn Executor, args: &Json, caller: &Caller) -> Result<String,
     let id = task_id::checked(exec, args, caller)?;
     let read = exec.read_output(id)?;
     let mut text = format!("{}\n{}", render::delta(&read), status::line(&read.task));
+    if let Some(line) = render::evicted_line(read.stdout.spill_evicted, read.stderr.spill_evicted) {
+        text.push('\n');
+        text.push_str(&line);
+    }
     // What the sandbox denied the task since the last read comes last, after where it stands.
     if let Some(line) = render::sandbox_line(&read.denials) {
         text.push('\n');

@@ -26,6 +26,7 @@ impl Config {
         positive_ms("grace-ms", self.grace_ms)?;
         positive_count("max-spill-bytes", self.max_spill_bytes)?;
         positive_count("max-spill-total-bytes", self.max_spill_total_bytes)?;
+        positive_count("max-session-spill-bytes", self.max_session_spill_bytes)?;
         positive_count("max-tasks", self.max_tasks as u64)?;
         positive_count("max-finished-tasks", self.max_finished_tasks as u64)?;
         positive_count("max-session-tasks", self.max_session_tasks as u64)?;
@@ -109,7 +110,7 @@ mod tests {
     #[test]
     fn each_bad_setting_is_named() {
         type Edit = fn(&mut Config);
-        let cases: [(Edit, &str); 19] = [
+        let cases: [(Edit, &str); 20] = [
             (|c| c.default_timeout_ms = 0.0, "timeout-ms"),
             (|c| c.default_timeout_ms = f64::NAN, "timeout-ms"),
             (|c| c.max_timeout_ms = f64::INFINITY, "max-timeout-ms"),
@@ -119,6 +120,7 @@ mod tests {
             (|c| c.grace_ms = f64::NEG_INFINITY, "grace-ms"),
             (|c| c.max_spill_bytes = 0, "max-spill-bytes"),
             (|c| c.max_spill_total_bytes = 0, "max-spill-total-bytes"),
+            (|c| c.max_session_spill_bytes = 0, "max-session-spill-bytes"),
             (|c| c.max_tasks = 0, "max-tasks"),
             (|c| c.max_finished_tasks = 0, "max-finished-tasks"),
             (|c| c.max_session_tasks = 0, "max-session-tasks"),

@@ -115,6 +115,9 @@ pub struct StreamOutput {
     pub truncated: bool,
     /// A spill file holding the complete stream, only when it is complete.
     pub spill_path: Option<String>,
+    /// The stream's complete spill file was deleted to keep within a spill budget
+    /// ([`Config::max_session_spill_bytes`]); `spill_path` is then unset.
+    pub spill_evicted: bool,
 }
 
 /// The facts of a finished foreground command.
@@ -191,6 +194,9 @@ pub struct StreamDelta {
     pub lossy: bool,
     /// A spill file holding the complete stream, only when it is complete.
     pub spill_path: Option<String>,
+    /// The stream's complete spill file was deleted to keep within a spill budget
+    /// ([`Config::max_session_spill_bytes`]); `spill_path` is then unset.
+    pub spill_evicted: bool,
 }
 
 /// The result of [`Executor::read_output`].
@@ -398,6 +404,13 @@ pub struct Config {
     /// task is evicted from the finished list, or at shutdown unless kept (a foreground command's
     /// files stay until then, as their paths were shown to the model).
     pub max_spill_total_bytes: u64,
+    /// Bytes the spill files of one session (owner token) may hold together, within
+    /// [`Config::max_spill_total_bytes`]; commands without an owner count as one session. A write
+    /// that would go beyond it first deletes that session's oldest finished spill files (whose
+    /// later reads report [`StreamDelta::spill_evicted`]), never another session's; past the
+    /// total, the session holding most loses its oldest. By default the total; a server shared by
+    /// sessions sets it lower.
+    pub max_session_spill_bytes: u64,
     /// Running background tasks allowed at once, in all.
     pub max_tasks: usize,
     /// Finished tasks retained for reads, in all; past it, the oldest of the session holding
@@ -454,6 +467,7 @@ impl Default for Config {
             spill_dir: None,
             max_spill_bytes: 64 * 1024 * 1024,
             max_spill_total_bytes: 1024 * 1024 * 1024,
+            max_session_spill_bytes: 1024 * 1024 * 1024,
             max_tasks: 64,
             max_finished_tasks: 1024,
             max_session_tasks: 64,

@@ -117,7 +117,11 @@ impl LocalExecutor {
             }
         }
         let sandbox = sandbox_for(&config, &helper)?;
-        let spill = SpillDir::with_budget(config.spill_dir.clone(), config.max_spill_total_bytes);
+        let spill = SpillDir::with_budgets(
+            config.spill_dir.clone(),
+            config.max_spill_total_bytes,
+            config.max_session_spill_bytes,
+        );
         let mut env = bash::env::host_child_env(&config.env);
         if let Some(sandbox) = &sandbox {
             // For the factory only, which takes it out of its environment at once.

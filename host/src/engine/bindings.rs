@@ -15,7 +15,7 @@ wasmtime::component::bindgen!({
 pub mod approval_host {
     wasmtime::component::bindgen!({
         path: "../wit",
-        inline: "package dsh:host; world approval-host { import dsh:bash/approval@0.4.0; }",
+        inline: "package dsh:host; world approval-host { import dsh:bash/approval@0.5.0; }",
         world: "dsh:host/approval-host",
         imports: { default: async | trappable },
     });
@@ -66,6 +66,7 @@ impl From<ex::StreamOutput> for wit_ex::StreamOutput {
             text: s.text,
             truncated: s.truncated,
             spill_path: s.spill_path,
+            spill_evicted: s.spill_evicted,
         }
     }
 }
@@ -125,6 +126,7 @@ impl From<ex::StreamDelta> for wit_ex::StreamDelta {
             text: d.text,
             lossy: d.lossy,
             spill_path: d.spill_path,
+            spill_evicted: d.spill_evicted,
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The permission rules of `dsh-policy` as an executor middleware component: it imports
-//! `dsh:bash/bash-executor@0.4.0` (the real executor) and `dsh:bash/approval@0.4.0` (the rules,
+//! `dsh:bash/bash-executor@0.5.0` (the real executor) and `dsh:bash/approval@0.5.0` (the rules,
 //! the session's grants and the person to ask), and exports `bash-executor`, so that a
 //! composition puts it in front of the tools component's executor import without rebuilding the
 //! tools (world `dsh:bash/policy-middleware`):
@@ -236,6 +236,7 @@ mod component {
             text: s.text,
             truncated: s.truncated,
             spill_path: s.spill_path,
+            spill_evicted: s.spill_evicted,
         }
     }
 
@@ -244,6 +245,7 @@ mod component {
             text: s.text,
             lossy: s.lossy,
             spill_path: s.spill_path,
+            spill_evicted: s.spill_evicted,
         }
     }
 

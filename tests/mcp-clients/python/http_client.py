@@ -28,6 +28,7 @@ Scenarios:
 import functools
 import json
 import os
+import re
 import sys
 import time
 import warnings
@@ -320,8 +321,8 @@ async def untouched(url, token, scratch):
 
 
 async def fairness(url, token, scratch):
-    """Run with --max-session-tasks 3, --max-session-finished-tasks 4, --max-finished-tasks 4 and
-    --max-calls-in-flight 2."""
+    """Run with --max-session-tasks 3, --max-session-finished-tasks 4, --max-finished-tasks 4,
+    --max-calls-in-flight 2, --max-output-bytes 1000 and --max-session-spill-bytes 20000."""
     seen = {}
 
     async def outcome(coro):
@@ -396,6 +397,30 @@ async def fairness(url, token, scratch):
                 tg.start_soon(b_call, i)
             tg.start_soon(a_call)
         seen["b_calls"] = b_calls
+
+        # Spill files: A keeps one from a foreground call and one of a finished, unread task;
+        # B's finished task spills first, then B floods 10 foreground spills of 5,000 bytes
+        # against its budget of 20,000.
+        for start in seen["b_burst"][:3]:
+            await b.call_tool("bash_kill", {"task_id": start["text"][0].split()[-1]})
+        big = "head -c 5000 /dev/zero | tr '\\0' {}"
+        seen["a_spill_call"] = await outcome(
+            a.call_tool("bash", {"command": big.format("a"), "description": "Big"})
+        )
+        a_big, _ = await start_background(a, big.format("t"))
+        b_big, _ = await start_background(b, big.format("u"))
+        # Both end before the flood (their completion notices arrive), unread.
+        for session, task in ((a, a_big), (b, b_big)):
+            done = re.compile(rf"\b{task}\b")
+            with anyio.fail_after(10):
+                while not any(done.search(json.dumps(entry)) for entry in session.logged):
+                    await anyio.sleep(0.02)
+        seen["b_flood"] = [
+            await outcome(b.call_tool("bash", {"command": big.format("b"), "description": "Flood"}))
+            for _ in range(10)
+        ]
+        seen["b_big_after_flood"] = await outcome(b.call_tool("bash_output", {"task_id": b_big}))
+        seen["a_big_after_flood"] = await outcome(a.call_tool("bash_output", {"task_id": a_big}))
     print(json.dumps(seen))
 
 

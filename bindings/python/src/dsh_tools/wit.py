@@ -68,11 +68,13 @@ def spec(s: Spec) -> Record:
 
 
 def _stream(s: StreamOutput) -> Record:
-    return record(text=s["text"], truncated=s["truncated"], spill_path=s["spill_path"])
+    return record(
+        text=s["text"], truncated=s["truncated"], spill_path=s["spill_path"], spill_evicted=bool(s.get("spill_evicted", False))
+    )
 
 
 def _delta(s: StreamDelta) -> Record:
-    return record(text=s["text"], lossy=s["lossy"], spill_path=s["spill_path"])
+    return record(text=s["text"], lossy=s["lossy"], spill_path=s["spill_path"], spill_evicted=bool(s.get("spill_evicted", False)))
 
 
 def _denials(d: Denials) -> Record:

@@ -20,13 +20,15 @@
 //! files go through the descriptor, and the directory is removed from its parent only while its
 //! name still refers to it.
 //!
-//! Disk is bounded per executor: every byte written to any of its spill files counts against one
-//! total budget ([`crate::Config::max_spill_total_bytes`]). A file whose write would exceed the
-//! budget is treated exactly like one that hit its own cap (it keeps what fit, stops growing and
-//! is withdrawn). Bytes return to the budget when a file is deleted: a failed file at once, a
+//! Disk is bounded per session and per executor ([`crate::Config::max_session_spill_bytes`],
+//! [`crate::Config::max_spill_total_bytes`]; see [`super::ledger`]): a write that would go
+//! beyond a budget first deletes finished files, oldest first (the session's own past its
+//! budget, the fullest session's past the total); with only files still being written left, the
+//! file is treated exactly like one that hit its own cap (it keeps what fit, stops growing and is
+//! withdrawn). Bytes also return when a file is deleted otherwise: a failed file at once, a
 //! background task's files when the task is evicted from the finished list ([`Spill::discard`]),
-//! everything at shutdown. A foreground command's files are presented to the model by path, so
-//! they stay until shutdown and stay counted: the budget is what bounds them.
+//! everything at shutdown. A foreground command's files are presented to the model by path; they
+//! stay until a budget needs their room or the host shuts down.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
@@ -34,11 +36,13 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
+
+use super::ledger::{Entry, Ledger};
 
 /// Fresh directory names tried before giving up (each taken name is someone else's or a race).
 const DIR_ATTEMPTS: usize = 64;
@@ -46,46 +50,6 @@ const DIR_ATTEMPTS: usize = 64;
 /// How deep [`remove_contents`] descends into directories the commands made in the spill
 /// directory.
 const MAX_REMOVE_DEPTH: usize = 32;
-
-/// The bytes all spill files of one executor may hold together.
-#[derive(Debug)]
-struct Budget {
-    total: u64,
-    /// Bytes written to spill files that have not been deleted since.
-    used: AtomicU64,
-}
-
-impl Budget {
-    /// Takes up to `want` bytes; returns how many were granted (less once the budget runs out).
-    fn reserve(&self, want: u64) -> u64 {
-        let mut granted = 0;
-        // Never fails: the closure always returns `Some`.
-        let _ = self
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                granted = want.min(self.total.saturating_sub(used));
-                Some(used + granted)
-            });
-        granted
-    }
-
-    /// Gives back the bytes of a deleted file.
-    fn release(&self, bytes: u64) {
-        let _ = self
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                Some(used.saturating_sub(bytes))
-            });
-    }
-
-    fn used(&self) -> u64 {
-        self.used.load(Ordering::Acquire)
-    }
-
-    fn exhausted(&self) -> bool {
-        self.used() >= self.total
-    }
-}
 
 /// Whether two `stat` results are the same file.
 fn same_file(a: &Stat, b: &Stat) -> bool {
@@ -239,7 +203,7 @@ pub(crate) struct SpillDir {
     dir: Mutex<Option<Created>>,
     /// Removed at shutdown: no file is presented or created any more.
     removed: AtomicBool,
-    budget: Budget,
+    ledger: Ledger,
     /// Each session's count of commands given spill targets.
     counters: Counters,
 }
@@ -286,19 +250,29 @@ impl SpillDir {
     /// configured budget; this is for tests.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn new(parent: Option<PathBuf>) -> Arc<Self> {
-        Self::with_budget(parent, crate::Config::default().max_spill_total_bytes)
+        let total = crate::Config::default().max_spill_total_bytes;
+        Self::with_budgets(parent, total, total)
     }
 
-    /// A spill directory whose files may hold `total_bytes` together.
+    /// A spill directory whose files may hold `total_bytes` together, with no smaller budget
+    /// per session.
+    #[cfg(test)]
     pub(crate) fn with_budget(parent: Option<PathBuf>, total_bytes: u64) -> Arc<Self> {
+        Self::with_budgets(parent, total_bytes, total_bytes)
+    }
+
+    /// A spill directory whose files may hold `total_bytes` together and `session_bytes` per
+    /// session (see [`super::ledger`]).
+    pub(crate) fn with_budgets(
+        parent: Option<PathBuf>,
+        total_bytes: u64,
+        session_bytes: u64,
+    ) -> Arc<Self> {
         Arc::new(Self {
             parent,
             dir: Mutex::new(None),
             removed: AtomicBool::new(false),
-            budget: Budget {
-                total: total_bytes,
-                used: AtomicU64::new(0),
-            },
+            ledger: Ledger::new(total_bytes, session_bytes),
             counters: Counters::default(),
         })
     }
@@ -306,7 +280,7 @@ impl SpillDir {
     /// Bytes currently counted against the total budget.
     #[cfg(test)]
     pub(crate) fn used_bytes(&self) -> u64 {
-        self.budget.used()
+        self.ledger.used()
     }
 
     fn parent(&self) -> PathBuf {
@@ -366,6 +340,8 @@ pub(crate) struct SpillTarget {
     dir: Arc<SpillDir>,
     cap: u64,
     file_name: String,
+    /// The session whose budget the file counts against.
+    owner: Option<String>,
 }
 
 /// The spill targets of one command (of no session) of stdout and stderr: [`targets_for`].
@@ -389,6 +365,7 @@ pub(crate) fn targets_for(
         dir: dir.clone(),
         cap,
         file_name: format!("{stem}-{stream}.log"),
+        owner: owner.map(str::to_string),
     };
     (target("stdout"), target("stderr"))
 }
@@ -411,16 +388,19 @@ pub fn random_hex() -> String {
 /// A spill file on disk: where the host made it, and the path the model is given.
 #[derive(Debug)]
 struct Placed {
-    /// The directory it was created in.
-    dir: Arc<OwnedFd>,
     path: PathBuf,
     /// Its identity, from the descriptor it was created with.
     stat: Stat,
+    /// Its place in the spill budget.
+    entry: Arc<Entry>,
 }
 
 impl Placed {
     /// The path, while it leads to this file.
     fn presentable_path(&self) -> Option<String> {
+        if self.entry.gone() {
+            return None;
+        }
         match rustix::fs::stat(&self.path) {
             Ok(now) if same_file(&now, &self.stat) => {
                 Some(self.path.to_string_lossy().into_owned())
@@ -437,8 +417,9 @@ impl Placed {
     }
 }
 
-/// Creates `name` in the spill directory: exclusively, `0600`, never through a symlink.
-fn create_file(dir: &SpillDir, name: &str) -> io::Result<(File, Placed)> {
+/// Creates `name` in the spill directory for `owner`'s session: exclusively, `0600`, never
+/// through a symlink.
+fn create_file(dir: &SpillDir, name: &str, owner: Option<&str>) -> io::Result<(File, Placed)> {
     let (dir_fd, dir_path) = dir.get()?;
     let fd = rustix::fs::openat(
         &*dir_fd,
@@ -449,10 +430,11 @@ fn create_file(dir: &SpillDir, name: &str) -> io::Result<(File, Placed)> {
     // The umask may have narrowed the mode; make it exactly 0600.
     rustix::fs::fchmod(&fd, Mode::RUSR | Mode::WUSR)?;
     let stat = rustix::fs::fstat(&fd)?;
+    let entry = dir.ledger.open(owner, dir_fd.clone(), name);
     let placed = Placed {
-        dir: dir_fd,
         path: dir_path.join(name),
         stat,
+        entry,
     };
     Ok((File::from(fd), placed))
 }
@@ -506,18 +488,19 @@ impl Spill {
             return;
         }
         let dir = &self.target.dir;
-        if dir.budget.exhausted() {
+        let owner = self.target.owner.as_deref();
+        if !dir.ledger.has_room(owner) {
             tracing::debug!(
-                total = dir.budget.total,
+                total = dir.ledger.total(),
                 "the spill budget is used up; output stays in memory only"
             );
             self.state = State::Capped { at: None };
             return;
         }
-        let created = create_file(dir, &self.target.file_name).or_else(|err| {
+        let created = create_file(dir, &self.target.file_name, owner).or_else(|err| {
             if err.kind() == io::ErrorKind::NotFound {
                 dir.forget();
-                create_file(dir, &self.target.file_name)
+                create_file(dir, &self.target.file_name, owner)
             } else {
                 Err(err)
             }
@@ -536,10 +519,10 @@ impl Spill {
         let State::Open { file, at } = &mut self.state else {
             return;
         };
-        let budget = &self.target.dir.budget;
+        let ledger = &self.target.dir.ledger;
         let room = self.target.cap - self.written;
         let want = (data.len() as u64).min(room);
-        let granted = budget.reserve(want);
+        let granted = ledger.reserve(&at.entry, want);
         // `granted <= data.len()`, so this never truncates.
         let take = usize::try_from(granted).unwrap_or(usize::MAX);
         if let Err(err) = file.write_all(&data[..take]) {
@@ -556,11 +539,12 @@ impl Spill {
             if granted < want {
                 tracing::debug!(
                     path = %at.path.display(),
-                    total = budget.total,
+                    total = ledger.total(),
                     "the spill budget is used up; the file stops growing and output stays in memory only"
                 );
             }
             if let State::Open { at, .. } = std::mem::replace(&mut self.state, State::Failed) {
+                ledger.finish(&at.entry, false);
                 self.state = State::Capped { at: Some(at) };
             }
         }
@@ -581,15 +565,8 @@ impl Spill {
     /// its bytes to the budget. A file that cannot be removed stays counted: its bytes are still
     /// on disk.
     fn delete(&mut self, at: &Placed) {
-        match rustix::fs::unlinkat(&*at.dir, self.target.file_name.as_str(), AtFlags::empty()) {
-            Err(err) if err != Errno::NOENT => {
-                tracing::warn!(path = %at.path.display(), %err, "cannot delete a spill file; its bytes stay counted");
-            }
-            _ => {
-                self.target.dir.budget.release(self.written);
-                self.written = 0;
-            }
-        }
+        self.target.dir.ledger.delete(&at.entry);
+        self.written = 0;
     }
 
     /// The stream ended: close the file.
@@ -597,8 +574,14 @@ impl Spill {
         if matches!(self.state, State::Open { .. })
             && let State::Open { at, .. } = std::mem::replace(&mut self.state, State::Discarded)
         {
+            self.target.dir.ledger.finish(&at.entry, true);
             self.state = State::Closed { at };
         }
+    }
+
+    /// Whether the complete file this stream had was deleted to keep within a spill budget.
+    pub(crate) fn evicted(&self) -> bool {
+        matches!(&self.state, State::Closed { at } if at.entry.evicted())
     }
 
     /// The file's path while it holds every byte of the stream (and the path leads to it).
@@ -689,14 +672,115 @@ mod tests {
         a.write(b"more");
         assert_eq!(dir.used_bytes(), 10);
         assert_eq!(std::fs::read(&b_path).unwrap(), b"ghij");
-        // With nothing left, a new stream creates no file at all.
+        // The capped file shows nobody anything: the next stream takes its room.
         let mut c = open_spill(&dir, 100);
-        c.write(b"y");
-        c.close();
-        assert!(c.started());
-        assert_eq!(c.complete_path(), None);
+        c.write(b"klmnop");
+        assert!(c.complete_path().is_some());
+        assert!(!a.evicted());
+        assert_eq!(files_in(&dir), 2);
+        // With nothing left that may go (both files still being written), a new stream
+        // creates no file at all.
+        let mut d = open_spill(&dir, 100);
+        d.write(b"y");
+        d.close();
+        assert!(d.started());
+        assert_eq!(d.complete_path(), None);
         assert_eq!(files_in(&dir), 2);
         assert_eq!(dir.used_bytes(), 10);
+    }
+
+    /// A started spill of `owner`'s session.
+    fn session_spill(dir: &Arc<SpillDir>, owner: &str, cap: u64) -> Spill {
+        let mut spill = Spill::new(targets_for(dir, cap, Some(owner)).0);
+        spill.begin();
+        spill
+    }
+
+    /// A finished, complete spill file of `owner` holding `bytes`, and its path.
+    fn finished_file(dir: &Arc<SpillDir>, owner: &str, bytes: &[u8]) -> (Spill, String) {
+        let mut spill = session_spill(dir, owner, 100);
+        spill.write(bytes);
+        spill.close();
+        let path = spill.complete_path().expect("complete");
+        (spill, path)
+    }
+
+    #[test]
+    fn past_its_budget_a_session_loses_its_own_oldest_files_first() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = SpillDir::with_budgets(Some(parent.path().into()), 100, 10);
+        let (old, old_path) = finished_file(&dir, "s", b"0123");
+        let (mid, mid_path) = finished_file(&dir, "s", b"4567");
+        let (other, other_path) = finished_file(&dir, "t", b"abcdefgh");
+        // 8 of s's 10 bytes are used: 6 more take the oldest file, and only it.
+        let mut new = session_spill(&dir, "s", 100);
+        new.write(b"ABCDEF");
+        assert!(new.complete_path().is_some());
+        assert!(!Path::new(&old_path).exists());
+        assert_eq!(old.complete_path(), None);
+        assert!(old.evicted());
+        assert_eq!(std::fs::read(&mid_path).unwrap(), b"4567");
+        assert!(!mid.evicted());
+        // Another session's file is never taken for this session's budget.
+        assert_eq!(std::fs::read(&other_path).unwrap(), b"abcdefgh");
+        assert!(!other.evicted());
+        assert_eq!(dir.used_bytes(), 4 + 8 + 6);
+    }
+
+    #[test]
+    fn past_the_total_the_fullest_session_loses_its_oldest() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = SpillDir::with_budgets(Some(parent.path().into()), 16, 16);
+        let (flood_old, flood_old_path) = finished_file(&dir, "flood", b"0123456");
+        let (_flood_new, flood_new_path) = finished_file(&dir, "flood", b"789abc");
+        let (quiet, quiet_path) = finished_file(&dir, "quiet", b"xy");
+        // 15 of 16 used: the quiet session's 4 bytes take the flooding session's oldest.
+        let mut more = session_spill(&dir, "quiet", 100);
+        more.write(b"zzzz");
+        assert!(more.complete_path().is_some());
+        assert!(flood_old.evicted());
+        assert!(!Path::new(&flood_old_path).exists());
+        assert!(Path::new(&flood_new_path).exists());
+        assert_eq!(std::fs::read(&quiet_path).unwrap(), b"xy");
+        assert!(!quiet.evicted());
+        assert_eq!(dir.used_bytes(), 6 + 2 + 4);
+    }
+
+    #[test]
+    fn a_file_being_written_is_never_evicted() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = SpillDir::with_budgets(Some(parent.path().into()), 100, 8);
+        let mut running = session_spill(&dir, "s", 100);
+        running.write(b"0123");
+        let running_path = running.complete_path().unwrap();
+        let mut next = session_spill(&dir, "s", 100);
+        next.write(b"456789");
+        // Nothing finished to give: the new file is capped, the running one untouched.
+        assert_eq!(next.complete_path(), None);
+        assert!(!next.evicted());
+        assert_eq!(std::fs::read(&running_path).unwrap(), b"0123");
+        assert!(running.complete_path().is_some());
+        assert_eq!(dir.used_bytes(), 8);
+    }
+
+    #[test]
+    fn a_capped_file_goes_silently_and_a_discard_after_eviction_frees_nothing_twice() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = SpillDir::with_budgets(Some(parent.path().into()), 100, 10);
+        let mut capped = session_spill(&dir, "s", 3);
+        capped.write(b"abcd");
+        let (mut complete, _) = finished_file(&dir, "s", b"efg");
+        let mut next = session_spill(&dir, "s", 100);
+        next.write(b"0123456789");
+        assert!(next.complete_path().is_some());
+        // Both went; only the complete one is reported as evicted.
+        assert!(!capped.evicted());
+        assert!(complete.evicted());
+        assert_eq!(dir.used_bytes(), 10);
+        complete.discard();
+        capped.discard();
+        assert_eq!(dir.used_bytes(), 10);
+        assert_eq!(files_in(&dir), 1);
     }
 
     #[test]

@@ -88,6 +88,7 @@ impl Output {
             text: String::from_utf8_lossy(&bytes).into_owned(),
             truncated: inner.tail.truncated(),
             spill_path: inner.spill.complete_path(),
+            spill_evicted: inner.spill.evicted(),
         }
     }
 
@@ -103,6 +104,7 @@ impl Output {
             // Lossy from offset 0 is exactly "the window no longer starts at the beginning".
             truncated: all.lossy,
             spill_path: all.spill_path,
+            spill_evicted: all.spill_evicted,
         };
         (snapshot, next)
     }
@@ -128,6 +130,7 @@ impl Output {
             text: String::from_utf8_lossy(&bytes).into_owned(),
             lossy,
             spill_path: inner.spill.complete_path(),
+            spill_evicted: inner.spill.evicted(),
         };
         (delta, begin.max(end))
     }

@@ -77,6 +77,7 @@ class Tail:
             "text": self.buf.decode("utf-8", "replace"),
             "truncated": self.total > len(self.buf),
             "spill_path": None,
+            "spill_evicted": False,
         }
 
     def read_since(self, offset: int) -> Tuple[StreamDelta, int]:
@@ -84,7 +85,7 @@ class Tail:
         start = self.total - len(self.buf)
         lossy = offset < start
         chunk = bytes(self.buf) if lossy else bytes(self.buf[offset - start :])
-        return {"text": chunk.decode("utf-8", "replace"), "lossy": lossy, "spill_path": None}, self.total
+        return {"text": chunk.decode("utf-8", "replace"), "lossy": lossy, "spill_path": None, "spill_evicted": False}, self.total
 
 
 class Process:

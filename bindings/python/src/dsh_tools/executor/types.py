@@ -80,6 +80,9 @@ class StreamOutput(TypedDict):
     text: str
     truncated: bool
     spill_path: Optional[str]
+    # The complete spill file was deleted to keep within a spill budget (read as False when
+    # an executor written for an older version leaves it out).
+    spill_evicted: bool
 
 
 class Task(TypedDict):
@@ -113,6 +116,9 @@ class StreamDelta(TypedDict):
     text: str
     lossy: bool
     spill_path: Optional[str]
+    # The complete spill file was deleted to keep within a spill budget (read as False when
+    # an executor written for an older version leaves it out).
+    spill_evicted: bool
 
 
 class Read(TypedDict):
