@@ -128,6 +128,10 @@ fn definitions_are_dsh_host_tools_output() {
     );
 }
 
+/// The AI SDK adapter through the SDK's own `generateText` loop with its mock model: what the
+/// SDK puts in front of the model after each call is what dsh-host gives an MCP client: the
+/// component's text, an error result as the SDK's error output with exactly that text, and a
+/// completion notice as one more text part on the next result (once).
 #[test]
 fn vercel_ai_sdk_tools_run_the_component() {
     let project = project();
@@ -137,26 +141,66 @@ fn vercel_ai_sdk_tools_run_the_component() {
         serde_json::json!(["bash", "bash_output", "bash_kill"])
     );
     assert_eq!(report["schemaIsTheComponents"], true);
-    assert_eq!(report["call"], "ran in bash\n");
+    assert_eq!(report["finalText"], "finished");
     // The component's own texts, as dsh-host renders them for the same arguments.
     let component_text = |tool: &str, args: &str| {
         let out = dsh_host(&["call", tool, args]);
         let text = String::from_utf8(out.stdout).unwrap();
         text.strip_suffix('\n').unwrap_or(&text).to_string()
     };
+    let seen = report["seen"].as_array().unwrap();
+    assert_eq!(seen.len(), 6, "{report}");
     assert_eq!(
-        report["badArgument"],
-        component_text("bash", r#"{"command":42}"#)
+        seen[0],
+        serde_json::json!({"type": "text", "value": "ran in bash\n"})
     );
+    // Errors reach the model as errors, with the component's text.
+    let bad_argument = component_text("bash", r#"{"command":42}"#);
+    assert!(bad_argument.contains("\"command\" must be a string"));
+    assert_eq!(
+        seen[1],
+        serde_json::json!({"type": "error-text", "value": bad_argument})
+    );
+    assert_eq!(
+        seen[2],
+        serde_json::json!({
+            "type": "error-text",
+            "value": component_text("bash_output", r#"{"task_id":"bash-9"}"#)
+        })
+    );
+    assert_eq!(
+        seen[3],
+        serde_json::json!({"type": "text", "value": "started background task bash-1"})
+    );
+    // The task's completion notice rides on the next result, after its text, and only there.
+    let parts = seen[4]["value"].as_array().unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(seen[4]["type"], "content", "{report}");
+    assert_eq!(
+        parts[0],
+        serde_json::json!({"type": "text", "text": "later\n"})
+    );
+    assert_eq!(parts.len(), 2, "{report}");
+    assert_eq!(
+        parts[1]["text"],
+        "background bash task bash-1 finished [status: completed, exit code: 0]. Read its output \
+         with bash_output.",
+        "{report}"
+    );
+    assert_eq!(
+        seen[5],
+        serde_json::json!({"type": "text", "value": "plain\n"})
+    );
+}
+
+/// Once `tools.close()` resolved, nothing of the package keeps Node alive: no timer is left
+/// pending (a script that made calls exits at once, not a grace period later).
+#[test]
+fn nothing_keeps_node_alive_after_close() {
+    let project = project();
+    let left: Vec<String> = serde_json::from_str(&node(&project, &["exit.mjs"])).unwrap();
     assert!(
-        report["badArgument"]
-            .as_str()
-            .unwrap()
-            .contains("\"command\" must be a string")
-    );
-    assert_eq!(
-        report["unknownTask"],
-        component_text("bash_output", r#"{"task_id":"bash-9"}"#)
+        !left.iter().any(|kind| kind == "Timeout"),
+        "timers left after close: {left:?}"
     );
 }
 

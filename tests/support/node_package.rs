@@ -101,6 +101,7 @@ fn make_project(name: &str) -> PathBuf {
     for script in [
         "golden.mjs",
         "ai-adapter.mjs",
+        "exit.mjs",
         "definitions.mjs",
         "sessions.mjs",
         "example.ts",

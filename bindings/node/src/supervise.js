@@ -34,6 +34,22 @@ function signalGroup(pgid, signal) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * Waits for `done`, at most `ms`. The timer is cleared when `done` comes first: a pending one
+ * would keep the process alive for the rest of its time after the host is closed.
+ */
+async function within(done, ms) {
+  let timer;
+  const elapsed = new Promise((resolve) => {
+    timer = setTimeout(resolve, ms);
+  });
+  try {
+    await Promise.race([done, elapsed]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** The byte-exact tail of one stream and the stream's whole length. */
 export class Stream {
   constructor(limit) {
@@ -117,14 +133,14 @@ export async function drive(command, workdir, { timeoutMs = null, graceMs, stop 
     exit = await exited;
   }
   // The leader ended: drain the pipes for at most the grace period, then stop leftovers.
-  await Promise.race([pipesClosed, sleep(graceMs)]);
+  await within(pipesClosed, graceMs);
   let leftovers = 0;
   const members = groupMembers(pgid);
   if (members.length > 0) {
     if (cause === null) leftovers = members.length;
     await stopGroup(child, pgid, graceMs);
   }
-  await Promise.race([pipesClosed, sleep(graceMs)]);
+  await within(pipesClosed, graceMs);
   child.stdout.destroy();
   child.stderr.destroy();
   return { exitCode: exit.code, signal: exit.signal, cause, leftovers };

@@ -11,7 +11,8 @@ const names: string[] = tools.definitions("openai").map((d) => d.function.name);
 const schema: object = tools.definitions("anthropic")[0].input_schema;
 const instructions: string | undefined = tools.instructions();
 const set = aiTools(tools, session);
-const text: unknown = await set.bash.execute?.({ command: "true" }, { toolCallId: "1", messages: [] });
+const output = await set.bash.execute?.({ command: "true" }, { toolCallId: "1", messages: [] });
+const text: string | undefined = output && "text" in output ? output.text : undefined;
 await session.close();
 await tools.close();
 // Permission options need a composed component, so these are only type-checked here.
