@@ -126,7 +126,7 @@ fn package_and_langchain_adapter_tests_pass() {
     );
     let report = String::from_utf8_lossy(&out.stderr);
     // A test file that failed to import would leave its tests out: each must have run.
-    for module in ["test_langchain", "test_tools", "test_executor"] {
+    for module in ["test_langchain", "test_tools", "test_executor", "test_async"] {
         assert!(
             report.contains(&format!("({module}.")),
             "no test of {module} ran:\n{report}"

@@ -9,7 +9,9 @@ and a trap cannot leave a poisoned instance behind.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
+import inspect
 import os
 import threading
 from importlib import resources
@@ -35,6 +37,20 @@ ComponentSource = Union[str, "os.PathLike[str]", bytes, None]
 
 # inject(owner, text, source) -> True when delivered, False for an unknown owner.
 InjectFn = Callable[[str, str, Dict[str, Optional[str]]], bool]
+
+
+# The abort event of the tool call running in this thread (`Tools.call(..., abort=)`): the
+# executor's `run` is called from inside the component's call, on the caller's thread.
+CALL_ABORT: "contextvars.ContextVar[Optional[threading.Event]]" = contextvars.ContextVar("dsh_tools_call_abort", default=None)
+
+
+def takes_abort(run: Callable[..., Any]) -> bool:
+    """Whether an executor's `run` takes the keyword `abort` (a `threading.Event`)."""
+    try:
+        params = inspect.signature(run).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "abort" and p.kind != p.POSITIONAL_ONLY or p.kind == p.VAR_KEYWORD for p in params)
 
 
 class ComponentError(Exception):
@@ -202,7 +218,17 @@ class Instance:
 
         ex.add_func("current-limits", lambda _s: wit.limits(e.current_limits()))
         ex.add_func("resolve", resolve)
-        ex.add_func("run", lambda _s, spec: guarded(lambda: e.run(wit.spec_from_wit(spec)), wit.run_result))
+        abortable = takes_abort(e.run)
+
+        def run(_s: Any, spec: Record) -> Any:
+            abort = CALL_ABORT.get()
+            if abortable and abort is not None:
+                # The Protocol's `run` is `run(spec)`; an executor that can abort takes `abort=`.
+                run_abortable: Callable[..., Any] = e.run
+                return guarded(lambda: run_abortable(wit.spec_from_wit(spec), abort=abort), wit.run_result)
+            return guarded(lambda: e.run(wit.spec_from_wit(spec)), wit.run_result)
+
+        ex.add_func("run", run)
         ex.add_func("start", lambda _s, spec: guarded(lambda: e.start(wit.spec_from_wit(spec)), wit.task))
         ex.add_func("read-output", lambda _s, task_id: guarded(lambda: e.read_output(task_id), wit.read))
         ex.add_func("kill", lambda _s, task_id: guarded(lambda: bool(e.kill(task_id))))

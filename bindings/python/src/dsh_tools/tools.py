@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 from . import wit
 from .approval import Approval, ApproveCallback, PolicyError, PolicySource, read_sources
-from .component import APPROVAL, ComponentError, ComponentSource, Instance
+from .component import APPROVAL, CALL_ABORT, ComponentError, ComponentSource, Instance
 from .definitions import ToolDefinition, from_wit, render
 from .executor.local import LocalExecutor
 from .executor.types import Executor, ExecutorError, Task
@@ -67,9 +67,14 @@ class Session:
         self._cond = threading.Condition()
         self.closed = False
 
-    def call(self, name: str, arguments: Arguments) -> ToolResult:
-        """Run one tool call in this session."""
-        return self.tools.call(name, arguments, self)
+    def call(self, name: str, arguments: Arguments, *, abort: Optional[threading.Event] = None) -> ToolResult:
+        """Run one tool call in this session; `abort` set aborts its foreground command."""
+        return self.tools.call(name, arguments, self, abort=abort)
+
+    async def acall(self, name: str, arguments: Arguments) -> ToolResult:
+        """`call` off the event loop; cancelling the awaiting task aborts the foreground command
+        (see `Tools.acall`)."""
+        return await self.tools.acall(name, arguments, self)
 
     def take_notices(self, timeout: float = 0.0) -> List[Notice]:
         """The notices received since the previous take, waiting up to `timeout` seconds for one."""
@@ -224,8 +229,20 @@ class Tools:
             self._sessions[session.owner] = session
         return session
 
-    def call(self, name: str, arguments: Arguments, session: Optional[Session] = None) -> ToolResult:
-        """Run one tool call; without a session it owns no tasks and reaches only ownerless ones."""
+    def call(
+        self,
+        name: str,
+        arguments: Arguments,
+        session: Optional[Session] = None,
+        *,
+        abort: Optional[threading.Event] = None,
+    ) -> ToolResult:
+        """Run one tool call; without a session it owns no tasks and reaches only ownerless ones.
+
+        `abort`, once set, aborts the call's foreground command: the executor stops it (TERM to
+        its group, KILL after the grace period; one set before it starts never starts it) and
+        the result is the component's aborted error. Background tasks are not touched. An
+        executor whose `run` takes no `abort` keyword runs the command to its end."""
         if not isinstance(name, str):
             raise TypeError(f"a tool name is a string, got {name!r}")
         if session is not None and (session.closed or session.tools is not self):
@@ -236,8 +253,57 @@ class Tools:
             owner=None if session is None else session.owner,
             cwd=None if session is None else session.cwd,
         )
-        r = self._instance.require("call-tool")(name, _arguments_json(arguments), caller)
+        token = CALL_ABORT.set(abort)
+        try:
+            r = self._instance.require("call-tool")(name, _arguments_json(arguments), caller)
+        finally:
+            CALL_ABORT.reset(token)
         return ToolResult(r.text, wit.field(r, "is_error"), wit.field(r, "error_code"))
+
+    async def acall(self, name: str, arguments: Arguments, session: Optional[Session] = None) -> ToolResult:
+        """`call` in a thread of its own, awaited without blocking the event loop.
+
+        Cancelling the awaiting task aborts the call: its foreground command is stopped (as
+        `call(..., abort=)` does), and once the call has ended, `CancelledError` goes on; the
+        aborted result is dropped, as `dsh-host mcp` drops the answer of a cancelled request."""
+        abort = threading.Event()
+        loop = asyncio.get_running_loop()
+        done: "asyncio.Future[ToolResult]" = loop.create_future()
+
+        def settle(result: Optional[ToolResult], error: Optional[BaseException]) -> None:
+            if done.done():
+                return
+            if error is not None:
+                done.set_exception(error)
+            else:
+                assert result is not None
+                done.set_result(result)
+
+        def work() -> None:
+            result: Optional[ToolResult] = None
+            error: Optional[BaseException] = None
+            try:
+                result = self.call(name, arguments, session, abort=abort)
+            except BaseException as e:  # handed to the awaiting task, which raises it
+                error = e
+            try:
+                loop.call_soon_threadsafe(settle, result, error)
+            except RuntimeError:
+                pass  # the loop closed meanwhile: nobody awaits the call any more
+
+        # A thread per call, not the loop's default executor: a foreground call may take up to
+        # its timeout, and a pool of a few threads would make other calls wait for it.
+        threading.Thread(target=work, name=f"dsh-tools-{name}", daemon=True).start()
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            abort.set()
+            # The command is stopped before the cancellation goes on. A second cancellation
+            # stops this wait; the call still ends soon, aborted.
+            await asyncio.wait([done])
+            if not done.cancelled():
+                done.exception()  # retrieved: the aborted call's outcome is dropped
+            raise
 
     def close(self) -> None:
         """Stop every session's tasks (and the executor, if these tools made it)."""

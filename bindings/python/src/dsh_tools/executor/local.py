@@ -78,7 +78,7 @@ class LocalExecutor:
     Differences from the Rust executor: no spill files (a truncated stream keeps its in-memory
     tail and names no file), the process group is the tree's boundary (no cgroup or subreaper:
     a command that calls `setsid` escapes it), a foreground run never yields to the background,
-    a running foreground call cannot be aborted, and there is no sandbox (so the limits name
+    and there is no sandbox (so the limits name
     none and no denial is ever reported).
     """
 
@@ -138,18 +138,23 @@ class LocalExecutor:
             "owner": owner,
         }
 
-    def run(self, spec: Spec) -> RunResult:
+    def run(self, spec: Spec, abort: Optional[threading.Event] = None) -> RunResult:
+        """Run in the foreground to the end. `abort` set before the start refuses the run
+        (`aborted`); set while it runs, it stops the command as a timeout does (TERM to the
+        group, KILL after the grace period) and the result says `aborted`."""
+        if abort is not None and abort.is_set():
+            raise ExecutorError("aborted")
         if not math.isfinite(spec["timeout_ms"]) or spec["timeout_ms"] <= 0:
             raise ExecutorError("invalid-request", f"invalid timeoutMs: expected a positive number, got {spec['timeout_ms']}")
         timeout_ms = min(spec["timeout_ms"], self.max_timeout_ms)
         _check_workdir(spec["workdir"])
         proc = self._spawn(spec)
-        end = proc.drive(timeout_ms / 1000, self.grace_ms / 1000)
+        end = proc.drive(timeout_ms / 1000, self.grace_ms / 1000, abort)
         return {
             "exit_code": end["exit_code"],
             "signal": end["signal"],
             "timed_out": end["cause"] == "timeout",
-            "aborted": False,
+            "aborted": end["cause"] == "kill",
             "timeout_ms": float(timeout_ms),
             "stdout": proc.out.snapshot(),
             "stderr": proc.err.snapshot(),
