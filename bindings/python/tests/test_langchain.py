@@ -1,6 +1,10 @@
 """The LangChain adapter, driven through LangChain's own tool objects: no model, no network."""
 
+import asyncio
+import os
 import tempfile
+import threading
+import time
 import unittest
 
 from langchain_core.messages import ToolMessage
@@ -8,6 +12,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from dsh_tools import LocalExecutor, Tools
+from dsh_tools.executor.process import group_members
 from dsh_tools.langchain import langchain_tools
 
 
@@ -15,12 +20,45 @@ class LangChainTools(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
         self.tools = Tools(LocalExecutor(grace_ms=200))
-        self.session = self.tools.session(cwd=self.dir.name)
+        self.notices = []
+        self.noticed = threading.Event()
+        self.session = self.tools.session(cwd=self.dir.name, on_notice=self.on_notice)
         self.by_name = {t.name: t for t in langchain_tools(self.tools, self.session)}
+
+    def on_notice(self, notice):
+        self.notices.append(notice)
+        self.noticed.set()
 
     def tearDown(self):
         self.tools.close()
         self.dir.cleanup()
+
+    def tool_call(self, name, args, call_id="call-1"):
+        return self.by_name[name].invoke({"type": "tool_call", "id": call_id, "name": name, "args": args})
+
+    def read_pgid(self):
+        """The process group written to `pgid` by a running command (bash leads its group)."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with open(os.path.join(self.dir.name, "pgid")) as f:
+                    text = f.read()
+                if text.endswith("\n"):
+                    return int(text)
+            except FileNotFoundError:
+                pass
+            time.sleep(0.01)
+        raise TimeoutError("no pgid written")
+
+    def start_and_finish(self, command):
+        """Start a background task and wait until its notice arrived (not taken yet)."""
+        started = self.by_name["bash"].invoke(
+            {"command": command, "description": "In the background", "run_in_background": True}
+        )
+        self.assertEqual(started, "started background task bash-1")
+        self.assertTrue(self.noticed.wait(10))
+        self.assertEqual(len(self.notices), 1)
+        return self.notices[0].text
 
     def test_a_model_is_shown_the_components_definitions(self):
         self.assertEqual(list(self.by_name), [d.name for d in self.tools.tool_definitions])
@@ -50,6 +88,44 @@ class LangChainTools(unittest.TestCase):
         args = {"command": "echo ok", "description": "Say ok", "config": 1, "run_manager": 2}
         want = self.tools.call("bash", args, self.session)
         self.assertEqual(self.by_name["bash"].invoke(args), want.text)
+
+    def test_a_notice_rides_on_the_next_result_once(self):
+        notice = self.start_and_finish("echo bg")
+        want = self.tools.call("bash", {"command": "echo next", "description": "Go on"}, self.session).text
+        msg = self.tool_call("bash", {"command": "echo next", "description": "Go on"})
+        # As dsh-host mcp gives it: the result's text block, then one text block per notice.
+        self.assertEqual(msg.content, [{"type": "text", "text": want}, {"type": "text", "text": notice}])
+        self.assertEqual(msg.status, "success")
+        # Once: the next result carries none, and the session has none left to take.
+        self.assertEqual(self.tool_call("bash", {"command": "echo again", "description": "Again"}).content, "again\n")
+        self.assertEqual(self.session.take_notices(), [])
+
+    def test_a_notice_rides_on_an_error_result_too(self):
+        notice = self.start_and_finish("exit 4")
+        args = {"description": "No command given"}
+        want = self.tools.call("bash", args, self.session).text
+        msg = self.tool_call("bash", args)
+        self.assertEqual(msg.content, [{"type": "text", "text": want}, {"type": "text", "text": notice}])
+        self.assertEqual(msg.status, "error")
+
+    def test_ainvoke_runs_the_call_and_cancelling_it_aborts_the_command(self):
+        async def main():
+            self.assertEqual(await self.by_name["bash"].ainvoke({"command": "echo a", "description": "Say a"}), "a\n")
+            call = asyncio.create_task(
+                self.by_name["bash"].ainvoke(
+                    {"command": "echo $$ > pgid; sleep 30; touch MARKER", "description": "Sleep, then mark"}
+                )
+            )
+            pgid = await asyncio.to_thread(self.read_pgid)
+            call.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await call
+            return pgid
+
+        pgid = asyncio.run(main())
+        self.assertEqual(group_members(pgid), [])
+        time.sleep(0.2)
+        self.assertFalse(os.path.exists(os.path.join(self.dir.name, "MARKER")))
 
     def test_background_task_through_the_other_tools(self):
         started = self.by_name["bash"].invoke(

@@ -11,6 +11,11 @@ Each tool takes the component's own JSON schema and hands the model's arguments 
 component unchanged, so the component validates them and words every result. An error result
 becomes a `ToolException` handled by LangChain: its text is the tool's output, and a
 `ToolMessage` made for a tool call has `status="error"`.
+
+Completion notices of the session's background tasks ride on its next result, as with
+`dsh-host mcp`: the output is then a list of text blocks, the result's text first and one block
+per notice after it, in arrival order (the tools take them with `session.take_notices()`).
+`ainvoke` runs the call off the event loop, and cancelling it aborts the foreground command.
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from langchain_core.tools import StructuredTool, ToolException
 
-from .tools import Session, Tools
+from .tools import Session, ToolResult, Tools
+
+# A tool's output: the result's text alone, or text blocks when notices ride on it.
+Output = Union[str, List[Dict[str, str]]]
 
 
 class DshTool(StructuredTool):
@@ -33,22 +41,46 @@ class DshTool(StructuredTool):
         return (), {"arguments": tool_input}
 
 
+class DshToolError(ToolException):
+    """An error result of the component; `content` is what the model reads."""
+
+    def __init__(self, content: Output):
+        super().__init__(content)
+        self.content = content
+
+
+def _error_content(e: ToolException) -> Output:
+    return e.content if isinstance(e, DshToolError) else str(e)
+
+
+def _output(result: ToolResult, session: Optional[Session]) -> Output:
+    """The result's text, with the session's pending notices as text blocks after it."""
+    notices = [] if session is None else session.take_notices()
+    output: Output = result.text
+    if notices:
+        output = [{"type": "text", "text": text} for text in [result.text, *(n.text for n in notices)]]
+    if result.is_error:
+        raise DshToolError(output)
+    return output
+
+
 def langchain_tools(tools: Tools, session: Optional[Session] = None) -> List[StructuredTool]:
     """One LangChain tool per component tool, calling it in `session` (or without one)."""
 
     def make(name: str, description: str, schema: Dict[str, Any]) -> StructuredTool:
-        def run(arguments: Any) -> str:
-            result = tools.call(name, arguments, session)
-            if result.is_error:
-                raise ToolException(result.text)
-            return result.text
+        def run(arguments: Any) -> Output:
+            return _output(tools.call(name, arguments, session), session)
+
+        async def arun(arguments: Any) -> Output:
+            return _output(await tools.acall(name, arguments, session), session)
 
         return DshTool(
             name=name,
             description=description,
             args_schema=schema,
             func=run,
-            handle_tool_error=True,
+            coroutine=arun,
+            handle_tool_error=_error_content,
         )
 
     return [make(d.name, d.description, d.input_schema) for d in tools.tool_definitions]
