@@ -1,8 +1,8 @@
 //! The Python package (`bindings/python`, `dsh-tools`) from the outside: installed with pip into
 //! a venv under `target/` (`tests/support/python_venv.rs`), it carries the very component
 //! `dsh-host` embeds, prints the same tool definitions as `dsh-host tools`, runs the README's
-//! example, type-checks, and passes its own tests, the LangChain adapter's among them. The golden
-//! cases run through it in `tests/polyglot.rs`.
+//! example, type-checks, and passes its own tests, the LangChain and OpenAI Agents adapters' among
+//! them. The golden cases run through it in `tests/polyglot.rs`.
 
 #[path = "support/component_file.rs"]
 mod component_file;
@@ -126,7 +126,13 @@ fn package_and_langchain_adapter_tests_pass() {
     );
     let report = String::from_utf8_lossy(&out.stderr);
     // A test file that failed to import would leave its tests out: each must have run.
-    for module in ["test_langchain", "test_tools", "test_executor", "test_async"] {
+    for module in [
+        "test_langchain",
+        "test_openai_agents",
+        "test_tools",
+        "test_executor",
+        "test_async",
+    ] {
         assert!(
             report.contains(&format!("({module}.")),
             "no test of {module} ran:\n{report}"
