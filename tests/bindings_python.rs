@@ -132,6 +132,7 @@ fn package_and_langchain_adapter_tests_pass() {
         "test_tools",
         "test_executor",
         "test_async",
+        "test_readme",
     ] {
         assert!(
             report.contains(&format!("({module}.")),

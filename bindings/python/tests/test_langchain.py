@@ -16,6 +16,10 @@ from dsh_tools.executor.process import group_members
 from dsh_tools.langchain import langchain_tools
 
 
+# A background command that first waits for the test to create `go` in its directory.
+GATED = "until [ -e go ]; do sleep 0.01; done; "
+
+
 class LangChainTools(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
@@ -51,11 +55,13 @@ class LangChainTools(unittest.TestCase):
         raise TimeoutError("no pgid written")
 
     def start_and_finish(self, command):
-        """Start a background task and wait until its notice arrived (not taken yet)."""
+        """Start a background task and wait until its notice arrived (not taken yet). The task
+        waits for the start's result, so that its notice cannot ride on that one."""
         started = self.by_name["bash"].invoke(
-            {"command": command, "description": "In the background", "run_in_background": True}
+            {"command": GATED + command, "description": "In the background", "run_in_background": True}
         )
         self.assertEqual(started, "started background task bash-1")
+        open(os.path.join(self.dir.name, "go"), "w").close()
         self.assertTrue(self.noticed.wait(10))
         self.assertEqual(len(self.notices), 1)
         return self.notices[0].text
@@ -129,9 +135,10 @@ class LangChainTools(unittest.TestCase):
 
     def test_background_task_through_the_other_tools(self):
         started = self.by_name["bash"].invoke(
-            {"command": "echo bg", "description": "Echo in the background", "run_in_background": True}
+            {"command": GATED + "echo bg", "description": "Echo in the background", "run_in_background": True}
         )
         self.assertEqual(started, "started background task bash-1")
+        open(os.path.join(self.dir.name, "go"), "w").close()
         notices = self.session.take_notices(timeout=10)
         self.assertEqual(len(notices), 1, notices)
         out = self.by_name["bash_output"].invoke({"task_id": "bash-1"})

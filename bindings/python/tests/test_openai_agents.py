@@ -48,6 +48,9 @@ class Spans(TracingProcessor):
 
 SPANS = Spans()
 
+# A background command that first waits for the test to create `go` in its directory.
+GATED = "until [ -e go ]; do sleep 0.01; done; "
+
 
 def setUpModule():
     set_trace_processors([SPANS])
@@ -78,10 +81,15 @@ class OpenAIAgentsTools(unittest.TestCase):
         ctx = ToolContext(context=None, tool_name=name, tool_call_id=call_id, tool_arguments=text)
         return asyncio.run(self.by_name[name].on_invoke_tool(ctx, text))
 
+    def go(self):
+        open(os.path.join(self.dir, "go"), "w").close()
+
     def start_and_finish(self, command):
-        """Start a background task and wait until its notice arrived (not taken yet)."""
-        started = self.invoke("bash", {"command": command, "description": "Background", "run_in_background": True})
-        self.assertEqual(started, "started background task bash-1")
+        """Start a background task and wait until its notice arrived (not taken yet). The task
+        waits for the start's result, so that its notice cannot ride on that one."""
+        args = {"command": GATED + command, "description": "Background", "run_in_background": True}
+        self.assertEqual(self.invoke("bash", args), "started background task bash-1")
+        self.go()
         self.assertTrue(self.noticed.wait(10))
         return self.notices[0].text
 
@@ -153,12 +161,13 @@ class OpenAIAgentsTools(unittest.TestCase):
     def test_an_agent_run_shows_the_model_the_components_texts(self):
         async def after_the_notice(_call):
             # The model's second turn comes once the background task ended and its notice came.
+            self.go()
             await asyncio.to_thread(self.noticed.wait, 10)
             return [function_call("bash", {"description": "No command"}, call_id="c2")]
 
         model = ScriptedModel(
             [
-                [function_call("bash", {"command": "echo bg", "description": "Bg", "run_in_background": True}, call_id="c1")],
+                [function_call("bash", {"command": GATED + "echo bg", "description": "Bg", "run_in_background": True}, call_id="c1")],
                 ModelStep.respond(after_the_notice),
                 [assistant_message("done")],
             ]
