@@ -204,6 +204,69 @@ fn nothing_keeps_node_alive_after_close() {
     );
 }
 
+/// The package against `dsh-host executor serve --stdio` (its `ServedExecutor`), as a newcomer
+/// tries it: the same texts as `dsh-host call` for an escaping process (and it is stopped), a
+/// `kill $PPID` (Node survives), a 200 KB command and a 100 KB output (whose spill file holds
+/// every byte); a far side killed with SIGKILL ends its running task once, as killed, and later
+/// calls say the executor is gone; a far side speaking another protocol version is refused,
+/// naming both.
+#[test]
+fn the_package_runs_against_executor_serve() {
+    let project = project();
+    let scratch = tempfile::tempdir().unwrap();
+    let dsh = env!("CARGO_BIN_EXE_dsh-host");
+    let report: Value = serde_json::from_str(&node(
+        &project,
+        &["served.mjs", dsh, scratch.path().to_str().unwrap()],
+    ))
+    .unwrap();
+    assert_eq!(report["kind"], "served");
+    let call = |command: String| {
+        let args = serde_json::json!({"command": command, "description": "Try"}).to_string();
+        let out = dsh_host(&["call", "bash", &args]);
+        let text = String::from_utf8(out.stdout).unwrap();
+        text.strip_suffix('\n').unwrap_or(&text).to_string()
+    };
+    let pid_file = scratch.path().join("escapee.pid");
+    let escapee = format!(
+        "setsid sleep 300 & echo $! > {}; echo started",
+        pid_file.display()
+    );
+    assert_eq!(report["escapee"], call(escapee), "{report}");
+    assert_eq!(report["escapeeAlive"], false, "the escapee was stopped");
+    assert_eq!(
+        report["killParent"],
+        call("kill -TERM $PPID; echo survived".into())
+    );
+    assert_eq!(report["killParent"], "survived\n");
+    assert_eq!(report["longCommand"], "long-ok\n");
+    // The spill path differs between the two runs; everything else is the same.
+    let spill = report["spillPath"].as_str().expect("a spill file is named");
+    assert_eq!(report["spillBytes"], 100_000, "{spill}");
+    let big = call("head -c 100000 /dev/zero | tr '\\0' a".into());
+    let unnamed = |text: &str| text.split("full output: ").next().unwrap().to_string();
+    assert_eq!(unnamed(report["bigOutput"].as_str().unwrap()), unnamed(&big));
+    assert!(big.contains("full output: /"), "{big}");
+
+    assert_eq!(report["backgroundStarted"], "running");
+    assert_eq!(
+        report["endedAfterKill"],
+        serde_json::json!([["bash-1", "killed"]])
+    );
+    let after = report["readAfterKill"].as_str().unwrap();
+    assert!(
+        after.starts_with("internal: the executor service is gone ("),
+        "{after}"
+    );
+    let mismatch = report["mismatch"].as_str().unwrap();
+    assert!(
+        mismatch.contains("refused hello")
+            && mismatch.contains("version 1")
+            && mismatch.contains("version 9"),
+        "{mismatch}"
+    );
+}
+
 #[test]
 fn typescript_declarations_check_an_example() {
     let project = project();

@@ -438,6 +438,25 @@ async fn golden_cases_pass_in_the_node_package() {
     check_foreign("node", report).await;
 }
 
+/// The same cases in the Node package with its executor behind `dsh-host executor serve
+/// --stdio` (a `ServedExecutor` given the same settings as flags).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn golden_cases_pass_in_the_node_package_through_executor_serve() {
+    let project = node_package::project("polyglot");
+    let dsh_host = PathBuf::from(env!("CARGO_BIN_EXE_dsh-host"));
+    let report = run_foreign(
+        "node",
+        &[
+            &project.join("golden.mjs"),
+            &golden_dir(),
+            &settings_path(),
+            &dsh_host,
+        ],
+        &project,
+    );
+    check_foreign("node through executor serve", report).await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Nothing but the world
 // ---------------------------------------------------------------------------------------------

@@ -102,6 +102,7 @@ fn make_project(name: &str) -> PathBuf {
         "golden.mjs",
         "ai-adapter.mjs",
         "exit.mjs",
+        "served.mjs",
         "definitions.mjs",
         "sessions.mjs",
         "example.ts",

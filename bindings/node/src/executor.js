@@ -119,6 +119,21 @@ export class LocalExecutor {
     /** Called once per background task when it ends (the host hands it to the component). */
     this.onTaskDone = null;
     this.shuttingDown = false;
+    /** Which executor this is: `"local"` (this one) or `"served"` (`ServedExecutor`). */
+    this.kind = "local";
+  }
+
+  /** Which executor this is and what it lacks against dsh-host's own. */
+  describe() {
+    return {
+      kind: this.kind,
+      lacks: [
+        "spill files: a truncated output names no file",
+        "containment beyond the process group: a process that leaves it (setsid) outlives the call",
+        "a sandbox",
+        "commands longer than the kernel's argument limit (about 128 KiB)",
+      ],
+    };
   }
 
   currentLimits() {

@@ -135,26 +135,29 @@ export interface Limits {
  * result and read (`Denials`).
  */
 export interface Executor {
-  currentLimits(): Limits;
-  resolve(request: { command: string; workdir?: string; timeoutMs?: number; owner?: string }): {
-    command: string;
-    workdir: string;
-    timeoutMs: number;
-    owner?: string;
-  };
+  currentLimits(): Limits | Promise<Limits>;
+  resolve(request: { command: string; workdir?: string; timeoutMs?: number; owner?: string }): Spec | Promise<Spec>;
   /** May return a promise (the host awaits it outside the component); `signal` aborts the run. */
-  run(spec: { command: string; workdir: string; timeoutMs: number; owner?: string }, options: { signal?: AbortSignal }): unknown;
-  start(spec: { command: string; workdir: string; timeoutMs: number; owner?: string }): Task;
+  run(spec: Spec, options: { signal?: AbortSignal }): unknown;
+  start(spec: Spec): Task | Promise<Task>;
   readOutput(id: string): unknown;
-  kill(id: string): boolean;
-  ownerOf(id: string): string | undefined;
-  get(id: string): Task;
-  listTasks(): Task[];
+  kill(id: string): boolean | Promise<boolean>;
+  ownerOf(id: string): string | undefined | Promise<string | undefined>;
+  get(id: string): Task | Promise<Task>;
+  listTasks(): Task[] | Promise<Task[]>;
   onTaskDone: ((task: Task) => void) | null;
   /** Optional: stop every task and wait; called by `Tools.close()`. */
   shutdown?(): Promise<void>;
   /** Optional: stop the tasks of one owner and wait; called by `Session.close()`. */
   stopOwned?(owner: string): Promise<void>;
+}
+
+/** A request with defaults and caps applied: what `run` and `start` get. */
+export interface Spec {
+  command: string;
+  workdir: string;
+  timeoutMs: number;
+  owner?: string;
 }
 
 /** One case of the WIT `executor-error` variant. */
@@ -187,6 +190,64 @@ export declare class LocalExecutor implements Executor {
   onTaskDone: ((task: Task) => void) | null;
   shutdown(): Promise<void>;
   stopOwned(owner: string): Promise<void>;
+  readonly kind: "local";
+  describe(): ExecutorDescription;
+}
+
+/** Which executor runs the commands, and what it lacks against dsh-host's own. */
+export interface ExecutorDescription {
+  /** `"local"` (LocalExecutor), `"served"` (ServedExecutor) or `"custom"`. */
+  kind: string;
+  /** The far side's name and version, for a served one. */
+  server?: string | null;
+  /** What dsh-host's executor does that this one does not; `null` when unknown (custom). */
+  lacks: string[] | null;
+}
+
+/**
+ * The executor `new Tools()` uses: a ServedExecutor when dsh-host is there (`DSH_HOST`, else on
+ * `PATH`), else a LocalExecutor.
+ */
+export declare function defaultExecutor(): Executor;
+
+/** The protocol version of `dsh-host executor serve` this package speaks. */
+export declare const PROTOCOL_VERSION: number;
+
+/** `dsh-host` on `PATH` (or the given search path), or `undefined`. */
+export declare function findDshHost(path?: string): string | undefined;
+
+/**
+ * The executor of `dsh-host executor serve --stdio`: the Rust executor (containment, spill files,
+ * sandbox) behind the same functions, each answering with a promise. Made with `start()`.
+ */
+export declare class ServedExecutor implements Executor {
+  constructor(options?: { command?: string[]; dshHost?: string; env?: NodeJS.ProcessEnv });
+  /** Settles once the far side said hello; rejected (naming both versions) on a mismatch. */
+  readonly ready: Promise<void>;
+  describe(): ExecutorDescription;
+  /**
+   * Starts the far side (`command`, by default `dshHost executor serve --stdio`, `dshHost` from
+   * `DSH_HOST` or `PATH`) and says hello; rejects on a protocol version mismatch, naming both.
+   */
+  static start(options?: { command?: string[]; dshHost?: string; env?: NodeJS.ProcessEnv }): Promise<ServedExecutor>;
+  /** `"served"`. */
+  readonly kind: "served";
+  /** What the far side said in `hello`: its name, session and limits. */
+  readonly welcome: { protocol: number; server: string; session: string; limits: unknown; remembered_requests: number };
+  currentLimits(): Limits | Promise<Limits>;
+  resolve(request: { command: string; workdir?: string; timeoutMs?: number; owner?: string }): Promise<Spec>;
+  run(spec: Spec, options?: { signal?: AbortSignal }): Promise<unknown>;
+  start(spec: Spec): Promise<Task>;
+  readOutput(id: string): Promise<unknown>;
+  kill(id: string): Promise<boolean>;
+  ownerOf(id: string): Promise<string | undefined>;
+  get(id: string): Promise<Task>;
+  listTasks(): Promise<Task[]>;
+  onTaskDone: ((task: Task) => void) | null;
+  shutdown(): Promise<void>;
+  stopOwned(owner: string): Promise<void>;
+  /** Ends the connection (the far side kills what still runs) and waits for it to exit. */
+  close(): Promise<void>;
 }
 
 /** A tools component other than the bundled one, transpiled and checked. */
@@ -240,7 +301,7 @@ export interface ApprovalQuestion {
 export type ApprovalAnswer = "once" | "session" | "decline";
 
 export interface ToolsOptions {
-  /** Default: a LocalExecutor with the contract's defaults. */
+  /** Default: `defaultExecutor()`, dsh-host's executor when it is installed, else a LocalExecutor. */
   executor?: Executor;
   /** Default: the bundled component. */
   component?: PreparedComponent;
@@ -292,6 +353,8 @@ export declare class Tools {
   readonly executor: Executor;
   /** Messages the host could not act on (a notice that was not delivered). */
   readonly log: string[];
+  /** Which executor runs the commands and what it lacks against dsh-host's own. */
+  doctor(): ExecutorDescription;
   /** The tool definitions as `dsh-host tools --format FORMAT` prints them. */
   definitions<F extends DefinitionsFormat = "mcp">(format?: F): DefinitionsByFormat[F];
   /** The component's instructions for the model, when the component exports them. */

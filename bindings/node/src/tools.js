@@ -9,11 +9,22 @@ import { Approver, approveTimeout, checkPolicy, homeDir, policyFiles, requireApp
 import { PreparedComponent, WIT_VERSION, bundledComponent } from "./component.js";
 import { definitionsIn } from "./definitions.js";
 import { LocalExecutor } from "./executor.js";
+import { ServedExecutor, findDshHost } from "./served.js";
 import { asResult, callWithReplay } from "./replay.js";
 
 // Loaded with the module, so that `new Tools()` is synchronous; an unbuilt package fails at
 // construction, not at import.
 const BUNDLED = await bundledComponent().catch((e) => e);
+
+/**
+ * The executor `new Tools()` uses: dsh-host's own behind `dsh-host executor serve --stdio` when
+ * the binary is there (`DSH_HOST`, else on `PATH`), so that commands behave as in dsh-host;
+ * otherwise this package's `LocalExecutor`.
+ */
+export function defaultExecutor() {
+  const dshHost = process.env.DSH_HOST || findDshHost();
+  return dshHost === undefined ? new LocalExecutor() : new ServedExecutor({ dshHost });
+}
 
 /** The nine functions of `dsh:bash/bash-executor`; an executor must have every one. */
 const EXECUTOR_FUNCTIONS = ["currentLimits", "resolve", "run", "start", "readOutput", "kill", "ownerOf", "get", "listTasks"];
@@ -113,7 +124,7 @@ export class Tools {
 
   constructor(options = {}) {
     checkOptions("new Tools", options, ["executor", "component", "policy", "approve", "approveTimeoutMs"]);
-    const { executor = new LocalExecutor(), component, policy, approve, approveTimeoutMs } = options;
+    const { executor = defaultExecutor(), component, policy, approve, approveTimeoutMs } = options;
     if (component === undefined) {
       if (BUNDLED instanceof Error) throw BUNDLED;
       this.#component = BUNDLED;
@@ -155,6 +166,15 @@ export class Tools {
           openWorldHint: t.annotations.openWorldHint,
         },
       }));
+  }
+
+  /**
+   * Which executor runs the commands (`"local"`, `"served"`, or `"custom"` for one of yours) and
+   * what it lacks against dsh-host's own.
+   */
+  doctor() {
+    if (typeof this.executor.describe === "function") return this.executor.describe();
+    return { kind: "custom", lacks: null };
   }
 
   /** The tool definitions as `dsh-host tools --format FORMAT` prints them. */

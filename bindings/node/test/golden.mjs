@@ -2,7 +2,10 @@
 // and prints the outcomes; tests/polyglot.rs compares them with the expectations and the Rust
 // host's. Run from a project that has dsh-tools installed.
 //
-// Usage: node golden.mjs GOLDEN_DIR SETTINGS_JSON
+// Usage: node golden.mjs GOLDEN_DIR SETTINGS_JSON [DSH_HOST]
+//
+// With DSH_HOST, each case runs against `DSH_HOST executor serve --stdio` (a ServedExecutor with
+// the same settings as flags) instead of the package's LocalExecutor.
 //
 // Prints one JSON object: {"tools": [...], "cases": {name: [outcome, ...]}}. An outcome is
 // {text, isError, errorCode} for a tool call, {notices: [...]} for a notices step, and null for
@@ -12,7 +15,7 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSy
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { LocalExecutor, Tools } from "dsh-tools";
+import { LocalExecutor, ServedExecutor, Tools } from "dsh-tools";
 
 const WAIT_MS = 10_000;
 const SETTLE_MS = 500;
@@ -35,7 +38,7 @@ function stepsOf(c) {
 
 async function waitUntil(predicate, what) {
   const deadline = Date.now() + WAIT_MS;
-  while (!predicate()) {
+  while (!(await predicate())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await sleep(10); // the event loop runs: background output and task ends arrive meanwhile
   }
@@ -46,8 +49,24 @@ function toolsReport(tools) {
   return tools.definitions("mcp").map(({ annotations: { title, ...hints }, ...rest }) => ({ ...rest, annotations: hints }));
 }
 
-async function runCase(settings, c) {
-  const executor = new LocalExecutor(settings);
+/** The executor a case runs against: local, or served by `dshHost` with the same settings. */
+async function executorFor(settings, dshHost) {
+  if (dshHost === undefined) return new LocalExecutor(settings);
+  const flags = {
+    defaultTimeoutMs: "--timeout-ms",
+    maxTimeoutMs: "--max-timeout-ms",
+    maxOutputBytes: "--max-output-bytes",
+    graceMs: "--grace-ms",
+  };
+  const args = Object.entries(settings).flatMap(([key, value]) => {
+    if (!(key in flags)) throw new Error(`no executor flag for the setting ${key}`);
+    return [flags[key], String(value)];
+  });
+  return ServedExecutor.start({ command: [dshHost, "executor", "serve", "--stdio", ...args] });
+}
+
+async function runCase(settings, c, dshHost) {
+  const executor = await executorFor(settings, dshHost);
   const tools = new Tools({ executor });
   const caseDir = mkdtempSync(join(tmpdir(), "dsh-golden-"));
   // One session per name, created with the case's cwd for that caller; notices collected per name.
@@ -80,7 +99,7 @@ async function runCase(settings, c) {
         writeFileSync(join(caseDir, step.createFile), "");
         outcomes.push(null);
       } else if (step.waitForTask !== undefined) {
-        await waitUntil(() => executor.get(step.waitForTask).state !== "running", step.waitForTask);
+        await waitUntil(async () => (await executor.get(step.waitForTask)).state !== "running", step.waitForTask);
         outcomes.push(null);
       } else if (step.notices !== undefined) {
         if (!notices.has(step.notices)) notices.set(step.notices, []);
@@ -102,12 +121,12 @@ async function runCase(settings, c) {
   return { tools, outcomes };
 }
 
-const [goldenDir, settingsPath] = process.argv.slice(2);
+const [goldenDir, settingsPath, dshHost] = process.argv.slice(2);
 const { about, ...settings } = JSON.parse(readFileSync(settingsPath, "utf8"));
 const report = { tools: null, cases: {} };
 for (const name of readdirSync(goldenDir).filter((n) => n.endsWith(".json")).sort()) {
   const c = JSON.parse(readFileSync(join(goldenDir, name), "utf8"));
-  const { tools, outcomes } = await runCase(settings, c);
+  const { tools, outcomes } = await runCase(settings, c, dshHost);
   report.cases[name.slice(0, -".json".length)] = outcomes;
   report.tools ??= toolsReport(tools);
 }

@@ -1,0 +1,64 @@
+// The package against `dsh-host executor serve --stdio` (a ServedExecutor), as a newcomer tries
+// it: an escaping process, `kill $PPID`, a 200 KB command, a 100 KB output; then a background
+// task whose far side is killed with SIGKILL, and a far side speaking another protocol version.
+// Prints JSON for tests/bindings_node.rs, which compares the texts with `dsh-host call`'s.
+//
+// Usage: node served.mjs DSH_HOST SCRATCH_DIR
+
+import { existsSync, readFileSync, statSync } from "node:fs";
+import { join } from "node:path";
+
+import { ServedExecutor, Tools } from "dsh-tools";
+
+const [dshHost, scratch] = process.argv.slice(2);
+const report = {};
+
+const executor = await ServedExecutor.start({ dshHost });
+report.kind = executor.kind;
+report.server = executor.welcome.server;
+const tools = new Tools({ executor });
+const session = tools.session();
+const call = async (args) => (await session.call("bash", { description: "Try", ...args })).text;
+
+const pidFile = join(scratch, "escapee.pid");
+report.escapee = await call({ command: `setsid sleep 300 & echo $! > ${pidFile}; echo started` });
+const pid = Number(readFileSync(pidFile, "utf8").trim());
+report.escapeeAlive = existsSync(`/proc/${pid}`) && !readFileSync(`/proc/${pid}/stat`, "utf8").includes(") Z ");
+report.killParent = await call({ command: "kill -TERM $PPID; echo survived" });
+report.longCommand = await call({ command: `: '${"x".repeat(200_000)}'; echo long-ok` });
+report.bigOutput = await call({ command: "head -c 100000 /dev/zero | tr '\\0' a" });
+const spill = /full output: (\S+)\]/.exec(report.bigOutput)?.[1];
+report.spillBytes = spill && existsSync(spill) ? statSync(spill).size : null;
+report.spillPath = spill ?? null;
+
+// A background task, then the far side killed: the task ends once, as killed.
+const ended = [];
+const events = await ServedExecutor.start({ dshHost });
+events.onTaskDone = (task) => ended.push(task);
+const task = await events.start(await events.resolve({ command: "sleep 30", owner: undefined }));
+report.backgroundStarted = task.state;
+await new Promise((resolve) => setTimeout(resolve, 200));
+const farSide = events.childPid;
+process.kill(farSide, "SIGKILL");
+await new Promise((resolve) => setTimeout(resolve, 500));
+report.endedAfterKill = ended.map((t) => [t.id, t.state]);
+report.readAfterKill = await events.readOutput(task.id).then(
+  () => "answered",
+  (e) => `${e.tag}: ${e.message}`,
+);
+await events.close();
+
+// A far side that speaks another version: refused, naming both.
+const reply = JSON.stringify({
+  jsonrpc: "2.0",
+  id: 1,
+  error: { code: -32001, message: "protocol version mismatch: the client speaks version 1, this server (stand-in) speaks version 9" },
+});
+report.mismatch = await ServedExecutor.start({ command: ["sh", "-c", `read line; echo '${reply}'; read rest`] }).then(
+  () => "accepted",
+  (e) => e.message,
+);
+
+await session.close();
+await tools.close();
+process.stdout.write(JSON.stringify(report) + "\n");
