@@ -659,15 +659,13 @@ async fn serve_executor(common: &CommonArgs) -> Result<i32, CliError> {
     let options = ServeOptions {
         server: format!("dsh-host {}", env!("CARGO_PKG_VERSION")),
     };
-    dsh_executor::service::serve(
-        executor,
-        rx,
-        tokio::io::stdin(),
-        tokio::io::stdout(),
-        options,
-    )
-    .await
-    .map_err(anyhow::Error::from)?;
+    // Non-blocking pipes where stdin and stdout are pipes (as a client spawns the server):
+    // tokio's own stdin and stdout hand every read and write to a blocking thread, a wake-up
+    // each way on every message.
+    let (input, output) = rmcp::transport::stdio_pipes();
+    dsh_executor::service::serve(executor, rx, input, output, options)
+        .await
+        .map_err(anyhow::Error::from)?;
     Ok(0)
 }
 
