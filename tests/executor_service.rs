@@ -599,7 +599,7 @@ fn a_protocol_version_mismatch_is_refused_naming_both_versions() {
 
     // The host's side: a far side speaking another version stops `dsh-host call` with its
     // message, and nothing runs.
-    let far_side = r#"read -r line; echo '{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"protocol version mismatch: the client speaks version 1, this server (dsh-host 9.0.0) speaks version 2"}}'; sleep 5"#;
+    let far_side = r#"read -r line; echo '{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"protocol version mismatch: the client speaks version 1, this server (dsh-host 9.0.0) speaks version 2"}}'"#;
     let out = Command::new(BIN)
         .args(["call", "bash", r#"{"command":"echo hi","description":"x"}"#])
         .args(["--executor-command", far_side])

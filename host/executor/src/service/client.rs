@@ -257,6 +257,12 @@ impl RemoteExecutor {
             Err(failure) => {
                 let command = command.to_string();
                 inner.close();
+                // One that does not end at the end of its input (an `ssh` waiting for a
+                // password) is not left behind.
+                let mut child = lock(&inner.child);
+                let _ = child.kill();
+                let _ = child.wait();
+                drop(child);
                 return Err(match failure {
                     Failure::NotSent(reason) | Failure::Lost(reason) if reason == TIMED_OUT => {
                         ConnectError::Timeout { command }
