@@ -45,6 +45,9 @@ enum Kind {
 #[derive(Default)]
 struct Settings {
     yield_after_ms: Option<f64>,
+    max_tasks: Option<usize>,
+    max_finished_tasks: Option<usize>,
+    max_output_bytes: Option<u64>,
 }
 
 struct Under {
@@ -80,6 +83,11 @@ fn under(kind: Kind, settings: Settings) -> Under {
                 default_timeout_ms: 20_000.0,
                 spill_dir: Some(spill),
                 yield_after_ms: settings.yield_after_ms,
+                max_tasks: settings.max_tasks.unwrap_or(64),
+                max_session_tasks: settings.max_tasks.unwrap_or(64),
+                max_finished_tasks: settings.max_finished_tasks.unwrap_or(1024),
+                max_session_finished_tasks: settings.max_finished_tasks.unwrap_or(1024),
+                max_output_bytes: settings.max_output_bytes.unwrap_or(64_000),
                 ..Config::default()
             },
             tx,
@@ -93,6 +101,17 @@ fn under(kind: Kind, settings: Settings) -> Under {
             ];
             if let Some(ms) = settings.yield_after_ms {
                 flags.push(format!("--yield-after-ms={ms}"));
+            }
+            if let Some(n) = settings.max_tasks {
+                flags.push(format!("--max-tasks={n}"));
+                flags.push(format!("--max-session-tasks={n}"));
+            }
+            if let Some(n) = settings.max_finished_tasks {
+                flags.push(format!("--max-finished-tasks={n}"));
+                flags.push(format!("--max-session-finished-tasks={n}"));
+            }
+            if let Some(n) = settings.max_output_bytes {
+                flags.push(format!("--max-output-bytes={n}"));
             }
             RemoteExecutor::connect(&serve_command(&flags), tx).unwrap()
         }
@@ -332,6 +351,7 @@ async fn a_yielded_command_continues_as_a_task(kind: Kind) {
         kind,
         Settings {
             yield_after_ms: Some(300.0),
+            ..Settings::default()
         },
     );
     let r = h.run("echo early; sleep 1; echo late").await;
@@ -347,6 +367,92 @@ async fn a_yielded_command_continues_as_a_task(kind: Kind) {
         "late\n"
     );
     h.no_more_events().await;
+    h.exec.shutdown().await;
+}
+
+both!(the_task_limit_refuses_without_change_and_old_tasks_are_forgotten);
+async fn the_task_limit_refuses_without_change_and_old_tasks_are_forgotten(kind: Kind) {
+    let mut h = under(
+        kind,
+        Settings {
+            max_tasks: Some(2),
+            max_finished_tasks: Some(2),
+            ..Settings::default()
+        },
+    );
+    let a = h.start("sleep 30").await;
+    let b = h.start("sleep 30").await;
+    let before = h.exec.list();
+    match h.exec.start(h.spec("true")).await {
+        Err(ExecError::TaskLimit(msg)) => assert!(msg.contains('2'), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.exec.list(), before);
+    assert_eq!(h.exec.kill(&a.id), Ok(true));
+    let c = h.start("true").await;
+    assert_eq!(c.id, "bash-3");
+    let mut ids = [h.next_event().await.id, h.next_event().await.id];
+    ids.sort();
+    assert_eq!(ids, ["bash-1", "bash-3"]);
+    // Finished: bash-1 and bash-3; killing bash-2 pushes bash-1 out.
+    assert_eq!(h.exec.kill(&b.id), Ok(true));
+    assert_eq!(h.next_event().await.id, "bash-2");
+    assert_eq!(
+        h.exec.get("bash-1"),
+        Err(ExecError::UnknownTask("bash-1".into()))
+    );
+    assert_eq!(
+        h.exec.read_output("bash-1"),
+        Err(ExecError::UnknownTask("bash-1".into()))
+    );
+    h.exec.shutdown().await;
+}
+
+both!(output_beyond_the_window_keeps_the_tail_and_spills_the_whole);
+async fn output_beyond_the_window_keeps_the_tail_and_spills_the_whole(kind: Kind) {
+    let h = under(
+        kind,
+        Settings {
+            max_output_bytes: Some(1000),
+            ..Settings::default()
+        },
+    );
+    let r = h.run("seq 1 2000").await;
+    let whole: String = (1..=2000).map(|i| format!("{i}\n")).collect();
+    assert!(r.stdout.truncated);
+    assert_eq!(r.stdout.text, whole[whole.len() - 1000..]);
+    let spill = r.stdout.spill_path.expect("a complete spill file");
+    assert_eq!(std::fs::read_to_string(spill).unwrap(), whole);
+    // A background task's read past the window is lossy and gives the window.
+    let mut h = h;
+    let task = h.start("seq 1 2000").await;
+    h.next_event().await;
+    let read = h.exec.read_output(&task.id).unwrap();
+    assert!(read.stdout.lossy);
+    assert_eq!(read.stdout.text, whole[whole.len() - 1000..]);
+    h.exec.shutdown().await;
+}
+
+both!(a_command_of_200_kb_runs);
+async fn a_command_of_200_kb_runs(kind: Kind) {
+    let h = under(kind, Settings::default());
+    let command = format!("echo ok\n#{}", "x".repeat(200 * 1024));
+    let r = h.run(&command).await;
+    assert_eq!((r.stdout.text.as_str(), r.exit_code), ("ok\n", Some(0)));
+    let too_long = "x".repeat(1024 * 1024 + 1);
+    let err = h
+        .exec
+        .resolve(Request {
+            command: too_long,
+            workdir: None,
+            timeout_ms: None,
+            owner: None,
+        })
+        .unwrap_err();
+    assert!(
+        matches!(&err, ExecError::InvalidRequest(m) if m.contains("max-command-bytes")),
+        "{err:?}"
+    );
     h.exec.shutdown().await;
 }
 

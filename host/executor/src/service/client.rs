@@ -251,8 +251,7 @@ impl RemoteExecutor {
             client: format!("dsh-executor {}", env!("CARGO_PKG_VERSION")),
             session: None,
         };
-        let welcome: wire::Welcome = match inner.call_blocking("hello", &hello, Some(HELLO_TIMEOUT))
-        {
+        let welcome: wire::Welcome = match inner.call_blocking("hello", &hello, HELLO_TIMEOUT) {
             Ok(welcome) => welcome,
             Err(failure) => {
                 let command = command.to_string();
@@ -353,7 +352,22 @@ impl RemoteExecutor {
     }
 }
 
+impl Drop for RemoteExecutor {
+    /// An executor dropped without [`Executor::shutdown`] still ends its far side: the reader
+    /// thread keeps the connection's state alive, but the end of the far side's input makes it
+    /// kill its tasks and exit.
+    fn drop(&mut self) {
+        lock(&self.inner.state).shutting_down = true;
+        self.inner.close();
+    }
+}
+
 const TIMED_OUT: &str = "no answer in time";
+
+/// How long an operation answered at once on the far side (`resolve`, `read`, `kill`, `get`,
+/// ...) may take: they wait on the caller's thread, so a far side that stopped answering must not
+/// hold it for good.
+pub const QUICK_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Inner {
     /// Writes one line, whole. An error means the line did not reach the far side complete
@@ -389,11 +403,21 @@ impl Inner {
     }
 
     fn send_request(&self, id: u64, method: &str, params: impl Serialize) -> Result<(), Failure> {
-        self.write(&wire::request(id, method, params))
-            .map_err(|reason| {
-                lock(&self.pending).remove(&id);
-                Failure::NotSent(reason)
-            })
+        let line = wire::request(id, method, params);
+        // The far side skips a longer line, and its error could name no request: refused here,
+        // unsent, rather than waited for.
+        let sent = if line.len() > wire::MAX_LINE_BYTES {
+            Err(format!(
+                "the request is longer than the protocol's line limit of {} bytes",
+                wire::MAX_LINE_BYTES
+            ))
+        } else {
+            self.write(&line)
+        };
+        sent.map_err(|reason| {
+            lock(&self.pending).remove(&id);
+            Failure::NotSent(reason)
+        })
     }
 
     /// A call whose answer is waited for on this thread (for the trait's synchronous
@@ -402,21 +426,18 @@ impl Inner {
         &self,
         method: &str,
         params: impl Serialize,
-        timeout: Option<Duration>,
+        timeout: Duration,
     ) -> Result<T, Failure> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let id = self.register(Waiter::Blocking(tx))?;
         self.send_request(id, method, params)?;
-        let reply = match timeout {
-            Some(timeout) => rx.recv_timeout(timeout).map_err(|err| match err {
-                std::sync::mpsc::RecvTimeoutError::Timeout => {
-                    lock(&self.pending).remove(&id);
-                    Failure::Lost(TIMED_OUT.to_string())
-                }
-                std::sync::mpsc::RecvTimeoutError::Disconnected => self.loss(),
-            })?,
-            None => rx.recv().map_err(|_| self.loss())?,
-        };
+        let reply = rx.recv_timeout(timeout).map_err(|err| match err {
+            std::sync::mpsc::RecvTimeoutError::Timeout => {
+                lock(&self.pending).remove(&id);
+                Failure::Lost(TIMED_OUT.to_string())
+            }
+            std::sync::mpsc::RecvTimeoutError::Disconnected => self.loss(),
+        })?;
         decode(reply.map_err(|err| Failure::Protocol(err.message))?)
     }
 
@@ -555,7 +576,7 @@ impl Executor for RemoteExecutor {
         let params = wire::ResolveParams { request: req };
         let outcome: Outcome<Spec> = self
             .inner
-            .call_blocking("resolve", &params, None)
+            .call_blocking("resolve", &params, QUICK_TIMEOUT)
             .map_err(Failure::other)?;
         outcome.into()
     }
@@ -589,7 +610,7 @@ impl Executor for RemoteExecutor {
         };
         let outcome: Outcome<wire::ReadAnswer> = self
             .inner
-            .call_blocking("read", &params, None)
+            .call_blocking("read", &params, QUICK_TIMEOUT)
             .map_err(Failure::other)?;
         let answer = Result::from(outcome)?;
         lock(&self.inner.state)
@@ -611,7 +632,7 @@ impl Executor for RemoteExecutor {
         };
         let outcome: Outcome<bool> = self
             .inner
-            .call_blocking("kill", &params, None)
+            .call_blocking("kill", &params, QUICK_TIMEOUT)
             .map_err(Failure::other)?;
         outcome.into()
     }
@@ -624,7 +645,7 @@ impl Executor for RemoteExecutor {
             task: id.to_string(),
         };
         self.inner
-            .call_blocking("owner_of", &params, None)
+            .call_blocking("owner_of", &params, QUICK_TIMEOUT)
             .unwrap_or_default()
     }
 
@@ -639,7 +660,7 @@ impl Executor for RemoteExecutor {
         };
         let outcome: Outcome<Task> = self
             .inner
-            .call_blocking("get", &params, None)
+            .call_blocking("get", &params, QUICK_TIMEOUT)
             .map_err(Failure::other)?;
         outcome.into()
     }
@@ -654,7 +675,7 @@ impl Executor for RemoteExecutor {
                 .collect();
         }
         self.inner
-            .call_blocking("list", Value::Null, None)
+            .call_blocking("list", Value::Null, QUICK_TIMEOUT)
             .unwrap_or_default()
     }
 
