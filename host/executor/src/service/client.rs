@@ -182,7 +182,10 @@ impl Failure {
     /// The error for an operation that starts nothing.
     fn other(self) -> ExecError {
         match self {
-            Failure::NotSent(reason) | Failure::Lost(reason) => {
+            Failure::NotSent(reason) => {
+                ExecError::Internal(format!("the executor service was not reached ({reason})"))
+            }
+            Failure::Lost(reason) => {
                 ExecError::Internal(format!("the executor service is gone ({reason})"))
             }
             Failure::Protocol(message) => {
