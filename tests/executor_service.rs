@@ -734,7 +734,11 @@ fn served_with_pid_file(dir: &Path) -> (Arc<RemoteExecutor>, UnboundedReceiver<T
     let command = format!(
         "echo $$ > {}; {}",
         quoted(&pid_file.display().to_string()),
-        serve_command(&[format!("--grace-ms={GRACE_MS}")])
+        serve_command(&[
+            format!("--grace-ms={GRACE_MS}"),
+            // Long enough for the run in flight below to be in flight when the far side dies.
+            "--yield-after-ms=1500".to_string(),
+        ])
     );
     let (tx, events) = unbounded_channel();
     let exec = RemoteExecutor::connect(&command, tx).unwrap();
@@ -759,6 +763,14 @@ async fn a_far_side_killed_mid_background_ends_each_task_once() {
     );
     let first = exec.start(spec("sleep 30")).await.unwrap();
     let second = exec.start(spec("sleep 30")).await.unwrap();
+    // A foreground run that continued as a task is one of them too.
+    let yielded = exec
+        .run(spec("sleep 30"), CancellationToken::new())
+        .await
+        .unwrap()
+        .yielded
+        .expect("the run continued as a task")
+        .task;
     // A foreground run in flight when the far side dies.
     let in_flight = {
         let exec = exec.clone();
@@ -775,6 +787,7 @@ async fn a_far_side_killed_mid_background_ends_each_task_once() {
     let mut ended = [
         exec::next_event(&mut events).await,
         exec::next_event(&mut events).await,
+        exec::next_event(&mut events).await,
     ];
     ended.sort_by(|a, b| a.id.cmp(&b.id));
     assert_eq!(
@@ -784,7 +797,8 @@ async fn a_far_side_killed_mid_background_ends_each_task_once() {
             .collect::<Vec<_>>(),
         [
             (first.id.as_str(), TaskState::Killed),
-            (second.id.as_str(), TaskState::Killed)
+            (second.id.as_str(), TaskState::Killed),
+            (yielded.id.as_str(), TaskState::Killed),
         ]
     );
     let err = in_flight.await.unwrap().unwrap_err();
