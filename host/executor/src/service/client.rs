@@ -542,7 +542,9 @@ impl Inner {
     /// killed, with one event.
     fn lose(&self, reason: String) {
         let mut state = lock(&self.state);
-        if state.shutting_down {
+        // Before hello was answered, `connect` reports the failure itself.
+        let connected = lock(&self.limits).is_some();
+        if state.shutting_down || !connected {
             tracing::debug!(command = %self.command, %reason, "the executor service ended");
         } else {
             tracing::warn!(command = %self.command, %reason, "the executor service is lost");
