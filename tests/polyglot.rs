@@ -31,7 +31,7 @@ use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use dsh_host::executor::{Config, Executor, LocalExecutor, TaskState};
+use dsh_host::executor::{Config, Executor, LocalExecutor, RemoteExecutor, TaskState};
 use dsh_host::{Caller, ComponentSource, HostOptions, Session, ToolHost};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -182,9 +182,39 @@ fn executor_config() -> Config {
     }
 }
 
+/// Which executor the Rust host runs the cases on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Behind {
+    /// The in-process `LocalExecutor`.
+    InProcess,
+    /// `dsh-host executor serve --stdio` with the same settings, through `RemoteExecutor`.
+    Served,
+}
+
+/// The command line serving an executor with the golden cases' settings.
+fn serve_command() -> String {
+    let s = settings();
+    format!(
+        "exec '{}' executor serve --stdio --timeout-ms {} --max-timeout-ms {} --max-output-bytes {} \
+         --grace-ms {}",
+        env!("CARGO_BIN_EXE_dsh-host"),
+        s["defaultTimeoutMs"],
+        s["maxTimeoutMs"],
+        s["maxOutputBytes"],
+        s["graceMs"]
+    )
+}
+
 async fn rust_host() -> ToolHost {
+    rust_host_on(Behind::InProcess).await
+}
+
+async fn rust_host_on(behind: Behind) -> ToolHost {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let executor: Arc<dyn Executor> = LocalExecutor::new(executor_config(), tx).unwrap();
+    let executor: Arc<dyn Executor> = match behind {
+        Behind::InProcess => LocalExecutor::new(executor_config(), tx).unwrap(),
+        Behind::Served => RemoteExecutor::connect(&serve_command(), tx).unwrap(),
+    };
     let options = HostOptions {
         component: ComponentSource::Embedded,
         cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")),
@@ -309,16 +339,31 @@ fn rust_tools(host: &ToolHost) -> Value {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn golden_cases_pass_in_the_rust_host() {
+async fn golden_cases_pass_on(behind: Behind) {
     let mut failures = Vec::new();
     for case in cases() {
-        let host = rust_host().await;
+        let host = rust_host_on(behind).await;
         let outcomes = run_case_in_rust(&host, &case).await;
         host.shutdown().await;
         failures.extend(mismatches("rust", &case, &outcomes));
     }
-    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+    assert!(failures.is_empty(), "{behind:?}:\n{}", failures.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn golden_cases_pass_in_the_rust_host() {
+    golden_cases_pass_on(Behind::InProcess).await;
+}
+
+/// The same cases, the same expectations, with the executor behind `executor serve --stdio`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn golden_cases_pass_through_executor_serve() {
+    golden_cases_pass_on(Behind::Served).await;
+    // And the tool definitions, which name the executor's limits, are the in-process ones.
+    let (served, local) = (rust_host_on(Behind::Served).await, rust_host().await);
+    assert_eq!(rust_tools(&served), rust_tools(&local));
+    served.shutdown().await;
+    local.shutdown().await;
 }
 
 // ---------------------------------------------------------------------------------------------

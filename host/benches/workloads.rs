@@ -74,6 +74,9 @@ fn main() {
     if wanted("sandbox") {
         sandbox_overhead(scale, &cache, work.path(), &mut report);
     }
+    if wanted("served") {
+        served_executor(scale, &cache, &mut report);
+    }
     if wanted("policy") {
         policy_overhead(scale, &cache, work.path(), &mut report);
     }
@@ -277,6 +280,24 @@ fn median_true_calls<const N: usize>(mut servers: [McpServer; N], rounds: usize)
         server.stop();
     }
     times.map(median)
+}
+
+/// A `bash` call with the executor behind `dsh-host executor serve --stdio`
+/// (`--executor-command`) against the same call on the in-process executor, both via MCP,
+/// interleaved in blocks in one run: what the protocol's round trips and the second process cost.
+fn served_executor(scale: &Scale, cache: &Path, report: &mut Report) {
+    let command = format!("exec '{BIN}' executor serve --stdio");
+    let servers = [
+        McpServer::start(cache, &[]),
+        McpServer::start(cache, &["--executor-command", &command]),
+    ];
+    let [in_process, served] = median_true_calls(servers, scale.rounds);
+    report.ratio(
+        "`bash` true, executor via `executor serve --stdio` ÷ in process (both via MCP)",
+        served,
+        in_process,
+        1.15,
+    );
 }
 
 /// 200 rules of every kind, the last allowing `true`.

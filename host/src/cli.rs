@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use dsh_executor::service::ServeOptions;
 use dsh_executor::{
-    Config, Containment, ContainmentPreference, EnvPolicy, LocalExecutor, NetworkMode, Sandbox,
-    SandboxConfig, SandboxMode, TierPreference,
+    Config, Containment, ContainmentPreference, EnvPolicy, Executor, LocalExecutor, NetworkMode,
+    RemoteExecutor, Sandbox, SandboxConfig, SandboxMode, TierPreference,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -74,6 +75,25 @@ pub enum Command {
     },
     /// Report how this machine contains commands and where the host keeps its files.
     Doctor,
+    /// The executor on its own, for other hosts (`--executor-command`).
+    Executor {
+        /// What to do with it.
+        #[command(subcommand)]
+        command: ExecutorCommand,
+    },
+}
+
+/// `dsh-host executor …`.
+#[derive(Debug, Subcommand)]
+pub enum ExecutorCommand {
+    /// Serve this machine's executor (with the executor flags given: limits, containment,
+    /// sandbox, permission rules) to one client over the executor protocol
+    /// (docs/executor-protocol.md). Ends when its input ends, killing the tasks still running.
+    Serve {
+        /// Speak the protocol on stdin and stdout (the only transport so far).
+        #[arg(long, required = true)]
+        stdio: bool,
+    },
 }
 
 /// `dsh-host mcp --http`: MCP over streamable HTTP, one dsh session per MCP session.
@@ -320,6 +340,12 @@ pub struct CommonArgs {
     /// Which enforcement the sandbox uses.
     #[arg(long, global = true, value_enum, default_value_t = SandboxTierArg::Auto)]
     pub sandbox_tier: SandboxTierArg,
+    /// Run commands through the executor service this command starts (`sh -c CMD`), e.g.
+    /// `ssh build-box dsh-host executor serve --stdio`, instead of on this machine. The
+    /// executor's flags (limits, containment, sandbox, spill) then belong on CMD's command line;
+    /// --policy still applies here.
+    #[arg(long, global = true, value_name = "CMD")]
+    pub executor_command: Option<String>,
     /// Read these settings from a TOML file: each key is one of these flags, or of `mcp`'s,
     /// without its dashes (`timeout-ms = 120000`, `env-deny = ["*_PAT"]`, `http = "8765"`).
     /// Flags on the command line win; repeatable ones add to the file's.
@@ -442,6 +468,23 @@ impl CommonArgs {
         c
     }
 
+    /// With `--executor-command`, the executor's flags would configure nothing here: refuse them
+    /// rather than let them look applied. (`--cwd` stays: it is the session's directory.)
+    fn check_no_executor_flags(&self) -> Result<(), CliError> {
+        let mut bare = self.clone();
+        bare.cwd = None;
+        bare.config = None;
+        if bare.executor_config() != Config::default() {
+            return Err(CliError::Usage(
+                "--executor-command: the executor's flags (limits, containment, sandbox, spill, \
+                 environment) configure the executor on the far side: put them on its command \
+                 line (`dsh-host executor serve --stdio --timeout-ms …`)"
+                    .to_string(),
+            ));
+        }
+        Ok(())
+    }
+
     /// The sandbox these flags ask for; the configuration file is among the denied reads.
     fn sandbox_config(&self) -> SandboxConfig {
         let mut deny_read = self.sandbox_deny_read.clone();
@@ -522,56 +565,117 @@ impl CliError {
 pub struct BuiltHost {
     /// The tools and their executor.
     pub host: ToolHost,
-    /// The local executor behind any policy.
-    pub local: Arc<LocalExecutor>,
+    /// The local executor behind any policy; `None` with `--executor-command`.
+    pub local: Option<Arc<LocalExecutor>>,
     /// Where front ends register who to ask, when `--policy` is in force.
     pub approvals: Option<crate::policy::Approvals>,
 }
 
-/// Build the host the flags describe: a local executor (behind the permission rules, if any)
-/// and the component.
+/// Build the host the flags describe: an executor (local, or the far side of
+/// `--executor-command`), behind the permission rules if any, and the component.
 pub async fn build_host(common: &CommonArgs) -> Result<BuiltHost, CliError> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let local = LocalExecutor::new(common.executor_config(), tx)
-        .map_err(|e| CliError::Usage(format!("--{}: {}", e.setting, e.reason)))?;
-    tracing::info!(containment = %local.containment(), "process containment");
-    let mut executor: Arc<dyn dsh_executor::Executor> = local.clone();
-    if !common.policy.is_empty() {
-        let (policy, sources) =
-            crate::policy::load(&common.policy).map_err(|e| CliError::Usage(e.to_string()))?;
-        let (default, source) = policy.default_verdict();
-        tracing::info!(
-            rules = policy.rule_count(),
-            skipped_other_tools = policy.skipped(),
-            default = default.name(),
-            default_source = source,
-            "permission rules"
-        );
-        let approvals = crate::policy::Approvals::default();
-        let timeout = common
-            .policy_ask_timeout_ms
-            .map_or(crate::policy::ASK_TIMEOUT, |ms| {
-                // A day at most: longer is no answer anyway, and any f64 converts.
-                Duration::from_secs_f64(ms.min(86_400_000.0) / 1000.0)
-            });
-        let rules = crate::policy::Rules::new(policy, sources, approvals.clone(), timeout);
-        executor = Arc::new(crate::policy::PolicyExecutor::new(executor, rules.clone()));
-        let mut options = common.host_options();
+    let (executor, local) = match &common.executor_command {
+        Some(command) => {
+            common.check_no_executor_flags()?;
+            let remote = RemoteExecutor::connect(command, tx).map_err(anyhow::Error::from)?;
+            let executor: Arc<dyn Executor> = remote;
+            (executor, None)
+        }
+        None => {
+            let local = local_executor(common, tx)?;
+            let executor: Arc<dyn Executor> = local.clone();
+            (executor, Some(local))
+        }
+    };
+    let (executor, policy) = with_policy(common, executor)?;
+    let mut options = common.host_options();
+    let approvals = policy.map(|(rules, approvals)| {
         // A policy middleware component (`--component`) asks this host, with these rules.
         options.rules = Some(rules);
-        let host = ToolHost::new(options, executor, rx).await?;
-        return Ok(BuiltHost {
-            host,
-            local,
-            approvals: Some(approvals),
-        });
-    }
-    let host = ToolHost::new(common.host_options(), executor, rx).await?;
+        approvals
+    });
+    let host = ToolHost::new(options, executor, rx).await?;
     Ok(BuiltHost {
         host,
         local,
-        approvals: None,
+        approvals,
     })
+}
+
+/// The local executor the flags describe; `task_done` gets its task-done events.
+fn local_executor(
+    common: &CommonArgs,
+    task_done: tokio::sync::mpsc::UnboundedSender<dsh_executor::Task>,
+) -> Result<Arc<LocalExecutor>, CliError> {
+    let local = LocalExecutor::new(common.executor_config(), task_done)
+        .map_err(|e| CliError::Usage(format!("--{}: {}", e.setting, e.reason)))?;
+    tracing::info!(containment = %local.containment(), "process containment");
+    Ok(local)
+}
+
+/// `executor` behind the `--policy` rules, if any, with the rules and who they ask.
+#[allow(clippy::type_complexity)]
+fn with_policy(
+    common: &CommonArgs,
+    executor: Arc<dyn Executor>,
+) -> Result<
+    (
+        Arc<dyn Executor>,
+        Option<(crate::policy::Rules, crate::policy::Approvals)>,
+    ),
+    CliError,
+> {
+    if common.policy.is_empty() {
+        return Ok((executor, None));
+    }
+    let (policy, sources) =
+        crate::policy::load(&common.policy).map_err(|e| CliError::Usage(e.to_string()))?;
+    let (default, source) = policy.default_verdict();
+    tracing::info!(
+        rules = policy.rule_count(),
+        skipped_other_tools = policy.skipped(),
+        default = default.name(),
+        default_source = source,
+        "permission rules"
+    );
+    let approvals = crate::policy::Approvals::default();
+    let timeout = common
+        .policy_ask_timeout_ms
+        .map_or(crate::policy::ASK_TIMEOUT, |ms| {
+            // A day at most: longer is no answer anyway, and any f64 converts.
+            Duration::from_secs_f64(ms.min(86_400_000.0) / 1000.0)
+        });
+    let rules = crate::policy::Rules::new(policy, sources, approvals.clone(), timeout);
+    let executor = Arc::new(crate::policy::PolicyExecutor::new(executor, rules.clone()));
+    Ok((executor, Some((rules, approvals))))
+}
+
+/// `dsh-host executor serve --stdio`: this machine's executor, behind the permission rules if
+/// any (nobody can be asked through the protocol, so a rule that asks refuses), served on stdin
+/// and stdout until stdin ends.
+async fn serve_executor(common: &CommonArgs) -> Result<i32, CliError> {
+    if common.executor_command.is_some() {
+        return Err(CliError::Usage(
+            "--executor-command: `executor serve` serves this machine's executor; run the \
+             other one's command directly"
+                .to_string(),
+        ));
+    }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let local = local_executor(common, tx)?;
+    let (executor, _policy) = with_policy(common, local)?;
+    let options = ServeOptions {
+        server: format!("dsh-host {}", env!("CARGO_PKG_VERSION")),
+    };
+    // Non-blocking pipes where stdin and stdout are pipes (as a client spawns the server):
+    // tokio's own stdin and stdout hand every read and write to a blocking thread, a wake-up
+    // each way on every message.
+    let (input, output) = rmcp::transport::stdio_pipes();
+    dsh_executor::service::serve(executor, rx, input, output, options)
+        .await
+        .map_err(anyhow::Error::from)?;
+    Ok(0)
 }
 
 /// Cancels `abort` on SIGINT. The handler is in place when this returns, before the call starts:
@@ -599,6 +703,12 @@ fn abort_on_interrupt(abort: CancellationToken) -> Result<tokio::task::JoinHandl
 
 /// Run the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> Result<i32, CliError> {
+    if let Command::Executor {
+        command: ExecutorCommand::Serve { .. },
+    } = &cli.command
+    {
+        return serve_executor(&cli.common).await;
+    }
     let cwd = cli.common.session_cwd()?;
     let BuiltHost {
         host,
@@ -649,8 +759,16 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             }
             0
         }
+        Command::Executor { .. } => unreachable!("served above"),
         Command::Doctor => {
-            let mut report = doctor_report(&local, &cli.common.executor_config().env);
+            let mut report = match (&local, &cli.common.executor_command) {
+                (Some(local), _) => doctor_report(local, &cli.common.executor_config().env),
+                (None, command) => format!(
+                    "executor: the executor service {:?} (its containment, sandbox and files are \
+                     the far side's: run `dsh-host doctor` there)\n",
+                    command.as_deref().unwrap_or_default()
+                ),
+            };
             report.push_str(&policy_report(&cli.common.policy)?);
             print_out(&report);
             0

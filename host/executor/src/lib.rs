@@ -63,6 +63,8 @@ mod tasks;
 mod bash;
 mod protocol;
 pub mod sandbox;
+// The executor behind a protocol on a byte stream, and the client of one.
+pub mod service;
 // Runs in the spawn helper factory and its helpers, processes of their own.
 pub mod helper;
 pub mod hex;
@@ -75,12 +77,13 @@ pub use local::LocalExecutor;
 pub use output::meter::OutputMeter;
 pub use output::spill::random_hex;
 pub use sandbox::{NetworkMode, Sandbox, SandboxConfig, SandboxMode, Tier, TierPreference};
+pub use service::RemoteExecutor;
 
 /// A boxed future, so that [`Executor`] stays object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What a tool call asks for, before defaults and caps.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Request {
     /// The command line, run as `bash -c <command>`.
     pub command: String,
@@ -94,7 +97,7 @@ pub struct Request {
 
 /// A request with defaults and caps applied: exactly what [`Executor::run`] or
 /// [`Executor::start`] will run.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Spec {
     /// The command line, run as `bash -c <command>`.
     pub command: String,
@@ -107,7 +110,7 @@ pub struct Spec {
 }
 
 /// One stream of a finished foreground command.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct StreamOutput {
     /// The kept tail, decoded as UTF-8 with replacement characters.
     pub text: String,
@@ -121,7 +124,7 @@ pub struct StreamOutput {
 }
 
 /// The facts of a finished foreground command.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunResult {
     /// The leader's exit code when it exited normally.
     pub exit_code: Option<i32>,
@@ -148,7 +151,7 @@ pub struct RunResult {
 }
 
 /// A foreground command handed over to the task table while it runs.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Yielded {
     /// The task it continues as. Its first [`Executor::read_output`] returns only what came after
     /// the streams of the run result.
@@ -158,7 +161,8 @@ pub struct Yielded {
 }
 
 /// Where a background task stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TaskState {
     /// Its leader has not ended and nobody killed it.
     Running,
@@ -169,7 +173,7 @@ pub enum TaskState {
 }
 
 /// A background task.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Task {
     /// `bash-<n>`, counting from 1 per executor, never reused.
     pub id: String,
@@ -186,7 +190,7 @@ pub struct Task {
 }
 
 /// New output of one stream since the previous read.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct StreamDelta {
     /// The new output, decoded as UTF-8 with replacement characters.
     pub text: String,
@@ -200,7 +204,7 @@ pub struct StreamDelta {
 }
 
 /// The result of [`Executor::read_output`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Read {
     /// New stdout since the previous read.
     pub stdout: StreamDelta,
@@ -214,7 +218,7 @@ pub struct Read {
 
 /// Operations a sandbox denied a command, known to the host (not guessed from its output):
 /// the first few distinct ones, in the order they happened, and how many more there were.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Denials {
     /// The first distinct denials, at most [`Denials::KEPT`].
     pub first: Vec<Denial>,
@@ -245,7 +249,7 @@ impl Denials {
 }
 
 /// One operation a sandbox denied.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Denial {
     /// What was attempted.
     pub access: DeniedAccess,
@@ -257,7 +261,8 @@ pub struct Denial {
 }
 
 /// What a denied operation attempted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum DeniedAccess {
     /// Opening a file or listing a directory for reading.
     Read,
@@ -272,7 +277,8 @@ pub enum DeniedAccess {
 }
 
 /// Why the sandbox denied an operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum DenialReason {
     /// The path lies outside every writable root.
     OutsideWritableRoots,
@@ -287,7 +293,7 @@ pub enum DenialReason {
 }
 
 /// The sandbox in force, as the tools describe it to the model.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SandboxPolicy {
     /// The mode (never off).
     pub mode: SandboxMode,
@@ -301,7 +307,7 @@ pub struct SandboxPolicy {
 }
 
 /// The limits in force, as the tools describe them to the model.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
     /// The timeout of a request without one, in milliseconds.
     pub default_timeout_ms: f64,
@@ -316,7 +322,8 @@ pub struct Limits {
 }
 
 /// Why an executor operation failed. Mirrors the WIT `executor-error` variant.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 ///
 /// Each case but `Aborted` carries a message the tools show the model as `Error: <message>`;
 /// `UnknownTask` carries the id, worded by the tools as `unknown bash task "<id>"`.
@@ -350,7 +357,7 @@ pub enum ExecError {
 }
 
 /// What kept a command from running. Mirrors the WIT `policy-refusal` record.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Refusal {
     /// Why.
     pub kind: RefusalKind,
@@ -369,7 +376,8 @@ pub struct Refusal {
 }
 
 /// Why a command was refused. Mirrors the WIT `refusal-kind` enum.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RefusalKind {
     /// A deny rule matches, or the policy's default is deny.
     Denied,

@@ -32,7 +32,8 @@ use std::path::{Path, PathBuf};
 pub use preflight::Support;
 
 /// How much of the filesystem a command may change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum SandboxMode {
     /// No sandbox: commands have the host's full authority.
     #[default]
@@ -46,7 +47,8 @@ pub enum SandboxMode {
 }
 
 /// What a sandboxed command may reach on the network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum NetworkMode {
     /// Nothing: no socket of any family but Unix.
     #[default]
