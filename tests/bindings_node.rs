@@ -173,7 +173,9 @@ fn vercel_ai_sdk_tools_run_the_component() {
         serde_json::json!({"type": "text", "value": "started background task bash-1"})
     );
     // The task's completion notice rides on the next result, after its text, and only there.
-    let parts = seen[4]["value"].as_array().unwrap_or_else(|| panic!("{report}"));
+    let parts = seen[4]["value"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report}"));
     assert_eq!(seen[4]["type"], "content", "{report}");
     assert_eq!(
         parts[0],
@@ -221,11 +223,12 @@ fn the_package_runs_against_executor_serve() {
     ))
     .unwrap();
     assert_eq!(report["kind"], "served");
+    // dsh-host's text for the same call, exactly (`--json`).
     let call = |command: String| {
         let args = serde_json::json!({"command": command, "description": "Try"}).to_string();
-        let out = dsh_host(&["call", "bash", &args]);
-        let text = String::from_utf8(out.stdout).unwrap();
-        text.strip_suffix('\n').unwrap_or(&text).to_string()
+        let out = dsh_host(&["call", "bash", &args, "--json"]);
+        let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+        result["text"].as_str().unwrap().to_string()
     };
     let pid_file = scratch.path().join("escapee.pid");
     let escapee = format!(
@@ -245,7 +248,10 @@ fn the_package_runs_against_executor_serve() {
     assert_eq!(report["spillBytes"], 100_000, "{spill}");
     let big = call("head -c 100000 /dev/zero | tr '\\0' a".into());
     let unnamed = |text: &str| text.split("full output: ").next().unwrap().to_string();
-    assert_eq!(unnamed(report["bigOutput"].as_str().unwrap()), unnamed(&big));
+    assert_eq!(
+        unnamed(report["bigOutput"].as_str().unwrap()),
+        unnamed(&big)
+    );
     assert!(big.contains("full output: /"), "{big}");
 
     assert_eq!(report["backgroundStarted"], "running");
