@@ -93,17 +93,11 @@ impl Harness {
     }
 
     async fn run(&self, command: &str) -> RunResult {
-        self.exec
-            .run(self.spec(command), CancellationToken::new())
-            .await
-            .expect("run succeeds")
+        exec::run(self.exec.as_ref(), command).await
     }
 
     async fn start(&self, command: &str) -> Task {
-        self.exec
-            .start(self.spec(command))
-            .await
-            .expect("start succeeds")
+        exec::start(self.exec.as_ref(), command).await
     }
 
     async fn next_event(&mut self) -> Task {

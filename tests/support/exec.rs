@@ -1,11 +1,13 @@
-//! Calls into the executor under test that both executor test files make.
+//! Calls into the executor under test that the executor test files make.
 //!
-//! Shared through `#[path]`.
+//! Shared through `#[path]`; each test file uses a part of it.
+#![allow(dead_code)]
 
 use std::time::Duration;
 
-use dsh_executor::{Executor, Request, Spec, Task};
+use dsh_executor::{Executor, Request, RunResult, Spec, Task};
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_util::sync::CancellationToken;
 
 /// A command resolved into the spec the executor would run, as the tools component asks for it
 /// (no workdir, timeout or owner of its own).
@@ -17,6 +19,20 @@ pub fn spec(exec: &dyn Executor, command: &str) -> Spec {
         owner: None,
     })
     .expect("the executor resolves a plain command")
+}
+
+/// `command` run in the foreground to its end; the run must succeed.
+pub async fn run(exec: &dyn Executor, command: &str) -> RunResult {
+    exec.run(spec(exec, command), CancellationToken::new())
+        .await
+        .expect("run succeeds")
+}
+
+/// `command` started in the background; the start must succeed.
+pub async fn start(exec: &dyn Executor, command: &str) -> Task {
+    exec.start(spec(exec, command))
+        .await
+        .expect("start succeeds")
 }
 
 /// The next task-done event, which must come within 20 s.
