@@ -1,7 +1,9 @@
 """Executors: what runs the commands the tools ask for."""
 
+from .default import default_executor, describe_executor
 from .env import EnvPolicy
 from .local import LocalExecutor
+from .served import RefusedError, ServedExecutor, ServedExecutorError
 from .types import (
     Denial,
     Denials,
@@ -33,7 +35,12 @@ __all__ = [
     "StreamDelta",
     "StreamOutput",
     "LocalExecutor",
+    "RefusedError",
+    "ServedExecutor",
+    "ServedExecutorError",
     "Task",
     "TaskDoneHandler",
     "Yielded",
+    "default_executor",
+    "describe_executor",
 ]
