@@ -323,6 +323,44 @@ class Background(Served):
         self.assertFalse(os.path.exists(marker))
 
 
+class Aborts(Served):
+    def test_an_aborted_tool_call_reads_as_with_the_packages_executor_and_its_command_stops(self):
+        marker = os.path.join(self.cwd, "MARKER")
+        arguments = {"command": f"sleep 30; touch {marker}", "description": "Wait"}
+        texts = []
+        with Tools(executor=LocalExecutor(grace_ms=500)) as local, local.session(cwd=self.cwd) as local_session:
+            for session in (self.session, local_session):
+                abort = threading.Event()
+                threading.Timer(0.4, abort.set).start()
+                began = time.monotonic()
+                r = session.call("bash", arguments, abort=abort)
+                self.assertLess(time.monotonic() - began, 5)
+                texts.append((r.text, r.is_error, r.error_code))
+        self.assertEqual(texts[0], texts[1])
+        self.assertTrue(texts[0][1], texts[0])
+        time.sleep(0.5)
+        self.assertFalse(os.path.exists(marker))
+
+    def test_cancelling_an_async_call_stops_its_command(self):
+        import asyncio
+
+        marker = os.path.join(self.cwd, "MARKER")
+
+        async def cancelled():
+            call = asyncio.ensure_future(self.session.acall("bash", {"command": f"sleep 30; touch {marker}", "description": "Wait"}))
+            await asyncio.sleep(0.4)
+            call.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await call
+
+        began = time.monotonic()
+        asyncio.run(cancelled())
+        self.assertLess(time.monotonic() - began, 5)
+        time.sleep(0.5)
+        self.assertFalse(os.path.exists(marker))
+        self.assertEqual(self.py("bash", {"command": "echo still serving", "description": "x"}), ("still serving\n", False))
+
+
 class FarSideKilled(Served):
     def kill_server(self):
         os.kill(self.executor._child.pid, signal.SIGKILL)
