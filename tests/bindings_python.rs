@@ -30,6 +30,8 @@ fn python(args: &[&str], cwd: &Path) -> Output {
     let out = Command::new(python_venv::python())
         .args(args)
         .current_dir(cwd)
+        // The served-executor tests run this build's `dsh-host executor serve`.
+        .env("DSH_HOST_BIN", env!("CARGO_BIN_EXE_dsh-host"))
         .output()
         .expect("the venv's python runs");
     assert!(
@@ -133,6 +135,7 @@ fn package_and_langchain_adapter_tests_pass() {
         "test_executor",
         "test_async",
         "test_readme",
+        "test_served",
     ] {
         assert!(
             report.contains(&format!("({module}.")),

@@ -476,6 +476,20 @@ class Connecting(unittest.TestCase):
         self.assertEqual(info["kind"], "local")
         self.assertTrue(any("spill" in lack for lack in info["lacks"]))
 
+    def test_tools_use_the_served_executor_by_default_and_say_so(self):
+        with mock.patch.dict(os.environ, {"DSH_HOST": BIN}):
+            tools = Tools()
+        with tools, tools.session() as session:
+            self.assertEqual(tools.doctor()["kind"], "served")
+            self.assertEqual(tools.doctor()["lacks"], [])
+            # A setsid escapee is stopped, as only the served executor does.
+            text = session.call("bash", {"command": "setsid sleep 300 & echo started", "description": "Escape"}).text
+            self.assertIn("[stopped 1 leftover background process(es)", text)
+        with mock.patch.dict(os.environ, {"DSH_HOST": "", "PATH": "/nonexistent"}):
+            tools = Tools()
+        with tools:
+            self.assertEqual(tools.doctor()["kind"], "local")
+
 
 if __name__ == "__main__":
     unittest.main()

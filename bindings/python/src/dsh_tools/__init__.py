@@ -2,7 +2,8 @@
 
 The tools' model-facing logic is a WebAssembly component, the very one `dsh-host` embeds, run
 with wasmtime; this package links it to an executor that runs the commands (by default
-`LocalExecutor`, on this machine) and to your sessions, which receive completion notices.
+dsh-host's own through `dsh-host executor serve --stdio` when a `dsh-host` is installed,
+else `LocalExecutor`) and to your sessions, which receive completion notices.
 
     from dsh_tools import Tools
 
@@ -14,7 +15,16 @@ with wasmtime; this package links it to an executor that runs the commands (by d
 from .approval import ApproveCallback, PolicyError, PolicySource, Question
 from .component import ComponentError, bundled_component
 from .definitions import Annotations, ToolDefinition
-from .executor import EnvPolicy, Executor, ExecutorError, LocalExecutor
+from .executor import (
+    EnvPolicy,
+    Executor,
+    ExecutorError,
+    LocalExecutor,
+    ServedExecutor,
+    ServedExecutorError,
+    default_executor,
+    describe_executor,
+)
 from .tools import Notice, NoticeCallback, NoticeSource, Session, ToolResult, Tools
 
 __all__ = [
@@ -32,8 +42,12 @@ __all__ = [
     "Question",
     "Session",
     "LocalExecutor",
+    "ServedExecutor",
+    "ServedExecutorError",
     "ToolDefinition",
     "ToolResult",
     "Tools",
     "bundled_component",
+    "default_executor",
+    "describe_executor",
 ]

@@ -15,7 +15,7 @@ from . import wit
 from .approval import Approval, ApproveCallback, PolicyError, PolicySource, read_sources
 from .component import APPROVAL, CALL_ABORT, ComponentError, ComponentSource, Instance
 from .definitions import ToolDefinition, from_wit, render
-from .executor.local import LocalExecutor
+from .executor.default import default_executor, describe_executor
 from .executor.types import Executor, ExecutorError, Task
 
 Arguments = Union[str, bytes, Dict[str, Any], Any]
@@ -135,8 +135,9 @@ def _arguments_json(arguments: Arguments) -> str:
 
 class Tools:
     """The bash tools: the component (bundled unless `component` names another, as a path or
-    bytes) linked to an executor (a `LocalExecutor` with the contract's defaults unless
-    given).
+    bytes) linked to an executor (unless given, `default_executor()`: dsh-host's own through
+    `dsh-host executor serve --stdio` when a `dsh-host` is installed, else a `LocalExecutor`
+    with the contract's defaults; `doctor()` says which).
 
     Calls may run from several threads at once; each runs in a fresh component instance.
     `close()` stops every session's tasks, and shuts down the executor if it made it.
@@ -172,7 +173,7 @@ class Tools:
         self.policy_rule_count: Optional[int] = None
         """How many rules the policy files hold, for a component with permission rules."""
         self._owns_executor = executor is None
-        self.executor: Executor = executor if executor is not None else LocalExecutor()
+        self.executor: Executor = executor if executor is not None else default_executor()
         try:
             self._instance = Instance(component, self.executor, self._deliver, self._approval)
             self._check_policy(policy is not None, approve is not None)
@@ -199,6 +200,11 @@ class Tools:
         self.policy_rule_count = outcome
 
     # -- definitions ----------------------------------------------------------------------
+
+    def doctor(self) -> Dict[str, Any]:
+        """Which executor runs the commands (`kind`: `served`, `local` or `custom`) and what it
+        lacks next to dsh-host's own (see `describe_executor`)."""
+        return describe_executor(self.executor)
 
     def definitions(self, format: str = "mcp") -> List[Dict[str, Any]]:
         """The tool definitions as JSON-ready data: "mcp", "openai" or "anthropic"."""
