@@ -273,6 +273,50 @@ fn the_package_runs_against_executor_serve() {
     );
 }
 
+/// With dsh-host installed, `new Tools()` serves its commands through `dsh-host executor serve`,
+/// and a program that never calls `close()` (after tools that failed to be made, too) still
+/// exits on its own once its background task ended, leaving no far side running.
+#[test]
+fn a_program_that_forgets_close_still_exits() {
+    let project = project();
+    let mut child = Command::new("node")
+        .current_dir(&project)
+        .arg("forgotten.mjs")
+        .env("DSH_HOST", env!("CARGO_BIN_EXE_dsh-host"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A hang shows as a process still there long after its work; 60 s is far beyond it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("node did not exit on its own");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(status.success(), "{status}: {out}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["kind"], "served");
+    assert_eq!(report["text"], "forgotten\n");
+    // The far side saw its input end and exited (a moment later than node, at most).
+    for pid in report["pids"].as_array().unwrap() {
+        let pid = pid.as_i64().unwrap();
+        let gone = (0..100).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z "))
+        });
+        assert!(gone, "the far side {pid} outlived the program");
+    }
+}
+
 #[test]
 fn typescript_declarations_check_an_example() {
     let project = project();

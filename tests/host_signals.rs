@@ -1,7 +1,6 @@
 //! A signal the host handles (tokio's SIGCHLD handler, say, when a replaced factory exits)
 //! interrupts whatever blocking system call it lands in: no start may fail because of one.
 
-#[allow(dead_code)]
 #[path = "support/exec.rs"]
 mod exec;
 #[allow(dead_code)]

@@ -5,7 +5,6 @@
 //! way an operator passes one: a shell script that delays the helper, or that sets
 //! `DSH_SPAWN_FORK=1` for it.
 
-#[allow(dead_code)]
 #[path = "support/exec.rs"]
 mod exec;
 #[allow(dead_code)]

@@ -9,7 +9,6 @@
 //! created exclusively with mode `0600`.
 
 #[path = "support/exec.rs"]
-#[allow(dead_code)] // Only the foreground helper is used here.
 mod exec;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

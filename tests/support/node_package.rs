@@ -103,6 +103,7 @@ fn make_project(name: &str) -> PathBuf {
         "ai-adapter.mjs",
         "exit.mjs",
         "served.mjs",
+        "forgotten.mjs",
         "definitions.mjs",
         "sessions.mjs",
         "example.ts",

@@ -205,6 +205,10 @@ export class ServedExecutor {
   #closing = false;
   #argv;
   #env;
+  /** Whether the far side's process and pipes keep the event loop alive now. */
+  #held;
+  /** The far side's process ended and its pipes closed. */
+  #childClosed = false;
   #exited;
 
   /** Called once per background task when it ends (the host hands it to the component). */
@@ -216,8 +220,18 @@ export class ServedExecutor {
     this.#env = options.env ?? process.env;
     const child = spawn(argv[0], argv.slice(1), { stdio: ["pipe", "pipe", "inherit"], env: options.env ?? process.env });
     this.#child = child;
-    this.#exited = new Promise((resolve) => child.once("close", resolve));
+    this.#exited = new Promise((resolve) =>
+      child.once("close", () => {
+        this.#childClosed = true;
+        resolve();
+      }),
+    );
     child.stdin.on("error", () => {});
+    // Idle, the far side does not keep this process alive (as an idle LocalExecutor holds
+    // nothing): a program that forgot `close()` still exits, and the far side then sees its input
+    // end and stops. A call waiting for its answer, or a task still running, holds it.
+    this.#held = true;
+    this.#hold(false);
     const lines = createInterface({ input: child.stdout, crlfDelay: Infinity });
     lines.on("line", (line) => this.#receive(line));
     lines.on("close", () => this.#lost("its output ended"));
@@ -304,7 +318,10 @@ export class ServedExecutor {
     signal?.addEventListener("abort", cancel, { once: true });
     try {
       const result = runFromWire(await this.#outcome("run", { request_id: requestId, spec: specToWire(spec) }, startingError));
-      if (result.yielded) this.#running.set(result.yielded.task.id, result.yielded.task);
+      if (result.yielded) {
+        this.#running.set(result.yielded.task.id, result.yielded.task);
+        this.#hold();
+      }
       return result;
     } finally {
       signal?.removeEventListener("abort", cancel);
@@ -313,7 +330,10 @@ export class ServedExecutor {
 
   async start(spec) {
     const task = taskFromWire(await this.#outcome("start", { request_id: this.#requestId(), spec: specToWire(spec) }, startingError));
-    if (task.state === "running") this.#running.set(task.id, task);
+    if (task.state === "running") {
+      this.#running.set(task.id, task);
+      this.#hold();
+    }
     return task;
   }
 
@@ -375,6 +395,7 @@ export class ServedExecutor {
   /** Kills every running task on the far side, waits for each, and ends the connection. */
   async shutdown() {
     this.#closing = true;
+    this.#hold();
     if (this.#gone === null) {
       await this.#call("shutdown", null).catch(() => {});
     }
@@ -384,11 +405,23 @@ export class ServedExecutor {
   /** Ends the connection (the far side then kills what still runs) and waits for it to exit. */
   async close() {
     this.#closing = true;
+    // Waited for: the far side's exit holds the event loop until it came.
+    this.#hold();
     this.#child.stdin.end();
     await this.#exited;
   }
 
   // -- the wire -------------------------------------------------------------------------------
+
+  /** Keeps the event loop alive while there is something to wait for, and only then. */
+  #hold(wanted = this.#pending.size > 0 || this.#running.size > 0 || (this.#closing && !this.#childClosed)) {
+    if (wanted === this.#held) return;
+    this.#held = wanted;
+    for (const handle of [this.#child, this.#child.stdin, this.#child.stdout]) {
+      if (wanted) handle?.ref?.();
+      else handle?.unref?.();
+    }
+  }
 
   #requestId() {
     return `${this.#requestPrefix}-${this.#nextRequest++}`;
@@ -423,6 +456,7 @@ export class ServedExecutor {
     const id = this.#nextId++;
     return new Promise((resolve, reject) => {
       this.#pending.set(id, { resolve, reject });
+      this.#hold();
       this.#child.stdin.write(`${JSON.stringify({ jsonrpc: "2.0", id, method, params })}\n`);
     });
   }
@@ -446,6 +480,7 @@ export class ServedExecutor {
     const waiter = this.#pending.get(message.id);
     if (!waiter) return;
     this.#pending.delete(message.id);
+    this.#hold();
     if (message.error) {
       waiter.reject(new ProtocolError(message.error));
     } else {
@@ -463,6 +498,7 @@ export class ServedExecutor {
 
   #finish(task) {
     this.#running.delete(task.id);
+    this.#hold();
     for (const wake of this.#endWaiters.get(task.id) ?? []) wake();
     this.#endWaiters.delete(task.id);
     if (this.onTaskDone && !this.#closing) this.onTaskDone(task);
@@ -484,6 +520,7 @@ export class ServedExecutor {
     this.#gone = reason;
     for (const waiter of this.#pending.values()) waiter.reject(new Lost(reason, true));
     this.#pending.clear();
+    this.#hold();
     for (const task of [...this.#running.values()]) {
       this.#finish({ ...task, state: "killed", exitCode: undefined, signal: undefined });
     }

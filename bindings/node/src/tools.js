@@ -124,7 +124,7 @@ export class Tools {
 
   constructor(options = {}) {
     checkOptions("new Tools", options, ["executor", "component", "policy", "approve", "approveTimeoutMs"]);
-    const { executor = defaultExecutor(), component, policy, approve, approveTimeoutMs } = options;
+    const { executor: given, component, policy, approve, approveTimeoutMs } = options;
     if (component === undefined) {
       if (BUNDLED instanceof Error) throw BUNDLED;
       this.#component = BUNDLED;
@@ -133,39 +133,46 @@ export class Tools {
     } else {
       throw new TypeError("component: expected the result of `await loadComponent(pathOrBytes)`");
     }
-    const missing = EXECUTOR_FUNCTIONS.filter((f) => typeof executor?.[f] !== "function");
-    if (missing.length > 0) throw new TypeError(`executor: missing the bash-executor function(s) ${missing.join(", ")}`);
-    this.executor = executor;
-
+    if (given !== undefined) {
+      const missing = EXECUTOR_FUNCTIONS.filter((f) => typeof given?.[f] !== "function");
+      if (missing.length > 0) throw new TypeError(`executor: missing the bash-executor function(s) ${missing.join(", ")}`);
+    }
     const permissions = Object.entries({ policy, approve, approveTimeoutMs }).filter(([, v]) => v !== undefined);
     if (permissions.length > 0) requireApproval(this.#component, permissions.map(([k]) => k));
     if (approve !== undefined && typeof approve !== "function") {
       throw new TypeError(`approve: expected a function, got ${approve === null ? "null" : typeof approve}`);
     }
     this.#approver = new Approver(approve, approveTimeout(approveTimeoutMs), (owner) => this.#sessions.has(owner));
-    if (policy !== undefined) {
-      this.#policyFiles = policyFiles(policy);
-      checkPolicy(this.#fresh().exports, this.#policyFiles);
-    }
+    const files = policy === undefined ? [] : policyFiles(policy);
 
     /** Messages the host could not act on (a notice for a task that was not delivered). */
     this.log = [];
 
-    executor.onTaskDone = (task) => this.#taskDone(task);
-    this.#definitions = this.#instance()
-      .listTools()
-      .map((t) => ({
-        name: t.name,
-        title: t.title,
-        description: t.description,
-        inputSchema: JSON.parse(t.inputSchema),
-        annotations: {
-          readOnlyHint: t.annotations.readOnlyHint,
-          destructiveHint: t.annotations.destructiveHint,
-          idempotentHint: t.annotations.idempotentHint,
-          openWorldHint: t.annotations.openWorldHint,
-        },
-      }));
+    // Made last, once the options are known to be good: a default executor may be a process,
+    // and tools that failed to be made must not leave one behind.
+    this.executor = given ?? defaultExecutor();
+    try {
+      this.#policyFiles = files;
+      if (policy !== undefined) checkPolicy(this.#fresh().exports, this.#policyFiles);
+      this.executor.onTaskDone = (task) => this.#taskDone(task);
+      this.#definitions = this.#instance()
+        .listTools()
+        .map((t) => ({
+          name: t.name,
+          title: t.title,
+          description: t.description,
+          inputSchema: JSON.parse(t.inputSchema),
+          annotations: {
+            readOnlyHint: t.annotations.readOnlyHint,
+            destructiveHint: t.annotations.destructiveHint,
+            idempotentHint: t.annotations.idempotentHint,
+            openWorldHint: t.annotations.openWorldHint,
+          },
+        }));
+    } catch (e) {
+      if (given === undefined) Promise.resolve(this.executor.close?.()).catch(() => {});
+      throw e;
+    }
   }
 
   /**
