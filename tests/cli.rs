@@ -296,7 +296,7 @@ fn call_empty_workdir_is_the_default() {
 
 /// Commands get the host's environment without names holding a secret word (the executor
 /// contract's rule, all that is withheld by default) and without the operator's `--env-deny`
-/// patterns (here the README's credential patterns and one more), except the names
+/// patterns (here docs/configuration.md's credential patterns and one more), except the names
 /// `--env-allow` passes; `doctor` lists what is withheld.
 #[test]
 fn the_environment_policy_withholds_and_passes_what_the_operator_says() {

@@ -1,4 +1,4 @@
-//! Executors swap by composition: `policy/middleware/compose.sh` (the README's "Compose an
+//! Executors swap by composition: `policy/middleware/compose.sh` (docs/composing.md's "Compose an
 //! executor" recipe) puts the policy middleware component in front of the tools component's
 //! `bash-executor` import with `wac compose`. Loaded with `dsh-host --component`, the composed
 //! component obeys the permission rules, with the host's words and the host's person to ask,
@@ -51,7 +51,7 @@ struct Composed {
     tools_sha_after: String,
 }
 
-/// Runs the README recipe once per test process.
+/// Runs the recipe of docs/composing.md once per test process.
 fn composed() -> &'static Composed {
     static COMPOSED: OnceLock<Composed> = OnceLock::new();
     COMPOSED.get_or_init(|| {

@@ -1268,7 +1268,7 @@ async fn bash_is_bash(mode: Mode) {
 
 both_modes!(long_commands_differ_only_where_bash_makes_them);
 
-/// What bash itself makes differ for a long command (README, "Commands of any size"), pinned so
+/// What bash itself makes differ for a long command (docs/guarantees.md, "Commands of any size"), pinned so
 /// that a change shows: `eval` names itself in a syntax error, and `eval`ed text never `exec`s
 /// its last command, so a last command's signal death is bash's exit status 128 + N, with
 /// bash's own line about it, where `bash -c` dies of the signal itself.

@@ -45,7 +45,7 @@ fn the_tools_component_imports_exactly_its_world() {
         imports, pinned,
         "the tools component's imports are not the pinned set; if this is deliberate, change \
          IMPORTS in tests/imports.rs, the hosts' linkers (host/src/engine, tests/polyglot) and the \
-         README's \"The guest's authority\""
+         docs/security.md, \"The guest's authority\""
     );
 }
 

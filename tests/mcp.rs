@@ -753,7 +753,7 @@ fn the_server_is_not_a_target_of_its_commands() {
 /// factory that forked `$PPID`, with TERM and KILL, in both containment modes. Each hits at most
 /// the command and its own helper; the server serves the next call. (`kill -1` is left out: as
 /// root it signals every process of the machine. The host's own group is left out too: a
-/// command that looks the host's pid up deliberately can signal it, as the README says.)
+/// command that looks the host's pid up deliberately can signal it, as docs/security.md says.)
 #[test]
 fn no_group_or_session_a_command_can_name_holds_the_server_or_its_caller() {
     use std::os::unix::process::CommandExt;

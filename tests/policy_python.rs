@@ -1,5 +1,5 @@
 //! The Python package's permission rules (`Tools(policy=..., approve=...)`) on the tools component
-//! composed with the policy middleware, as the README's recipe makes it: the package's
+//! composed with the policy middleware, as the recipe of docs/composing.md makes it: the package's
 //! `tests/test_policy.py`, run with pytest in the tests' venv (`tests/support/python_venv.rs`),
 //! with `DSH_POLICY_COMPONENT` naming the composed file. Which commands ran is read from the files
 //! they create; the refusal texts are the ones `dsh-host --policy` gives for the same rules.

@@ -566,7 +566,7 @@ fn metadata_of_outside_files_stays() {
     //
     // The namespace tier only: Landlock does not mediate these, and only that tier's read-only
     // filesystems outside the roots refuse them. The Landlock tier's gap is stated where its
-    // limits are (the README's Sandbox section and `dsh-host doctor`).
+    // limits are (docs/sandbox.md and `dsh-host doctor`).
     let mut found = Findings::default();
     for user in User::ALL {
         for tier in ["namespaces"] {

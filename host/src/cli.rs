@@ -314,7 +314,7 @@ pub struct CommonArgs {
     #[arg(long = "env-allow", global = true, value_name = "NAME", value_parser = env_name)]
     pub env_allow: Vec<String>,
     /// Permission rules every command must pass before it runs (TOML `[permissions]`, or a
-    /// JSON settings file with `permissions`); see the README's "Permissions" section. A file
+    /// JSON settings file with `permissions`); see docs/permissions.md. A file
     /// that does not read stops the host, naming its line. Repeatable: all rules apply.
     #[arg(long = "policy", global = true, value_name = "FILE")]
     pub policy: Vec<PathBuf>,
@@ -325,7 +325,7 @@ pub struct CommonArgs {
     pub policy_ask_timeout_ms: Option<f64>,
     /// Confine every command (enforced by the kernel; the host refuses to start where it
     /// cannot be): `read-only` or `workspace-write`. Secrets (~/.ssh, ~/.aws, ...) are never
-    /// readable; see the README's "Sandbox" section.
+    /// readable; see docs/sandbox.md.
     #[arg(long, global = true, value_enum, default_value_t = SandboxArg::Off)]
     pub sandbox: SandboxArg,
     /// What a sandboxed command may reach on the network.
