@@ -472,6 +472,27 @@ async fn golden_cases_pass_in_the_python_package() {
     check_foreign("python", report).await;
 }
 
+/// The same cases in the Python package with its executor behind `dsh-host executor serve
+/// --stdio` (a `ServedExecutor` given the same settings as flags).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn golden_cases_pass_in_the_python_package_through_executor_serve() {
+    let python = python_venv::python();
+    let dir = polyglot_dir().join("python");
+    let dsh_host = PathBuf::from(env!("CARGO_BIN_EXE_dsh-host"));
+    let report = run_foreign(
+        python.to_str().expect("the venv path is UTF-8"),
+        &[
+            &dir.join("golden.py"),
+            &component_file(),
+            &golden_dir(),
+            &settings_path(),
+            &dsh_host,
+        ],
+        &dir,
+    );
+    check_foreign("python through executor serve", report).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn golden_cases_pass_in_the_node_package() {
     let project = node_package::project("polyglot");

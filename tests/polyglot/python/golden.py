@@ -1,7 +1,10 @@
 """Run the golden cases (tests/polyglot/golden/*.json) through the dsh_tools package and print
 the outcomes.
 
-Usage: python golden.py COMPONENT GOLDEN_DIR SETTINGS_JSON
+Usage: python golden.py COMPONENT GOLDEN_DIR SETTINGS_JSON [DSH_HOST]
+
+With DSH_HOST, each case runs against `DSH_HOST executor serve --stdio` (a ServedExecutor given
+the same settings as flags) instead of the package's LocalExecutor.
 
 Prints one JSON object: {"tools": [...], "cases": {name: [outcome, ...]}}; the Rust test
 tests/polyglot.rs compares it with the expectations and with the other hosts. An outcome is
@@ -17,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from dsh_tools import LocalExecutor, Tools
+from dsh_tools import LocalExecutor, ServedExecutor, Tools
 
 WAIT_S = 10.0
 SETTLE_S = 0.5
@@ -47,13 +50,27 @@ def wait_until(predicate, what):
         time.sleep(0.01)
 
 
-def run_case(component, settings, case):
-    executor = LocalExecutor(
-        default_timeout_ms=settings["defaultTimeoutMs"],
-        max_timeout_ms=settings["maxTimeoutMs"],
-        max_output_bytes=settings["maxOutputBytes"],
-        grace_ms=settings["graceMs"],
-    )
+def executor_for(settings, dsh_host):
+    """The executor a case runs against: local, or served by `dsh_host` with the same settings."""
+    if dsh_host is None:
+        return LocalExecutor(
+            default_timeout_ms=settings["defaultTimeoutMs"],
+            max_timeout_ms=settings["maxTimeoutMs"],
+            max_output_bytes=settings["maxOutputBytes"],
+            grace_ms=settings["graceMs"],
+        )
+    flags = {
+        "defaultTimeoutMs": "--timeout-ms",
+        "maxTimeoutMs": "--max-timeout-ms",
+        "maxOutputBytes": "--max-output-bytes",
+        "graceMs": "--grace-ms",
+    }
+    args = [part for key, value in settings.items() if key != "about" for part in (flags[key], str(value))]
+    return ServedExecutor(binary=dsh_host, args=args)
+
+
+def run_case(component, settings, case, dsh_host=None):
+    executor = executor_for(settings, dsh_host)
     tools = Tools(executor=executor, component=component)
     case_dir = tempfile.mkdtemp(prefix="dsh-golden-")
     sessions = {}
@@ -108,6 +125,8 @@ def run_case(component, settings, case):
                 raise ValueError(f"unknown step {step}")
     finally:
         tools.close()
+        # Given to the tools, not made by them: theirs to stop here.
+        executor.shutdown()
         shutil.rmtree(case_dir, ignore_errors=True)
     return tools, outcomes
 
@@ -132,6 +151,7 @@ def tool_report(tools):
 
 def main():
     component, golden_dir, settings_path = sys.argv[1:4]
+    dsh_host = sys.argv[4] if len(sys.argv) > 4 else None
     with open(settings_path) as f:
         settings = json.load(f)
     result = {"tools": None, "cases": {}}
@@ -140,7 +160,7 @@ def main():
             continue
         with open(os.path.join(golden_dir, name)) as f:
             case = json.load(f)
-        tools, outcomes = run_case(component, settings, case)
+        tools, outcomes = run_case(component, settings, case, dsh_host)
         result["cases"][name[: -len(".json")]] = outcomes
         if result["tools"] is None:
             result["tools"] = tool_report(tools)
