@@ -259,9 +259,10 @@ fn the_package_runs_against_executor_serve() {
         report["endedAfterKill"],
         serde_json::json!([["bash-1", "killed"]])
     );
+    // Worded as dsh-host's own client words a call after the loss.
     let after = report["readAfterKill"].as_str().unwrap();
     assert!(
-        after.starts_with("internal: the executor service is gone ("),
+        after.starts_with("internal: the executor service was not reached ("),
         "{after}"
     );
     let mismatch = report["mismatch"].as_str().unwrap();

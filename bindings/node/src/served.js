@@ -24,6 +24,9 @@ import { ExecutorError } from "./executor.js";
 /** The protocol version this package speaks. */
 export const PROTOCOL_VERSION = 1;
 
+/** The longest line the protocol carries (docs/executor-protocol.md). */
+const MAX_LINE_BYTES = 512 * 1024 * 1024;
+
 /** `dsh-host` on `PATH`, or `undefined`. */
 export function findDshHost(path = process.env.PATH ?? "") {
   for (const dir of path.split(delimiter)) {
@@ -163,6 +166,7 @@ function startingError(lost) {
 /** The error any other call without an answer gets. */
 function otherError(lost) {
   if (lost instanceof ProtocolError) return new ExecutorError("internal", `the executor service failed the call: ${lost.message}`);
+  if (!lost.sent) return new ExecutorError("internal", `the executor service was not reached (${lost.message})`);
   return new ExecutorError("internal", `the executor service is gone (${lost.message})`);
 }
 
@@ -454,10 +458,15 @@ export class ServedExecutor {
   #call(method, params) {
     if (this.#gone !== null) return Promise.reject(new Lost(this.#gone, false));
     const id = this.#nextId++;
+    const line = `${JSON.stringify({ jsonrpc: "2.0", id, method, params })}\n`;
+    // The far side answers a longer line with no id to match: refused here, unsent.
+    if (Buffer.byteLength(line) > MAX_LINE_BYTES) {
+      return Promise.reject(new Lost(`the request is longer than the protocol's line limit of ${MAX_LINE_BYTES} bytes`, false));
+    }
     return new Promise((resolve, reject) => {
       this.#pending.set(id, { resolve, reject });
       this.#hold();
-      this.#child.stdin.write(`${JSON.stringify({ jsonrpc: "2.0", id, method, params })}\n`);
+      this.#child.stdin.write(line);
     });
   }
 

@@ -382,7 +382,7 @@ class FarSideKilled(Served):
         # Later calls: no silent restart, a clear answer.
         text, is_error = self.py("bash", {"command": "echo hi", "description": "x"})
         self.assertTrue(is_error, text)
-        self.assertEqual(text, "Error: the executor service is gone (it closed the connection)")
+        self.assertEqual(text, "Error: the executor service was not reached (it closed the connection)")
         # A command sent after the loss provably did not start.
         with self.assertRaises(ExecutorError) as e:
             self.executor.run({"command": "echo hi", "workdir": self.cwd, "timeout_ms": 1000.0, "owner": None})

@@ -276,6 +276,9 @@ class _Failure(Exception):
         """The error of an operation that starts nothing."""
         if self.protocol:
             return ExecutorError("internal", f"the executor service failed the call: {self.reason}")
+        if not self.sent:
+            # Worded as dsh-host's own client words a call that never left.
+            return ExecutorError("internal", f"the executor service was not reached ({self.reason})")
         return ExecutorError("internal", f"the executor service is gone ({self.reason})")
 
 
