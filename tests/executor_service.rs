@@ -700,15 +700,12 @@ fn a_protocol_version_mismatch_is_refused_naming_both_versions() {
     // The host's side: a far side speaking another version stops `dsh-host call` with its
     // message, and nothing runs.
     let far_side = r#"read -r line; echo '{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"protocol version mismatch: the client speaks version 1, this server (dsh-host 9.0.0) speaks version 2"}}'"#;
-    let out = Command::new(BIN)
-        .args(["call", "bash", r#"{"command":"echo hi","description":"x"}"#])
-        .args(["--executor-command", far_side])
-        .env(
-            "DSH_CACHE_DIR",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"),
-        )
-        .output()
-        .unwrap();
+    let out = dsh_host_call(&[
+        "bash",
+        r#"{"command":"echo hi","description":"x"}"#,
+        "--executor-command",
+        far_side,
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -829,23 +826,31 @@ fn spec_of(task: &Task) -> Spec {
     }
 }
 
-#[test]
-fn call_runs_through_executor_serve() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN)
-        .args([
-            "call",
-            "bash",
-            r#"{"command":"echo hi; echo err >&2; exit 3","description":"x"}"#,
-        ])
-        .args(["--cwd", dir.path().to_str().unwrap()])
-        .args(["--executor-command", &serve_command(&[])])
+/// `dsh-host call ARGS`, with the tests' component cache.
+fn dsh_host_call(args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .arg("call")
+        .args(args)
         .env(
             "DSH_CACHE_DIR",
             Path::new(env!("CARGO_TARGET_TMPDIR")).join("component-cache"),
         )
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn call_runs_through_executor_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = serve_command(&[]);
+    let out = dsh_host_call(&[
+        "bash",
+        r#"{"command":"echo hi; echo err >&2; exit 3","description":"x"}"#,
+        "--cwd",
+        dir.path().to_str().unwrap(),
+        "--executor-command",
+        &serve,
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(
@@ -854,16 +859,14 @@ fn call_runs_through_executor_serve() {
     );
     assert!(stderr.is_empty(), "{stderr}");
     // The executor's own flags belong on the far side's command line.
-    let out = Command::new(BIN)
-        .args(["call", "bash", r#"{"command":"true","description":"x"}"#])
-        .args([
-            "--timeout-ms",
-            "5",
-            "--executor-command",
-            &serve_command(&[]),
-        ])
-        .output()
-        .unwrap();
+    let out = dsh_host_call(&[
+        "bash",
+        r#"{"command":"true","description":"x"}"#,
+        "--timeout-ms",
+        "5",
+        "--executor-command",
+        &serve,
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("put them on its command line"), "{stderr}");

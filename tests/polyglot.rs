@@ -455,72 +455,53 @@ async fn check_foreign(host: &str, report: Value) {
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn golden_cases_pass_in_the_python_package() {
+/// The golden cases through the Python package: its own executor, or with `dsh_host`, one behind
+/// `dsh_host executor serve --stdio` (a `ServedExecutor` given the same settings as flags).
+async fn python_golden(host: &str, dsh_host: Option<&Path>) {
     let python = python_venv::python();
     let dir = polyglot_dir().join("python");
+    let (script, component) = (dir.join("golden.py"), component_file());
+    let (golden, settings) = (golden_dir(), settings_path());
+    let mut args = vec![&*script, &*component, &*golden, &*settings];
+    args.extend(dsh_host);
     let report = run_foreign(
         python.to_str().expect("the venv path is UTF-8"),
-        &[
-            &dir.join("golden.py"),
-            &component_file(),
-            &golden_dir(),
-            &settings_path(),
-        ],
+        &args,
         &dir,
     );
-    check_foreign("python", report).await;
+    check_foreign(host, report).await;
 }
 
-/// The same cases in the Python package with its executor behind `dsh-host executor serve
-/// --stdio` (a `ServedExecutor` given the same settings as flags).
+/// The same through the Node package.
+async fn node_golden(host: &str, dsh_host: Option<&Path>) {
+    let project = node_package::project("polyglot");
+    let (script, golden, settings) = (project.join("golden.mjs"), golden_dir(), settings_path());
+    let mut args = vec![&*script, &*golden, &*settings];
+    args.extend(dsh_host);
+    let report = run_foreign("node", &args, &project);
+    check_foreign(host, report).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn golden_cases_pass_in_the_python_package() {
+    python_golden("python", None).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn golden_cases_pass_in_the_python_package_through_executor_serve() {
-    let python = python_venv::python();
-    let dir = polyglot_dir().join("python");
-    let dsh_host = PathBuf::from(env!("CARGO_BIN_EXE_dsh-host"));
-    let report = run_foreign(
-        python.to_str().expect("the venv path is UTF-8"),
-        &[
-            &dir.join("golden.py"),
-            &component_file(),
-            &golden_dir(),
-            &settings_path(),
-            &dsh_host,
-        ],
-        &dir,
-    );
-    check_foreign("python through executor serve", report).await;
+    let dsh_host = Path::new(env!("CARGO_BIN_EXE_dsh-host"));
+    python_golden("python through executor serve", Some(dsh_host)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn golden_cases_pass_in_the_node_package() {
-    let project = node_package::project("polyglot");
-    let report = run_foreign(
-        "node",
-        &[&project.join("golden.mjs"), &golden_dir(), &settings_path()],
-        &project,
-    );
-    check_foreign("node", report).await;
+    node_golden("node", None).await;
 }
 
-/// The same cases in the Node package with its executor behind `dsh-host executor serve
-/// --stdio` (a `ServedExecutor` given the same settings as flags).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn golden_cases_pass_in_the_node_package_through_executor_serve() {
-    let project = node_package::project("polyglot");
-    let dsh_host = PathBuf::from(env!("CARGO_BIN_EXE_dsh-host"));
-    let report = run_foreign(
-        "node",
-        &[
-            &project.join("golden.mjs"),
-            &golden_dir(),
-            &settings_path(),
-            &dsh_host,
-        ],
-        &project,
-    );
-    check_foreign("node through executor serve", report).await;
+    let dsh_host = Path::new(env!("CARGO_BIN_EXE_dsh-host"));
+    node_golden("node through executor serve", Some(dsh_host)).await;
 }
 
 // ---------------------------------------------------------------------------------------------
