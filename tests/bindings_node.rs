@@ -223,6 +223,10 @@ fn the_package_runs_against_executor_serve() {
     ))
     .unwrap();
     assert_eq!(report["kind"], "served");
+    assert_eq!(
+        report["server"],
+        format!("dsh-host {}", env!("CARGO_PKG_VERSION"))
+    );
     // dsh-host's text for the same call, exactly (`--json`).
     let call = |command: String| {
         let args = serde_json::json!({"command": command, "description": "Try"}).to_string();
@@ -236,6 +240,7 @@ fn the_package_runs_against_executor_serve() {
         pid_file.display()
     );
     assert_eq!(report["escapee"], call(escapee), "{report}");
+    assert!(report["escapeePid"].as_i64().unwrap_or(0) > 0, "{report}");
     assert_eq!(report["escapeeAlive"], false, "the escapee was stopped");
     assert_eq!(
         report["killParent"],
@@ -259,15 +264,16 @@ fn the_package_runs_against_executor_serve() {
         report["endedAfterKill"],
         serde_json::json!([["bash-1", "killed"]])
     );
-    // Worded as dsh-host's own client words a call after the loss.
-    let after = report["readAfterKill"].as_str().unwrap();
-    assert!(
-        after.starts_with("internal: the executor service was not reached ("),
-        "{after}"
+    // Worded as dsh-host's own client words a read after the loss.
+    assert_eq!(
+        report["readAfterKill"],
+        "internal: the executor service is gone (it closed the connection); the output of bash-1 \
+         can no longer be read"
     );
+    assert_eq!(report["quickStartsSettled"], true, "{report}");
     let mismatch = report["mismatch"].as_str().unwrap();
     assert!(
-        mismatch.contains("refused hello")
+        mismatch.contains("refused the connection: protocol version mismatch")
             && mismatch.contains("version 1")
             && mismatch.contains("version 9"),
         "{mismatch}"

@@ -27,6 +27,13 @@ export const PROTOCOL_VERSION = 1;
 /** The longest line the protocol carries (docs/executor-protocol.md). */
 const MAX_LINE_BYTES = 512 * 1024 * 1024;
 
+/** How long the far side has to answer `hello`, as dsh-host's own client gives it. */
+const HELLO_TIMEOUT_MS = 30_000;
+
+/** Ended tasks kept as last seen (for a task whose end came before its start's answer, and to
+ * answer for tasks once the far side is gone), as dsh-host's own client keeps them. */
+const KEPT_TASKS = 4096;
+
 /** `dsh-host` on `PATH`, or `undefined`. */
 export function findDshHost(path = process.env.PATH ?? "") {
   for (const dir of path.split(delimiter)) {
@@ -200,6 +207,8 @@ export class ServedExecutor {
   #offsets = new Map();
   /** Tasks started (or yielded) and not yet reported ended, by id. */
   #running = new Map();
+  /** Ended tasks as last seen, oldest first (bounded by `KEPT_TASKS`). */
+  #ended = new Map();
   /** Waiters for a task's end, by id. */
   #endWaiters = new Map();
   #lastSeq = 0;
@@ -238,9 +247,10 @@ export class ServedExecutor {
     this.#hold(false);
     const lines = createInterface({ input: child.stdout, crlfDelay: Infinity });
     lines.on("line", (line) => this.#receive(line));
-    lines.on("close", () => this.#lost("its output ended"));
-    child.once("error", (e) => this.#lost(`it could not be run: ${e.message}`));
-    child.once("exit", (code, signal) => this.#lost(signal ? `it was killed by ${signal}` : `it exited with code ${code}`));
+    // Worded as dsh-host's own client words the end of a connection.
+    lines.on("close", () => this.#lost("it closed the connection"));
+    child.once("error", (e) => this.#lost(`cannot run it: ${e.message}`));
+    child.once("exit", () => this.#lost("it closed the connection"));
     /** What `hello` said (the server's name, session and limits), once it answered. */
     this.welcome = null;
     this.kind = "served";
@@ -257,13 +267,23 @@ export class ServedExecutor {
     return executor;
   }
 
+  /** Says hello; the errors are worded as dsh-host's own client words them. */
   async #hello() {
+    const command = JSON.stringify(this.#argv.join(" "));
+    let timer;
+    const timedOut = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`the executor command ${command} did not answer hello within ${HELLO_TIMEOUT_MS / 1000}s`)), HELLO_TIMEOUT_MS);
+    });
     try {
-      this.welcome = await this.#call("hello", { protocol: PROTOCOL_VERSION, client: "dsh-tools (node)", session: null });
+      const hello = { protocol: PROTOCOL_VERSION, client: "dsh-tools (node)", session: null };
+      this.welcome = await Promise.race([this.#call("hello", hello), timedOut]);
     } catch (e) {
       await this.close();
-      if (e instanceof ProtocolError) throw new Error(`the executor service refused hello: ${e.message}`);
-      throw e instanceof Lost ? new Error(`the executor service did not say hello: ${e.message}`) : e;
+      if (e instanceof ProtocolError) throw new Error(`the executor command ${command} refused the connection: ${e.message}`);
+      if (e instanceof Lost) throw new Error(`the executor command ${command} ended before answering hello (${e.message})`);
+      throw e;
+    } finally {
+      clearTimeout(timer);
     }
     this.limits = limitsFromWire(this.welcome.limits);
   }
@@ -304,9 +324,11 @@ export class ServedExecutor {
       answer = JSON.parse(probe.stdout.split("\n")[0]);
     } catch {
       const why = probe.error ? probe.error.message : `it answered ${JSON.stringify(probe.stdout.slice(0, 200))}`;
-      throw new Error(`the executor service did not say hello: ${why}`);
+      throw new Error(`the executor command ${JSON.stringify(this.#argv.join(" "))} ended before answering hello (${why})`);
     }
-    if (answer.error) throw new Error(`the executor service refused hello: ${answer.error.message}`);
+    if (answer.error) {
+      throw new Error(`the executor command ${JSON.stringify(this.#argv.join(" "))} refused the connection: ${answer.error.message}`);
+    }
     return limitsFromWire(answer.result.limits);
   }
 
@@ -322,10 +344,7 @@ export class ServedExecutor {
     signal?.addEventListener("abort", cancel, { once: true });
     try {
       const result = runFromWire(await this.#outcome("run", { request_id: requestId, spec: specToWire(spec) }, startingError));
-      if (result.yielded) {
-        this.#running.set(result.yielded.task.id, result.yielded.task);
-        this.#hold();
-      }
+      if (result.yielded) this.#started(result.yielded.task);
       return result;
     } finally {
       signal?.removeEventListener("abort", cancel);
@@ -334,14 +353,14 @@ export class ServedExecutor {
 
   async start(spec) {
     const task = taskFromWire(await this.#outcome("start", { request_id: this.#requestId(), spec: specToWire(spec) }, startingError));
-    if (task.state === "running") {
-      this.#running.set(task.id, task);
-      this.#hold();
-    }
+    this.#started(task);
     return task;
   }
 
   async readOutput(id) {
+    if (this.#gone !== null) {
+      throw new ExecutorError("internal", `the executor service is gone (${this.#gone}); the output of ${id} can no longer be read`);
+    }
     const from = this.#offsets.get(id) ?? { stdout: 0, stderr: 0 };
     const answer = await this.#outcome("read", { task: id, from }, otherError);
     this.#offsets.set(id, answer.to);
@@ -355,10 +374,16 @@ export class ServedExecutor {
   }
 
   async kill(id) {
+    if (this.#gone !== null) {
+      // Every task of a lost far side has ended (killed) already.
+      if (this.#ended.has(id)) return false;
+      throw new ExecutorError("unknown-task", id);
+    }
     return this.#outcome("kill", { task: id }, otherError);
   }
 
   async ownerOf(id) {
+    if (this.#gone !== null) return this.#ended.get(id)?.owner;
     await this.#ready().catch(() => {});
     try {
       return optional(await this.#call("owner_of", { task: id }));
@@ -370,10 +395,16 @@ export class ServedExecutor {
   }
 
   async get(id) {
+    if (this.#gone !== null) {
+      const task = this.#ended.get(id);
+      if (task === undefined) throw new ExecutorError("unknown-task", id);
+      return { ...task };
+    }
     return taskFromWire(await this.#outcome("get", { task: id }, otherError));
   }
 
   async listTasks() {
+    if (this.#gone !== null) return [...this.#ended.values()].map((task) => ({ ...task }));
     await this.#ready().catch(() => {});
     try {
       return (await this.#call("list", null)).map(taskFromWire);
@@ -390,7 +421,7 @@ export class ServedExecutor {
     const ending = [];
     for (const task of this.#running.values()) {
       if (task.owner !== owner) continue;
-      ending.push(this.#ended(task.id));
+      ending.push(this.#whenEnded(task.id));
       await this.kill(task.id).catch(() => {});
     }
     await Promise.all(ending);
@@ -450,6 +481,9 @@ export class ServedExecutor {
       if (e instanceof Lost || e instanceof ProtocolError) throw lostError(e);
       throw e;
     }
+    if (result === null || typeof result !== "object" || !("ok" in result || "err" in result)) {
+      throw lostError(new ProtocolError({ message: "an answer that does not decode" }));
+    }
     if ("err" in result) throw errorFromWire(result.err);
     return result.ok;
   }
@@ -479,9 +513,10 @@ export class ServedExecutor {
     try {
       message = JSON.parse(line);
     } catch {
-      this.#lost("it sent a line that is not JSON");
+      // Not a message of the protocol (as dsh-host's own client, skipped).
       return;
     }
+    if (message === null || typeof message !== "object") return;
     if (message.method === "task_done") {
       this.#taskDone(message.params.seq, taskFromWire(message.params.task));
       return;
@@ -505,8 +540,22 @@ export class ServedExecutor {
     this.#notify("ack", { cursor: seq });
   }
 
+  /** A task a `start` or a yielded `run` answered: running, unless its end came first. */
+  #started(task) {
+    if (task.state !== "running" || this.#ended.has(task.id)) return;
+    this.#running.set(task.id, task);
+    this.#hold();
+  }
+
   #finish(task) {
     this.#running.delete(task.id);
+    this.#ended.delete(task.id);
+    this.#ended.set(task.id, task);
+    while (this.#ended.size > KEPT_TASKS) {
+      const [oldest] = this.#ended.keys();
+      this.#ended.delete(oldest);
+      this.#offsets.delete(oldest);
+    }
     this.#hold();
     for (const wake of this.#endWaiters.get(task.id) ?? []) wake();
     this.#endWaiters.delete(task.id);
@@ -514,7 +563,7 @@ export class ServedExecutor {
   }
 
   /** Resolves when `id` has ended (at once if it is not known to run). */
-  #ended(id) {
+  #whenEnded(id) {
     if (!this.#running.has(id)) return Promise.resolve();
     return new Promise((resolve) => {
       const waiters = this.#endWaiters.get(id) ?? [];
@@ -527,6 +576,8 @@ export class ServedExecutor {
   #lost(reason) {
     if (this.#gone !== null) return;
     this.#gone = reason;
+    // The far side kills what still runs once its input ends; nothing here waits for it.
+    this.#child.stdin.end();
     for (const waiter of this.#pending.values()) waiter.reject(new Lost(reason, true));
     this.#pending.clear();
     this.#hold();

@@ -23,6 +23,7 @@ const call = async (args) => (await session.call("bash", { description: "Try", .
 const pidFile = join(scratch, "escapee.pid");
 report.escapee = await call({ command: `setsid sleep 300 & echo $! > ${pidFile}; echo started` });
 const pid = Number(readFileSync(pidFile, "utf8").trim());
+report.escapeePid = pid;
 report.escapeeAlive = existsSync(`/proc/${pid}`) && !readFileSync(`/proc/${pid}/stat`, "utf8").includes(") Z ");
 report.killParent = await call({ command: "kill -TERM $PPID; echo survived" });
 report.longCommand = await call({ command: `: '${"x".repeat(200_000)}'; echo long-ok` });
@@ -47,6 +48,22 @@ report.readAfterKill = await events.readOutput(task.id).then(
   (e) => `${e.tag}: ${e.message}`,
 );
 await events.close();
+
+// Tasks that end at once: a task-done event may come before its start's answer, and such a
+// task must not be taken for a running one (stopping the owner's tasks would wait for it).
+const quick = await ServedExecutor.start({ dshHost });
+for (let i = 0; i < 200; i++) await quick.start(await quick.resolve({ command: "true", owner: undefined }));
+// Every end has arrived by then.
+await new Promise((resolve) => setTimeout(resolve, 1000));
+let timer;
+report.quickStartsSettled = await Promise.race([
+  quick.stopOwned(undefined).then(() => true),
+  new Promise((resolve) => {
+    timer = setTimeout(() => resolve(false), 10_000);
+  }),
+]);
+clearTimeout(timer);
+await quick.close();
 
 // A far side that speaks another version: refused, naming both.
 const reply = JSON.stringify({
