@@ -612,6 +612,47 @@ fn a_repeated_request_id_starts_its_command_once() {
     wire.stop();
 }
 
+/// A sandbox denial reaches the reads once: a task that was denied and then wrote nothing gets
+/// the denial on its next read, and later reads from where that one ended carry none (an empty
+/// answer's end is its start, which must not make a next read pass for a repeat of it).
+#[test]
+fn a_denial_is_read_once_even_when_the_delta_is_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "s3cret").unwrap();
+    let secret = secret.to_str().unwrap();
+    let mut wire = Wire::greeted(&["--sandbox", "read-only", "--sandbox-deny-read", secret]);
+    let command = format!("cat {secret} 2>/dev/null; true");
+    let started = wire.request(
+        "start",
+        json!({"request_id": "r-1", "spec": spec(&command, dir.path())}),
+    );
+    assert_eq!(started["result"]["ok"]["id"], "bash-1", "{started}");
+    wire.wait_for_events(1);
+    let read = |wire: &mut Wire| {
+        wire.request(
+            "read",
+            json!({"task": "bash-1", "from": {"stdout": 0, "stderr": 0}}),
+        )
+    };
+    let first = read(&mut wire);
+    let ok = &first["result"]["ok"];
+    assert_eq!(ok["read"]["stdout"]["text"], "", "{first}");
+    assert_eq!(
+        ok["read"]["denials"]["first"][0]["target"], secret,
+        "{first}"
+    );
+    assert_eq!(ok["to"], json!({"stdout": 0, "stderr": 0}));
+    for _ in 0..2 {
+        let next = read(&mut wire);
+        assert_eq!(
+            next["result"]["ok"]["read"]["denials"],
+            json!({"first": [], "more": 0}),
+            "{next}"
+        );
+    }
+}
+
 #[test]
 fn a_read_asked_for_again_at_the_same_offsets_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -14,7 +14,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
 use super::wire::{self, Offsets, Outcome, RpcError, code};
-use crate::{Denials, Executor, Read, Task};
+use crate::{Executor, Read, Task};
 
 /// Who the server says it is in `hello`.
 #[derive(Debug, Clone)]
@@ -422,17 +422,12 @@ impl Server {
         }
         let state = reads.entry(p.task.clone()).or_default();
         if p.from == state.end {
-            let mut read = match self.executor.read_output(&p.task) {
+            // An empty answer ends where it starts, so a read from its end is always the next
+            // one: its denials are not delivered twice (nor again if that answer was lost).
+            let read = match self.executor.read_output(&p.task) {
                 Ok(read) => read,
                 Err(err) => return Ok(wire::to_value(Outcome::<wire::ReadAnswer>::Err(err))),
             };
-            if let Some((start, lost)) = &state.last
-                && *start == p.from
-            {
-                // The previous answer was an empty delta that the client did not get: the text
-                // is all here, but the denials it carried were taken from the executor.
-                read.denials = merged(&lost.denials, &read.denials);
-            }
             let to = p.from.after(&read);
             state.end = to;
             state.last = Some((p.from, read.clone()));
@@ -470,15 +465,6 @@ impl Server {
             .get_or_init(|| async { self.executor.shutdown().await })
             .await;
     }
-}
-
-fn merged(first: &Denials, then: &Denials) -> Denials {
-    let mut all = first.clone();
-    for denial in &then.first {
-        all.add(denial.clone());
-    }
-    all.more = all.more.saturating_add(then.more);
-    all
 }
 
 /// Numbers each task-done event, keeps it until acknowledged and sends it.
