@@ -653,6 +653,43 @@ fn a_denial_is_read_once_even_when_the_delta_is_empty() {
     }
 }
 
+/// The end of the server's input stops a foreground run too: nothing the client started
+/// outlives the connection, and the server exits at once rather than when the run would end.
+#[test]
+fn the_end_of_the_input_stops_a_foreground_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let mut wire = Wire::greeted(&[]);
+    let command = format!("echo $$ > {}; exec sleep 30", pid_file.display());
+    wire.send(
+        "run",
+        json!({"request_id": "r-1", "spec": spec(&command, dir.path())}),
+    );
+    let deadline = Instant::now() + PROMPT;
+    let pid = loop {
+        if let Ok(pid) = std::fs::read_to_string(&pid_file)
+            && let Ok(pid) = pid.trim().parse::<i32>()
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the run never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    drop(wire.stdin.take());
+    let exited = loop {
+        if let Some(status) = wire.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server waited for the run to end"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(exited.success(), "{exited}");
+    assert!(!procs::alive(pid), "the run's command outlived the server");
+}
+
 #[test]
 fn a_read_asked_for_again_at_the_same_offsets_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();

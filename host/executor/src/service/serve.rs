@@ -459,8 +459,15 @@ impl Server {
         }
     }
 
-    /// Kills and awaits every task, once; no event is sent after it began.
+    /// Stops every foreground run and kills and awaits every task, once; no event is sent after
+    /// it began.
     async fn shutdown(&self) {
+        // A foreground run is not the executor's task: it is stopped as an abort stops it.
+        for call in lock(&self.calls).entries.values() {
+            if let Call::InFlight { abort, .. } = call {
+                abort.cancel();
+            }
+        }
         self.shut_down
             .get_or_init(|| async { self.executor.shutdown().await })
             .await;
