@@ -528,7 +528,6 @@ impl Spill {
         if let Err(err) = file.write_all(&data[..take]) {
             tracing::warn!(path = %at.path.display(), %err, "spill write failed; output stays in memory only");
             // A partial file must not pass for the full output, nor fill the disk further.
-            self.written += granted;
             if let State::Open { at, .. } = std::mem::replace(&mut self.state, State::Failed) {
                 self.delete(&at);
             }

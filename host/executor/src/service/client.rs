@@ -689,10 +689,20 @@ impl Executor for RemoteExecutor {
             lock(&self.inner.state).shutting_down = true;
             if self.lost().is_none() {
                 // The far side kills and awaits its tasks before it answers.
-                let done: Result<Value, Failure> =
-                    self.inner.call_async("shutdown", Value::Null).await;
-                if let Err(Failure::Protocol(message)) = done {
-                    tracing::warn!(%message, "the executor service failed to shut down");
+                // A far side that never answers (a link gone silent) is stopped below.
+                let done = tokio::time::timeout(
+                    QUICK_TIMEOUT,
+                    self.inner.call_async::<Value>("shutdown", Value::Null),
+                )
+                .await;
+                match done {
+                    Ok(Err(Failure::Protocol(message))) => {
+                        tracing::warn!(%message, "the executor service failed to shut down");
+                    }
+                    Err(_) => tracing::warn!(
+                        "the executor service did not answer shutdown in time; it is stopped"
+                    ),
+                    Ok(_) => {}
                 }
             }
             self.inner.close();

@@ -420,14 +420,19 @@ impl Server {
         if !reads.contains_key(&p.task) && reads.len() >= READ_STATES {
             reads.retain(|task, _| self.executor.get(task).is_ok());
         }
-        let state = reads.entry(p.task.clone()).or_default();
-        if p.from == state.end {
+        let end = reads
+            .get(&p.task)
+            .map(|state| state.end)
+            .unwrap_or_default();
+        if p.from == end {
             // An empty answer ends where it starts, so a read from its end is always the next
             // one: its denials are not delivered twice (nor again if that answer was lost).
             let read = match self.executor.read_output(&p.task) {
                 Ok(read) => read,
+                // An unknown or forgotten task leaves no read state behind.
                 Err(err) => return Ok(wire::to_value(Outcome::<wire::ReadAnswer>::Err(err))),
             };
+            let state = reads.entry(p.task.clone()).or_default();
             let to = p.from.after(&read);
             state.end = to;
             state.last = Some((p.from, read.clone()));
@@ -437,11 +442,11 @@ impl Server {
                 read,
             })));
         }
-        match &state.last {
+        match reads.get(&p.task).and_then(|state| state.last.as_ref()) {
             Some((start, read)) if *start == p.from => {
                 Ok(wire::to_value(Outcome::Ok(wire::ReadAnswer {
                     from: *start,
-                    to: state.end,
+                    to: end,
                     read: read.clone(),
                 })))
             }
@@ -449,11 +454,10 @@ impl Server {
                 code::STALE_OFFSETS,
                 format!(
                     "read offsets of {} ({}) are neither the previous answer's start ({}) nor \
-                     its end ({})",
+                     its end ({end})",
                     p.task,
                     p.from,
-                    last.as_ref().map_or(state.end, |(start, _)| *start),
-                    state.end
+                    last.map_or(end, |(start, _)| *start),
                 ),
             )),
         }
