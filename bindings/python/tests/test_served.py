@@ -87,6 +87,16 @@ def wait_until(predicate, timeout=10.0):
     return predicate()
 
 
+# An aborted command's marker would be made this many seconds after it started; the checks wait
+# past that, so a command that was not stopped is seen.
+MARKER_AFTER = 1.5
+
+
+def past_the_marker(began: float) -> None:
+    """Waits until a second after an unstopped command would have made its marker."""
+    time.sleep(max(0.0, began + MARKER_AFTER + 1.0 - time.monotonic()))
+
+
 class Served(unittest.TestCase):
     """One server per test, with a spill directory of its own."""
 
@@ -294,7 +304,7 @@ class Background(Served):
 
     def test_an_aborted_foreground_run_stops_before_its_next_step(self):
         marker = os.path.join(self.cwd, "MARKER")
-        spec = self.executor.resolve(f"sleep 30; touch {marker}", self.cwd, None, None)
+        spec = self.executor.resolve(f"sleep {MARKER_AFTER}; touch {marker}", self.cwd, None, None)
         abort = threading.Event()
         outcome = {}
 
@@ -314,7 +324,7 @@ class Background(Served):
         self.assertNotIn("error", outcome)
         self.assertTrue(outcome["result"]["aborted"], outcome["result"])
         self.assertLess(time.monotonic() - began, 5)
-        time.sleep(1)
+        past_the_marker(began)
         self.assertFalse(os.path.exists(marker))
         # Set before the start, nothing runs at all.
         with self.assertRaises(ExecutorError) as e:
@@ -326,7 +336,7 @@ class Background(Served):
 class Aborts(Served):
     def test_an_aborted_tool_call_reads_as_with_the_packages_executor_and_its_command_stops(self):
         marker = os.path.join(self.cwd, "MARKER")
-        arguments = {"command": f"sleep 30; touch {marker}", "description": "Wait"}
+        arguments = {"command": f"sleep {MARKER_AFTER}; touch {marker}", "description": "Wait"}
         texts = []
         with Tools(executor=LocalExecutor(grace_ms=500)) as local, local.session(cwd=self.cwd) as local_session:
             for session in (self.session, local_session):
@@ -338,7 +348,7 @@ class Aborts(Served):
                 texts.append((r.text, r.is_error, r.error_code))
         self.assertEqual(texts[0], texts[1])
         self.assertTrue(texts[0][1], texts[0])
-        time.sleep(0.5)
+        past_the_marker(began)
         self.assertFalse(os.path.exists(marker))
 
     def test_cancelling_an_async_call_stops_its_command(self):
@@ -347,7 +357,9 @@ class Aborts(Served):
         marker = os.path.join(self.cwd, "MARKER")
 
         async def cancelled():
-            call = asyncio.ensure_future(self.session.acall("bash", {"command": f"sleep 30; touch {marker}", "description": "Wait"}))
+            call = asyncio.ensure_future(
+                self.session.acall("bash", {"command": f"sleep {MARKER_AFTER}; touch {marker}", "description": "Wait"})
+            )
             await asyncio.sleep(0.4)
             call.cancel()
             with self.assertRaises(asyncio.CancelledError):
@@ -356,7 +368,7 @@ class Aborts(Served):
         began = time.monotonic()
         asyncio.run(cancelled())
         self.assertLess(time.monotonic() - began, 5)
-        time.sleep(0.5)
+        past_the_marker(began)
         self.assertFalse(os.path.exists(marker))
         self.assertEqual(self.py("bash", {"command": "echo still serving", "description": "x"}), ("still serving\n", False))
 

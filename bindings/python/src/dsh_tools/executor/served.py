@@ -576,11 +576,8 @@ class ServedExecutor:
         except (TypeError, ValueError) as e:
             raise _Failure(f"the call cannot be encoded: {e}", sent=False, protocol=True) from None
         if len(line) > MAX_LINE_BYTES:
-            raise _Failure(
-                f"the call is {len(line)} bytes as a protocol line, longer than the {MAX_LINE_BYTES} the service reads",
-                sent=False,
-                protocol=True,
-            )
+            # Never sent, so a `run` or `start` provably did not start; worded as dsh-host's client.
+            raise _Failure(f"the request is longer than the protocol's line limit of {MAX_LINE_BYTES} bytes", sent=False)
         with self._write_lock:
             stdin = self._stdin
             if stdin is None:
