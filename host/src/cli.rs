@@ -88,11 +88,18 @@ pub enum Command {
 pub enum ExecutorCommand {
     /// Serve this machine's executor (with the executor flags given: limits, containment,
     /// sandbox, permission rules) to one client over the executor protocol
-    /// (docs/executor-protocol.md). Ends when its input ends, killing the tasks still running.
+    /// (docs/executor-protocol.md). Ends when its input ends, killing the tasks still running;
+    /// with --reconnect-grace-ms, a lost connection leaves the session running that long for a
+    /// new connection (the same command, whose hello names the session) to take it over.
     Serve {
         /// Speak the protocol on stdin and stdout (the only transport so far).
         #[arg(long, required = true)]
         stdio: bool,
+        /// How long the session (its running tasks, answers and events) waits for a new
+        /// connection once its connection is lost, in milliseconds; past it, the tasks are
+        /// killed. 0 (the default): a lost connection ends the session at once.
+        #[arg(long, value_name = "MS", default_value_t = 0.0, allow_negative_numbers = true, value_parser = grace_ms)]
+        reconnect_grace_ms: f64,
     },
 }
 
@@ -362,6 +369,19 @@ fn positive_ms(s: &str) -> Result<f64, String> {
         Ok(v)
     } else {
         Err(format!("expected a finite number > 0, got {s}"))
+    }
+}
+
+/// A reconnect grace: 0 (none) up to a day.
+fn grace_ms(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a number of milliseconds, got {s:?}"))?;
+    if v.is_finite() && (0.0..=86_400_000.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("expected 0 to 86400000 (a day), got {s}"))
     }
 }
 
@@ -653,8 +673,10 @@ fn with_policy(
 
 /// `dsh-host executor serve --stdio`: this machine's executor, behind the permission rules if
 /// any (nobody can be asked through the protocol, so a rule that asks refuses), served on stdin
-/// and stdout until stdin ends.
-async fn serve_executor(common: &CommonArgs) -> Result<i32, CliError> {
+/// and stdout until stdin ends (or, with a reconnect grace, until no connection came back within
+/// it). A connection whose hello names a session of this machine is relayed to that session.
+async fn serve_executor(common: &CommonArgs, grace: Duration) -> Result<i32, CliError> {
+    use dsh_executor::service::resume;
     if common.executor_command.is_some() {
         return Err(CliError::Usage(
             "--executor-command: `executor serve` serves this machine's executor; run the \
@@ -662,20 +684,65 @@ async fn serve_executor(common: &CommonArgs) -> Result<i32, CliError> {
                 .to_string(),
         ));
     }
+    // Non-blocking pipes where stdin and stdout are pipes (as a client spawns the server):
+    // tokio's own stdin and stdout hand every read and write to a blocking thread, a wake-up
+    // each way on every message.
+    let (mut input, output) = rmcp::transport::stdio_pipes();
+    let dir = session_dir();
+    let mut seen = Vec::new();
+    let contact = resume::first_contact(
+        &mut input,
+        &mut seen,
+        dir.as_ref().ok().map(|d| d.as_path()),
+    )
+    .await
+    .map_err(anyhow::Error::from)?;
+    if let resume::FirstContact::Resume(session) = contact {
+        resume::relay(seen, input, output, session)
+            .await
+            .map_err(anyhow::Error::from)?;
+        return Ok(0);
+    }
+    let session_dir = if grace.is_zero() {
+        None
+    } else {
+        let dir = dir.map_err(|err| {
+            CliError::Usage(format!(
+                "--reconnect-grace-ms: no directory for the session's socket: {err}"
+            ))
+        })?;
+        // The session outlives its connection: a signal to the connection's process group
+        // (an ssh session ending) is not its end.
+        let _ = rustix::process::setsid();
+        Some(dir)
+    };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let local = local_executor(common, tx)?;
     let (executor, _policy) = with_policy(common, local)?;
     let options = ServeOptions {
         server: format!("dsh-host {}", env!("CARGO_PKG_VERSION")),
+        reconnect_grace: grace,
+        session_dir,
     };
-    // Non-blocking pipes where stdin and stdout are pipes (as a client spawns the server):
-    // tokio's own stdin and stdout hand every read and write to a blocking thread, a wake-up
-    // each way on every message.
-    let (input, output) = rmcp::transport::stdio_pipes();
+    let input = tokio::io::AsyncReadExt::chain(std::io::Cursor::new(seen), input);
     dsh_executor::service::serve(executor, rx, input, output, options)
         .await
         .map_err(anyhow::Error::from)?;
     Ok(0)
+}
+
+/// Where executor sessions kept for reconnection have their sockets: `$XDG_RUNTIME_DIR/dsh-host`
+/// (else the cache directory, else a per-user directory in the system temp dir), then
+/// `executor-sessions`. The first two are among a sandbox's denied reads.
+fn session_dir_path() -> PathBuf {
+    crate::engine::runtime_dir().join("executor-sessions")
+}
+
+/// [`session_dir_path`], made `0700` if missing, when it is private to this user.
+fn session_dir() -> Result<PathBuf, String> {
+    let dir = session_dir_path();
+    crate::engine::open_private_dir(&dir).map_err(|err| err.to_string())?;
+    Ok(dir)
 }
 
 /// Cancels `abort` on SIGINT. The handler is in place when this returns, before the call starts:
@@ -704,10 +771,13 @@ fn abort_on_interrupt(abort: CancellationToken) -> Result<tokio::task::JoinHandl
 /// Run the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> Result<i32, CliError> {
     if let Command::Executor {
-        command: ExecutorCommand::Serve { .. },
+        command: ExecutorCommand::Serve {
+            reconnect_grace_ms, ..
+        },
     } = &cli.command
     {
-        return serve_executor(&cli.common).await;
+        let grace = Duration::from_secs_f64(reconnect_grace_ms / 1000.0);
+        return serve_executor(&cli.common, grace).await;
     }
     let cwd = cli.common.session_cwd()?;
     let BuiltHost {

@@ -69,6 +69,19 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     Some(base.join("dsh-host"))
 }
 
+/// The host's per-user runtime directory: `$XDG_RUNTIME_DIR/dsh-host`, else the cache directory,
+/// else `dsh-host-<uid>` in the system temp dir.
+pub(crate) fn runtime_dir() -> PathBuf {
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute() && p.is_dir())
+        .map(|p| p.join("dsh-host"));
+    runtime.or_else(default_cache_dir).unwrap_or_else(|| {
+        let uid = rustix::process::geteuid().as_raw();
+        std::env::temp_dir().join(format!("dsh-host-{uid}"))
+    })
+}
+
 pub fn load(
     engine: &Engine,
     source: &ComponentSource,

@@ -23,7 +23,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store};
 
 pub use load::{ComponentSource, EMBEDDED_COMPONENT, default_cache_dir};
-pub(crate) use load::{create_exclusive, open_private_dir};
+pub(crate) use load::{create_exclusive, open_private_dir, runtime_dir};
 
 use bindings::{ToolsComponentPre, wit_tools};
 use limits::{GUEST_FUEL, GUEST_MEMORY_LIMIT, GuestLimiter, MemoryLimitExceeded};

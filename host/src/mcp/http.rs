@@ -866,7 +866,7 @@ fn checked_token(token: &str, what: &str) -> anyhow::Result<String> {
 /// (else the cache directory, else a per-user directory in the system temp dir), created
 /// through the checked directory's descriptor like the cache's files.
 fn write_token_file(secret: &str) -> anyhow::Result<PathBuf> {
-    let dir = token_dir();
+    let dir = crate::engine::runtime_dir();
     let dir_fd = crate::engine::open_private_dir(&dir).map_err(|e| {
         anyhow::anyhow!("will not put the token file there: {e} (pass --http-token-file)")
     })?;
@@ -882,19 +882,6 @@ fn write_token_file(secret: &str) -> anyhow::Result<PathBuf> {
         .write_all(format!("{secret}\n").as_bytes())
         .map_err(|e| anyhow::anyhow!("cannot write the token file {}: {e}", path.display()))?;
     Ok(path)
-}
-
-fn token_dir() -> PathBuf {
-    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute() && p.is_dir())
-        .map(|p| p.join("dsh-host"));
-    runtime
-        .or_else(crate::engine::default_cache_dir)
-        .unwrap_or_else(|| {
-            let uid = rustix::process::geteuid().as_raw();
-            std::env::temp_dir().join(format!("dsh-host-{uid}"))
-        })
 }
 
 #[cfg(test)]

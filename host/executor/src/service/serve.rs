@@ -2,30 +2,47 @@
 //!
 //! Each line read is one message. Quick operations are answered in order; `run`, `start` and
 //! `shutdown` each go to a task of their own, so that a long command never holds up a read or a
-//! kill. Answers and events go out through one writer, a whole line at a time.
+//! kill. Answers and events go out through the connection's writer, a whole line at a time.
+//!
+//! A session (its tasks, the answers of its request ids, its reads' offsets, its events) belongs
+//! to the server, not to a connection. With a reconnect grace, a lost connection leaves the
+//! session running for that long: a new connection naming the session (through the session's
+//! socket, see [`super::resume`]) takes it over and carries on where the last one stopped. Without
+//! one, or once the grace ran out, the session ends: every running task is killed and awaited.
 
 use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::wire::{self, Offsets, Outcome, RpcError, code};
 use crate::{Executor, Read, Task};
 
-/// Who the server says it is in `hello`.
+/// Who the server says it is in `hello`, and how long its session outlives a lost connection.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// Name and version, e.g. `dsh-host 0.1.0`.
     pub server: String,
+    /// How long the session waits for a new connection once its connection is lost; zero ends
+    /// it at once (killing its tasks).
+    pub reconnect_grace: Duration,
+    /// The private directory where the session's socket is made for new connections; needed
+    /// when `reconnect_grace` is not zero.
+    pub session_dir: Option<PathBuf>,
 }
 
-/// Serves `executor` on `input` and `output` until `input` ends, then shuts the executor down
-/// (every running task is killed and awaited) and returns. `events` is the receiver of the
-/// task-done channel `executor` was made with.
+/// Serves `executor` on `input` and `output`. Ends when the connection ends (or, with a
+/// reconnect grace, when no connection took the session over within the grace), then shuts the
+/// executor down (every running task is killed and awaited) and returns. `events` is the
+/// receiver of the task-done channel `executor` was made with.
 pub async fn serve<R, W>(
     executor: Arc<dyn Executor>,
     events: UnboundedReceiver<Task>,
@@ -34,49 +51,174 @@ pub async fn serve<R, W>(
     options: ServeOptions,
 ) -> std::io::Result<()>
 where
-    R: tokio::io::AsyncRead + Unpin,
+    R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (out, lines) = tokio::sync::mpsc::unbounded_channel();
-    let writer = tokio::spawn(write_lines(output, lines));
+    // 96 random bits: the session's name is what a new connection needs to take it over.
+    let session = format!("{}{}", crate::random_hex(), crate::random_hex());
+    let grace = options.reconnect_grace;
+    let rendezvous = match (&options.session_dir, grace.is_zero()) {
+        (_, true) => None,
+        (Some(dir), false) => Some(Rendezvous::bind(dir, &session)?),
+        (None, false) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a reconnect grace needs a directory for the session's socket",
+            ));
+        }
+    };
     let server = Arc::new(Server {
         executor,
-        out,
-        session: crate::random_hex(),
+        session,
         options,
-        greeted: std::sync::atomic::AtomicBool::new(false),
+        next_connection: AtomicU64::new(1),
+        current: Mutex::new(None),
+        ever_attached: AtomicBool::new(false),
+        attached: tokio::sync::Notify::new(),
+        stopping: AtomicBool::new(false),
         calls: Mutex::new(Calls::default()),
         reads: Mutex::new(HashMap::new()),
         log: Mutex::new(EventLog::default()),
         shut_down: tokio::sync::OnceCell::new(),
     });
+    let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel();
+    let first = server.clone().open(input, output, false, ended_tx.clone());
     let pump = tokio::spawn(pump_events(server.clone(), events));
-    let mut input = BufReader::with_capacity(64 * 1024, input);
-    let mut line = Vec::new();
+    let mut deadline: Option<tokio::time::Instant> = None;
     let result = loop {
-        match read_line(&mut input, &mut line).await {
-            Ok(LineRead::Eof) => break Ok(()),
-            Ok(LineRead::TooLong) => server.send(wire::error_response(
-                &Value::Null,
-                &RpcError::new(
-                    code::LINE_TOO_LONG,
-                    format!(
-                        "a line longer than {} bytes was skipped",
-                        wire::MAX_LINE_BYTES
-                    ),
-                ),
-            )),
-            Ok(LineRead::Line) => server.clone().handle(&line),
-            Err(err) => break Err(err),
+        let grace_over = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            Some(ended) = ended.recv() => {
+                let Ended { connection, error } = ended;
+                if !server.lost(connection) {
+                    continue;
+                }
+                if let Some(err) = error
+                    && connection == first.id
+                    && rendezvous.is_none()
+                {
+                    break Err(err);
+                }
+                // Nothing to come back to: no grace, a session never taken up, or one ending.
+                if rendezvous.is_none()
+                    || !server.ever_attached.load(Ordering::Acquire)
+                    || server.stopping.load(Ordering::Acquire)
+                {
+                    break Ok(());
+                }
+                if deadline.is_none() {
+                    tracing::info!(grace = ?grace, "the executor client's connection is lost; its session waits for it");
+                    deadline = Some(tokio::time::Instant::now() + grace);
+                }
+            }
+            accepted = accept(rendezvous.as_ref()) => match accepted {
+                Ok(stream) => {
+                    let (input, output) = stream.into_split();
+                    server.clone().open(input, output, true, ended_tx.clone());
+                }
+                Err(err) => tracing::warn!(%err, "cannot accept a connection on the session's socket"),
+            },
+            () = server.attached.notified() => {
+                if server.current().is_some() {
+                    deadline = None;
+                }
+            }
+            () = grace_over => {
+                tracing::info!("no executor client came back within the reconnect grace; its session ends");
+                break Ok(());
+            }
         }
     };
-    // The client is gone (or said goodbye): nothing may outlive it.
+    // Nobody may attach to a session that ends.
+    drop(rendezvous);
     server.shutdown().await;
     pump.abort();
-    drop(server);
-    // The writer ends once every sender is gone (the last in-flight calls hold some).
-    let _ = writer.await;
+    // The last answers (shutdown's) go out before the connection closes.
+    let last = lock(&server.current).take();
+    if let Some(connection) = last {
+        connection.finish().await;
+    }
     result
+}
+
+/// A connection's end: which one, and the read error that ended it, if any.
+struct Ended {
+    connection: u64,
+    error: Option<std::io::Error>,
+}
+
+async fn accept(rendezvous: Option<&Rendezvous>) -> std::io::Result<tokio::net::UnixStream> {
+    match rendezvous {
+        Some(rendezvous) => rendezvous.listener.accept().await.map(|(stream, _)| stream),
+        None => std::future::pending().await,
+    }
+}
+
+/// The session's socket in the session directory, removed when the session ends.
+struct Rendezvous {
+    listener: tokio::net::UnixListener,
+    path: PathBuf,
+}
+
+impl Rendezvous {
+    fn bind(dir: &Path, session: &str) -> std::io::Result<Rendezvous> {
+        let path = super::resume::session_socket(dir, session);
+        let listener = tokio::net::UnixListener::bind(&path).map_err(|err| {
+            std::io::Error::new(
+                err.kind(),
+                format!("cannot make the session's socket {}: {err}", path.display()),
+            )
+        })?;
+        Ok(Rendezvous { listener, path })
+    }
+}
+
+impl Drop for Rendezvous {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// One connection: its writer, and whether it said hello.
+struct Connection {
+    id: u64,
+    /// `None` once closed.
+    out: Mutex<Option<UnboundedSender<String>>>,
+    writer: Mutex<Option<JoinHandle<std::io::Result<()>>>>,
+    greeted: AtomicBool,
+    /// Made through the session's socket: it must name the session.
+    resumed: bool,
+    /// Ends its reader.
+    stop: CancellationToken,
+}
+
+impl Connection {
+    fn send(&self, line: String) {
+        // A closed writer means the client is gone (or another connection took over).
+        if let Some(out) = lock(&self.out).as_ref() {
+            let _ = out.send(line);
+        }
+    }
+
+    /// Stops reading and closes the output once what was sent before is written.
+    fn close(&self) {
+        self.stop.cancel();
+        lock(&self.out).take();
+    }
+
+    /// Closes it and waits (a few seconds at most) until what was sent is written.
+    async fn finish(&self) {
+        self.close();
+        let writer = lock(&self.writer).take();
+        if let Some(writer) = writer {
+            let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+        }
+    }
 }
 
 enum LineRead {
@@ -142,10 +284,17 @@ async fn write_lines<W: AsyncWrite + Unpin>(
 
 struct Server {
     executor: Arc<dyn Executor>,
-    out: UnboundedSender<String>,
     session: String,
     options: ServeOptions,
-    greeted: std::sync::atomic::AtomicBool,
+    next_connection: AtomicU64,
+    /// The connection that said hello last: answers to it, events to it.
+    current: Mutex<Option<Arc<Connection>>>,
+    /// A connection said hello once (a session nobody took up is not waited for).
+    ever_attached: AtomicBool,
+    /// Told when a connection takes the session.
+    attached: tokio::sync::Notify,
+    /// Shutdown began: a lost connection ends the session at once.
+    stopping: AtomicBool,
     calls: Mutex<Calls>,
     reads: Mutex<HashMap<String, ReadState>>,
     log: Mutex<EventLog>,
@@ -163,8 +312,8 @@ struct Calls {
 
 enum Call {
     InFlight {
-        /// The JSON-RPC ids of the first request and of each repeat so far.
-        waiters: Vec<Value>,
+        /// The connections and JSON-RPC ids of the first request and of each repeat so far.
+        waiters: Vec<(Arc<Connection>, Value)>,
         abort: CancellationToken,
     },
     Done(Value),
@@ -200,26 +349,107 @@ fn params<T: DeserializeOwned>(params: Option<Value>) -> Result<T, RpcError> {
         .map_err(|err| RpcError::new(code::INVALID_PARAMS, format!("invalid params: {err}")))
 }
 
+fn answer(to: &Connection, id: &Value, result: Result<Value, RpcError>) {
+    to.send(match result {
+        Ok(value) => wire::response(id, &value),
+        Err(error) => wire::error_response(id, &error),
+    });
+}
+
 impl Server {
-    fn send(&self, line: String) {
-        // A closed writer means the client is gone; the input's end follows.
-        let _ = self.out.send(line);
+    fn current(&self) -> Option<Arc<Connection>> {
+        lock(&self.current).clone()
     }
 
-    fn answer(&self, id: &Value, result: Result<Value, RpcError>) {
-        self.send(match result {
-            Ok(value) => wire::response(id, &value),
-            Err(error) => wire::error_response(id, &error),
+    /// Starts reading `input` as a new connection; `ended` is told when it ends.
+    fn open<R, W>(
+        self: Arc<Self>,
+        input: R,
+        output: W,
+        resumed: bool,
+        ended: UnboundedSender<Ended>,
+    ) -> Arc<Connection>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (out, lines) = tokio::sync::mpsc::unbounded_channel();
+        let connection = Arc::new(Connection {
+            id: self.next_connection.fetch_add(1, Ordering::Relaxed),
+            out: Mutex::new(Some(out)),
+            writer: Mutex::new(Some(tokio::spawn(write_lines(output, lines)))),
+            greeted: AtomicBool::new(false),
+            resumed,
+            stop: CancellationToken::new(),
         });
+        let reading = connection.clone();
+        tokio::spawn(async move {
+            let mut input = BufReader::with_capacity(64 * 1024, input);
+            let mut line = Vec::new();
+            let error = loop {
+                let next = tokio::select! {
+                    () = reading.stop.cancelled() => break None,
+                    next = read_line(&mut input, &mut line) => next,
+                };
+                match next {
+                    Ok(LineRead::Eof) => break None,
+                    Ok(LineRead::TooLong) => reading.send(wire::error_response(
+                        &Value::Null,
+                        &RpcError::new(
+                            code::LINE_TOO_LONG,
+                            format!(
+                                "a line longer than {} bytes was skipped",
+                                wire::MAX_LINE_BYTES
+                            ),
+                        ),
+                    )),
+                    Ok(LineRead::Line) => self.clone().handle(&reading, &line),
+                    Err(err) => break Some(err),
+                }
+            };
+            let _ = ended.send(Ended {
+                connection: reading.id,
+                error,
+            });
+        });
+        connection
     }
 
-    fn handle(self: Arc<Self>, line: &[u8]) {
+    /// Connection `id` ended. True when the session has no connection now (it was the
+    /// current one, or none had taken the session).
+    fn lost(&self, id: u64) -> bool {
+        let mut current = lock(&self.current);
+        match current.as_ref() {
+            Some(connection) if connection.id == id => {
+                connection.close();
+                *current = None;
+                true
+            }
+            Some(_) => false,
+            None => true,
+        }
+    }
+
+    /// `connection` said hello: it takes the session over from the one before, if any.
+    fn attach(&self, connection: &Arc<Connection>) {
+        let previous = lock(&self.current).replace(connection.clone());
+        if let Some(previous) = previous
+            && previous.id != connection.id
+        {
+            tracing::info!("a new executor client connection took the session over");
+            previous.close();
+        }
+        self.ever_attached.store(true, Ordering::Release);
+        self.attached.notify_one();
+    }
+
+    fn handle(self: Arc<Self>, from: &Arc<Connection>, line: &[u8]) {
         let message: wire::Incoming = match serde_json::from_slice(line) {
             Ok(message) => message,
             Err(err) => {
                 let error =
                     RpcError::new(code::PARSE_ERROR, format!("not a JSON-RPC message: {err}"));
-                return self.send(wire::error_response(&Value::Null, &error));
+                return from.send(wire::error_response(&Value::Null, &error));
             }
         };
         let Some(method) = message.method else {
@@ -227,41 +457,52 @@ impl Server {
             if message.result.is_none() && message.error.is_none() {
                 let id = message.id.unwrap_or(Value::Null);
                 let error = RpcError::new(code::INVALID_REQUEST, "a message needs a method");
-                self.send(wire::error_response(&id, &error));
+                from.send(wire::error_response(&id, &error));
             }
             return;
         };
         if message.jsonrpc.as_deref() != Some("2.0") {
             if let Some(id) = &message.id {
                 let error = RpcError::new(code::INVALID_REQUEST, "jsonrpc must be \"2.0\"");
-                self.send(wire::error_response(id, &error));
+                from.send(wire::error_response(id, &error));
             }
             return;
         }
+        let greeted = from.greeted.load(Ordering::Acquire);
         let Some(id) = message.id else {
-            return self.notified(&method, message.params);
+            // Only a connection that has the session may cancel or acknowledge.
+            if greeted {
+                self.notified(&method, message.params);
+            }
+            return;
         };
-        if method != "hello" && !self.greeted.load(std::sync::atomic::Ordering::Acquire) {
+        if method != "hello" && !greeted {
             let error = RpcError::new(
                 code::HELLO_FIRST,
                 format!("{method} before hello: a connection starts with hello"),
             );
-            return self.answer(&id, Err(error));
+            return answer(from, &id, Err(error));
         }
         match method.as_str() {
             "run" | "start" => match params::<wire::StartParams>(message.params) {
-                Ok(call) => self.call(id, method == "run", call),
-                Err(error) => self.answer(&id, Err(error)),
+                Ok(call) => self.call(from.clone(), id, method == "run", call),
+                Err(error) => answer(from, &id, Err(error)),
             },
             "shutdown" => {
+                let from = from.clone();
+                self.stopping.store(true, Ordering::Release);
                 tokio::spawn(async move {
                     self.shutdown().await;
-                    self.answer(&id, Ok(Value::Null));
+                    answer(&from, &id, Ok(Value::Null));
                 });
+            }
+            "hello" => {
+                let result = self.hello(from, params(message.params));
+                answer(from, &id, result);
             }
             _ => {
                 let result = self.quick(&method, message.params);
-                self.answer(&id, result);
+                answer(from, &id, result);
             }
         }
     }
@@ -290,7 +531,6 @@ impl Server {
     fn quick(&self, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
         let exec = &self.executor;
         Ok(match method {
-            "hello" => return self.hello(self::params(params)?),
             "resolve" => {
                 let p: wire::ResolveParams = self::params(params)?;
                 wire::to_value(Outcome::from(exec.resolve(p.request)))
@@ -324,7 +564,12 @@ impl Server {
         })
     }
 
-    fn hello(&self, hello: wire::Hello) -> Result<Value, RpcError> {
+    fn hello(
+        &self,
+        from: &Arc<Connection>,
+        hello: Result<wire::Hello, RpcError>,
+    ) -> Result<Value, RpcError> {
+        let hello = hello?;
         if hello.protocol != wire::PROTOCOL_VERSION {
             return Err(RpcError {
                 code: code::VERSION_MISMATCH,
@@ -341,44 +586,62 @@ impl Server {
                 })),
             });
         }
-        if let Some(session) = hello.session
-            && session != self.session
-        {
-            return Err(RpcError::new(
-                code::INVALID_PARAMS,
-                format!("no session {session:?} to resume on this server"),
-            ));
+        match &hello.session {
+            Some(session) if *session != self.session => {
+                return Err(RpcError::new(
+                    code::UNKNOWN_SESSION,
+                    format!(
+                        "no session {session:?} to resume on this machine: it ended, or its \
+                         reconnect grace ran out"
+                    ),
+                ));
+            }
+            None if from.resumed => {
+                return Err(RpcError::new(
+                    code::INVALID_PARAMS,
+                    "a connection through a session's socket names the session",
+                ));
+            }
+            _ => {}
         }
-        tracing::debug!(client = %hello.client, "executor client connected");
-        self.greeted
-            .store(true, std::sync::atomic::Ordering::Release);
+        tracing::debug!(client = %hello.client, resumed = hello.session.is_some(), "executor client connected");
+        from.greeted.store(true, Ordering::Release);
+        self.attach(from);
         Ok(wire::to_value(wire::Welcome {
             protocol: wire::PROTOCOL_VERSION,
             server: self.options.server.clone(),
             session: self.session.clone(),
             limits: self.executor.limits(),
             remembered_requests: wire::REMEMBERED_REQUESTS,
+            max_line_bytes: wire::MAX_LINE_BYTES,
+            reconnect_grace_ms: self.options.reconnect_grace.as_secs_f64() * 1000.0,
         }))
     }
 
     /// `run` or `start` under request id `call.request_id`: the first time it runs; a repeat
     /// waits for or gets the first one's answer.
-    fn call(self: Arc<Self>, id: Value, foreground: bool, call: wire::StartParams) {
+    fn call(
+        self: Arc<Self>,
+        from: Arc<Connection>,
+        id: Value,
+        foreground: bool,
+        call: wire::StartParams,
+    ) {
         let abort = CancellationToken::new();
         {
             let mut calls = lock(&self.calls);
             match calls.entries.get_mut(&call.request_id) {
-                Some(Call::Done(answer)) => {
-                    let answer = answer.clone();
+                Some(Call::Done(done)) => {
+                    let done = done.clone();
                     drop(calls);
-                    return self.answer(&id, Ok(answer));
+                    return answer(&from, &id, Ok(done));
                 }
-                Some(Call::InFlight { waiters, .. }) => return waiters.push(id),
+                Some(Call::InFlight { waiters, .. }) => return waiters.push((from, id)),
                 None => {
                     calls.entries.insert(
                         call.request_id.clone(),
                         Call::InFlight {
-                            waiters: vec![id],
+                            waiters: vec![(from, id)],
                             abort: abort.clone(),
                         },
                     );
@@ -386,7 +649,7 @@ impl Server {
             }
         }
         tokio::spawn(async move {
-            let answer = if foreground {
+            let result = if foreground {
                 wire::to_value(Outcome::from(self.executor.run(call.spec, abort).await))
             } else {
                 wire::to_value(Outcome::from(self.executor.start(call.spec).await))
@@ -395,7 +658,7 @@ impl Server {
                 let mut calls = lock(&self.calls);
                 let previous = calls
                     .entries
-                    .insert(call.request_id.clone(), Call::Done(answer.clone()));
+                    .insert(call.request_id.clone(), Call::Done(result.clone()));
                 calls.done.push_back(call.request_id);
                 while calls.done.len() > wire::REMEMBERED_REQUESTS {
                     if let Some(old) = calls.done.pop_front() {
@@ -407,8 +670,8 @@ impl Server {
                     _ => Vec::new(),
                 }
             };
-            for id in waiters {
-                self.answer(&id, Ok(answer.clone()));
+            for (to, id) in waiters {
+                answer(&to, &id, Ok(result.clone()));
             }
         });
     }
@@ -466,6 +729,7 @@ impl Server {
     /// Stops every foreground run and kills and awaits every task, once; no event is sent after
     /// it began.
     async fn shutdown(&self) {
+        self.stopping.store(true, Ordering::Release);
         // A foreground run is not the executor's task: it is stopped as an abort stops it.
         for call in lock(&self.calls).entries.values() {
             if let Call::InFlight { abort, .. } = call {
@@ -495,6 +759,9 @@ async fn pump_events(server: Arc<Server>, mut events: UnboundedReceiver<Task>) {
             }
             event
         };
-        server.send(wire::notification("task_done", &event));
+        // Without a connection, the event waits in the log for the next one's `events`.
+        if let Some(connection) = server.current() {
+            connection.send(wire::notification("task_done", &event));
+        }
     }
 }

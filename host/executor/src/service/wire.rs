@@ -42,6 +42,9 @@ pub mod code {
     pub const STALE_OFFSETS: i64 = -32003;
     /// The line is longer than [`super::MAX_LINE_BYTES`].
     pub const LINE_TOO_LONG: i64 = -32004;
+    /// `hello` named a session this machine does not have (it ended, or its reconnect grace
+    /// ran out): there is nothing to resume.
+    pub const UNKNOWN_SESSION: i64 = -32005;
 }
 
 /// What an executor operation answered: the JSON-RPC `result` of every executor method. The
@@ -82,8 +85,8 @@ pub struct Hello {
     /// The client's name and version, for the server's log.
     #[serde(default)]
     pub client: String,
-    /// The server session to resume; `None` starts a new one. (Reserved: this version always
-    /// starts a new session, and a named one is refused.)
+    /// The server session to resume (a server started with a reconnect grace keeps its tasks
+    /// for a new connection naming it); `None` starts a new one.
     #[serde(default)]
     pub session: Option<String>,
 }
@@ -101,6 +104,17 @@ pub struct Welcome {
     pub limits: crate::Limits,
     /// How many completed request ids the server remembers ([`REMEMBERED_REQUESTS`]).
     pub remembered_requests: usize,
+    /// The longest line the server reads ([`MAX_LINE_BYTES`]).
+    #[serde(default = "max_line_bytes")]
+    pub max_line_bytes: usize,
+    /// How long the server keeps the session (its tasks, answers and events) for a new
+    /// connection once this one is lost, in milliseconds; 0 when a lost connection ends it.
+    #[serde(default)]
+    pub reconnect_grace_ms: f64,
+}
+
+fn max_line_bytes() -> usize {
+    MAX_LINE_BYTES
 }
 
 /// `resolve`'s parameters.
