@@ -949,3 +949,49 @@ fn call_runs_through_executor_serve() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("put them on its command line"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_caller_stops_waiting_is_stopped_on_the_far_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("run.pid");
+    let (tx, _events) = unbounded_channel();
+    let exec =
+        RemoteExecutor::connect(&serve_command(&[format!("--grace-ms={GRACE_MS}")]), tx).unwrap();
+    let spec = exec::spec(
+        exec.as_ref(),
+        &format!(
+            "echo $$ > {}; exec sleep 60",
+            quoted(&pid_file.display().to_string())
+        ),
+    );
+    let run = {
+        let exec = exec.clone();
+        tokio::spawn(async move { exec.run(spec, CancellationToken::new()).await })
+    };
+    let deadline = Instant::now() + PROMPT;
+    while lines_of(&pid_file) == 0 {
+        assert!(Instant::now() < deadline, "the command did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The caller drops the call (its future), as a host does when its own caller goes away.
+    run.abort();
+    let deadline = Instant::now() + PROMPT;
+    while procs::alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the command outlived its dropped call"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // And the executor serves on.
+    assert_eq!(
+        exec::run(exec.as_ref(), "echo on").await.stdout.text,
+        "on\n"
+    );
+    exec.shutdown().await;
+}

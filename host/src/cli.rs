@@ -714,6 +714,7 @@ async fn serve_executor(common: &CommonArgs, grace: Duration) -> Result<i32, Cli
         // The session outlives its connection: a signal to the connection's process group
         // (an ssh session ending) is not its end.
         let _ = rustix::process::setsid();
+        release_standard_streams();
         Some(dir)
     };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -729,6 +730,24 @@ async fn serve_executor(common: &CommonArgs, grace: Duration) -> Result<i32, Cli
         .await
         .map_err(anyhow::Error::from)?;
     Ok(0)
+}
+
+/// Points stdin and stdout at `/dev/null` where the transport reads and writes pipes through
+/// descriptors of its own (it reopens them when both are pipes): the connection's pipes are
+/// then closed when the connection is, so a client whose connection another one took over sees
+/// its end. Elsewhere they stay, and such a client sees its end when the session ends.
+fn release_standard_streams() {
+    use rustix::fs::{FileType, Mode, OFlags};
+    let pipe = |fd: rustix::fd::BorrowedFd<'_>| {
+        rustix::fs::fstat(fd).is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Fifo)
+    };
+    if !(pipe(rustix::stdio::stdin()) && pipe(rustix::stdio::stdout())) {
+        return;
+    }
+    if let Ok(null) = rustix::fs::open("/dev/null", OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()) {
+        let _ = rustix::stdio::dup2_stdin(&null);
+        let _ = rustix::stdio::dup2_stdout(&null);
+    }
 }
 
 /// Where executor sessions kept for reconnection have their sockets: `$XDG_RUNTIME_DIR/dsh-host`

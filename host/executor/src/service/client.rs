@@ -808,7 +808,8 @@ impl Inner {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() || lock(&self.state).lost.is_some() {
                 return self.lose(format!(
-                    "{reason}; no new connection within its reconnect grace of {grace:?} ({last})"
+                    "{reason}; no new connection within its reconnect grace of {grace:?}, the \
+                     last attempt: {last}"
                 ));
             }
             match self

@@ -1,0 +1,442 @@
+//! A lost connection to `dsh-host executor serve --stdio --reconnect-grace-ms`: the session keeps
+//! running for the grace, the host's `RemoteExecutor` connects again and carries on where it
+//! stopped (nothing runs twice, no byte and no task-done event is lost or delivered twice), and
+//! past the grace the far side kills its tasks and the host reports them once.
+//!
+//! The connection runs through two `cat`s, as through an `ssh` between two machines: killing
+//! them (the connection command's process group) drops the connection, and leaves the server,
+//! which left that group, running.
+
+#[path = "support/exec.rs"]
+mod exec;
+#[path = "support/procs.rs"]
+mod procs;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dsh_host::executor::{ExecError, Executor, RemoteExecutor, Task, TaskState};
+use serde_json::{Value, json};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio_util::sync::CancellationToken;
+
+const BIN: &str = env!("CARGO_BIN_EXE_dsh-host");
+/// Generous bound for anything that should be "prompt".
+const PROMPT: Duration = Duration::from_secs(15);
+
+fn quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// A served executor behind a connection the test can drop.
+struct Far {
+    exec: Arc<RemoteExecutor>,
+    events: UnboundedReceiver<Task>,
+    dir: tempfile::TempDir,
+}
+
+impl Far {
+    /// A far side keeping its session `grace_ms` after a lost connection. Its session sockets
+    /// go in a runtime directory of the test's own; while the file `down` exists, the
+    /// connection command fails (the far machine cannot be reached).
+    fn new(grace_ms: u64) -> Far {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = dir.path().join("run");
+        std::fs::create_dir(&runtime).unwrap();
+        let path = |name: &str| quoted(&dir.path().join(name).display().to_string());
+        // Each run of the server's command line appends its pid: the first is the server, the
+        // later ones the connections relayed to it.
+        let command = format!(
+            "test -e {down} && exit 1; cat | XDG_RUNTIME_DIR={runtime} sh -c 'echo $$ >> {pids}; \
+             exec \"$0\" executor serve --stdio --reconnect-grace-ms={grace_ms} --grace-ms=200 \
+             --timeout-ms=60000' {bin} | cat",
+            down = path("down"),
+            runtime = quoted(&runtime.display().to_string()),
+            pids = dir.path().join("pids").display(),
+            bin = quoted(BIN),
+        );
+        let (tx, events) = unbounded_channel();
+        let exec = RemoteExecutor::connect(&command, tx).unwrap();
+        Far { exec, events, dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The server's pid (the first line of `pids`).
+    fn server_pid(&self) -> i32 {
+        let pids = std::fs::read_to_string(self.path("pids")).unwrap();
+        pids.lines().next().unwrap().trim().parse().unwrap()
+    }
+
+    /// How many times the server's command line ran (the server, then one relay per new
+    /// connection).
+    fn connections(&self) -> usize {
+        lines_of(&self.path("pids"))
+    }
+
+    /// Kills the connection (the two `cat`s and their shell), not the server.
+    fn drop_connection(&self) {
+        let pid = self.exec.connection_pid().expect("a connection");
+        let killed = Command::new("kill")
+            .args(["-9", "--", &format!("-{pid}")])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+    }
+
+    /// While `down` exists, new connections fail.
+    fn unreachable(&self, down: bool) {
+        if down {
+            std::fs::write(self.path("down"), "").unwrap();
+        } else {
+            std::fs::remove_file(self.path("down")).unwrap();
+        }
+    }
+
+    /// The session sockets present in the test's runtime directory.
+    fn session_sockets(&self) -> Vec<String> {
+        let dir = self.path("run/dsh-host/executor-sessions");
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// All of a task's stdout, read until it ended.
+    async fn read_to_end(&self, id: &str) -> String {
+        let deadline = Instant::now() + PROMPT;
+        let mut text = String::new();
+        loop {
+            let read = self.exec.read_output(id).unwrap();
+            assert!(!read.stdout.lossy, "the window was not outgrown");
+            text.push_str(&read.stdout.text);
+            if read.task.state != TaskState::Running {
+                return text;
+            }
+            assert!(Instant::now() < deadline, "{id} did not end: {text}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn no_more_events(&mut self) {
+        let more = tokio::time::timeout(Duration::from_millis(500), self.events.recv()).await;
+        assert!(matches!(more, Err(_) | Ok(None)), "another event: {more:?}");
+    }
+}
+
+fn lines_of(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |s| s.lines().count())
+}
+
+fn numbers(n: usize) -> String {
+    (1..=n).map(|i| format!("{i}\n")).collect()
+}
+
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PROMPT;
+    while !done() {
+        assert!(Instant::now() < deadline, "not in time: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_connection_is_lost_is_answered_once_it_is_taken_up_again() {
+    let far = Far::new(20_000);
+    let runs = far.path("runs");
+    let command = format!(
+        "echo start >> {runs}; sleep 1.5; echo out; echo end >> {runs}",
+        runs = quoted(&runs.display().to_string())
+    );
+    let run = {
+        let exec = far.exec.clone();
+        let spec = exec::spec(exec.as_ref(), &command);
+        tokio::spawn(async move { exec.run(spec, CancellationToken::new()).await })
+    };
+    wait_until("the command started", || lines_of(&runs) == 1).await;
+    let server = far.server_pid();
+    far.drop_connection();
+    let result = tokio::time::timeout(PROMPT, run)
+        .await
+        .expect("the run is answered")
+        .unwrap()
+        .expect("the run succeeds");
+    assert_eq!(result.stdout.text, "out\n");
+    assert_eq!(result.exit_code, Some(0));
+    // It ran once, on the same server, reached through a new connection.
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "start\nend\n");
+    assert!(procs::alive(server));
+    assert_eq!(far.connections(), 2);
+    // And the session carries on.
+    assert_eq!(
+        exec::run(far.exec.as_ref(), "echo again").await.stdout.text,
+        "again\n"
+    );
+    far.exec.shutdown().await;
+    wait_until("the server exited", || !procs::alive(server)).await;
+    assert_eq!(far.session_sockets(), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_task_loses_no_byte_and_no_event_across_lost_connections() {
+    let mut far = Far::new(20_000);
+    let counting = exec::start(
+        far.exec.as_ref(),
+        "for i in $(seq 1 40); do echo $i; sleep 0.05; done",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let mut text = far.exec.read_output(&counting.id).unwrap().stdout.text;
+    assert!(!text.is_empty());
+
+    // Lost twice while it runs, read in between.
+    far.drop_connection();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    text.push_str(&far.exec.read_output(&counting.id).unwrap().stdout.text);
+    far.drop_connection();
+
+    // A task that ends while no connection can be made: its event is sent to nobody, and
+    // asked for once a connection is made again.
+    let short = exec::start(far.exec.as_ref(), "sleep 0.2").await;
+    far.unreachable(true);
+    far.drop_connection();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    far.unreachable(false);
+
+    text.push_str(&far.read_to_end(&counting.id).await);
+    assert_eq!(text, numbers(40));
+    let mut ended = [
+        exec::next_event(&mut far.events).await,
+        exec::next_event(&mut far.events).await,
+    ];
+    ended.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(
+        ended
+            .iter()
+            .map(|t| (t.id.as_str(), t.state, t.exit_code))
+            .collect::<Vec<_>>(),
+        [
+            (counting.id.as_str(), TaskState::Completed, Some(0)),
+            (short.id.as_str(), TaskState::Completed, Some(0)),
+        ]
+    );
+    far.no_more_events().await;
+    assert!(far.connections() >= 4, "{}", far.connections());
+    far.exec.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_grace_the_far_side_kills_its_tasks_and_the_host_reports_each_once() {
+    let mut far = Far::new(1_500);
+    let pid_file = far.path("task.pid");
+    let task = exec::start(
+        far.exec.as_ref(),
+        &format!(
+            "echo $$ > {}; exec sleep 60",
+            quoted(&pid_file.display().to_string())
+        ),
+    )
+    .await;
+    wait_until("the task wrote its pid", || lines_of(&pid_file) == 1).await;
+    let task_pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let in_flight = {
+        let exec = far.exec.clone();
+        let spec = exec::spec(exec.as_ref(), "sleep 60");
+        tokio::spawn(async move { exec.run(spec, CancellationToken::new()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let server = far.server_pid();
+    let later = exec::spec(far.exec.as_ref(), "true");
+    far.unreachable(true);
+    let lost_at = Instant::now();
+    far.drop_connection();
+
+    let ended = exec::next_event(&mut far.events).await;
+    assert_eq!(ended.id, task.id);
+    assert_eq!(ended.state, TaskState::Killed);
+    assert!(
+        lost_at.elapsed() >= Duration::from_millis(1_400),
+        "reported before the grace ran out: {:?}",
+        lost_at.elapsed()
+    );
+    let err = in_flight.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, ExecError::Internal(m) if m.contains("may or may not have run") && m.contains("reconnect grace")),
+        "{err:?}"
+    );
+    // Ground truth: the far side killed the task and ended.
+    wait_until("the task was killed", || !procs::alive(task_pid)).await;
+    wait_until("the server exited", || !procs::alive(server)).await;
+    assert_eq!(far.session_sockets(), Vec::<String>::new());
+    far.no_more_events().await;
+    // Nothing is retried elsewhere: a new command provably was not sent.
+    far.unreachable(false);
+    let err = far
+        .exec
+        .run(later, CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ExecError::SpawnFailed(m) if m.contains("did not start")),
+        "{err:?}"
+    );
+    assert_eq!(
+        far.connections(),
+        1,
+        "no connection was made after the loss"
+    );
+    far.exec.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// On the wire
+// ---------------------------------------------------------------------------------------------
+
+/// A connection to `dsh-host executor serve --stdio`, spoken to line by line.
+struct Line {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<Value>,
+    next_id: u64,
+}
+
+impl Line {
+    fn open(runtime: &Path, flags: &[&str]) -> Line {
+        let mut child = Command::new(BIN)
+            .args(["executor", "serve", "--stdio"])
+            .args(flags)
+            .env("XDG_RUNTIME_DIR", runtime)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                    return;
+                }
+            }
+        });
+        Line {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            next_id: 0,
+        }
+    }
+
+    /// Sends a request and returns its answer (notifications before it are skipped).
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let line =
+            json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+        loop {
+            let msg = self.lines.recv_timeout(PROMPT).expect("an answer in time");
+            if msg.get("method").is_none() {
+                assert_eq!(msg["id"], self.next_id, "{msg}");
+                return msg;
+            }
+        }
+    }
+
+    /// Whether the server closed this connection's output within a moment.
+    fn closed(&self) -> bool {
+        loop {
+            match self.lines.recv_timeout(PROMPT) {
+                Ok(msg) if msg.get("method").is_some() => continue,
+                Ok(msg) => panic!("an unexpected answer: {msg}"),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return true,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return false,
+            }
+        }
+    }
+}
+
+#[test]
+fn a_new_connection_naming_the_session_takes_it_over_and_the_old_one_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = Line::open(dir.path(), &["--reconnect-grace-ms=20000"]);
+    let welcome = first.request("hello", json!({"protocol": 1, "client": "first"}));
+    let session = welcome["result"]["session"].as_str().unwrap().to_string();
+    assert_eq!(welcome["result"]["reconnect_grace_ms"], 20000.0);
+    assert_eq!(welcome["result"]["max_line_bytes"], 512 * 1024 * 1024);
+    let started = first.request(
+        "start",
+        json!({"request_id": "r1", "spec": {"command": "sleep 30", "workdir": dir.path(), "timeout_ms": 60000.0, "owner": null}}),
+    );
+    let task = started["result"]["ok"]["id"].as_str().unwrap().to_string();
+
+    // The same command line, whose hello names the session: relayed to the first server.
+    let mut second = Line::open(dir.path(), &[]);
+    let resumed = second.request(
+        "hello",
+        json!({"protocol": 1, "client": "second", "session": session}),
+    );
+    assert_eq!(resumed["result"]["session"], session.as_str(), "{resumed}");
+    assert!(first.closed(), "the first connection was closed");
+    // The session's task, and the answer remembered for its request id.
+    let got = second.request("get", json!({"task": task}));
+    assert_eq!(got["result"]["ok"]["state"], "running", "{got}");
+    let again = second.request(
+        "start",
+        json!({"request_id": "r1", "spec": {"command": "sleep 30", "workdir": dir.path(), "timeout_ms": 60000.0, "owner": null}}),
+    );
+    assert_eq!(again["result"], started["result"]);
+    assert_eq!(
+        second.request("list", Value::Null)["result"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    assert_eq!(
+        second.request("shutdown", Value::Null)["result"],
+        Value::Null
+    );
+    drop(second.stdin.take());
+    assert!(second.child.wait().unwrap().success());
+    assert!(first.child.wait().unwrap().success(), "the server ended");
+}
+
+#[test]
+fn a_hello_naming_an_unknown_session_is_refused_and_the_connection_serves_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut line = Line::open(dir.path(), &[]);
+    for session in ["0123456789abcdef01234567", "../../etc/passwd"] {
+        let refused = line.request(
+            "hello",
+            json!({"protocol": 1, "client": "test", "session": session}),
+        );
+        assert_eq!(refused["error"]["code"], -32005, "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("it ended, or its reconnect grace ran out"),
+            "{message}"
+        );
+    }
+    let welcome = line.request("hello", json!({"protocol": 1, "client": "test"}));
+    assert_eq!(welcome["result"]["reconnect_grace_ms"], 0.0, "{welcome}");
+    drop(line.stdin.take());
+    assert!(line.child.wait().unwrap().success());
+}
