@@ -9,6 +9,7 @@
 pub mod client;
 pub mod resume;
 pub mod serve;
+mod session;
 pub mod wire;
 
 pub use client::{ConnectError, RemoteExecutor};

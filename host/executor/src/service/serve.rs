@@ -10,21 +10,20 @@
 //! socket, see [`super::resume`]) takes it over and carries on where the last one stopped. Without
 //! one, or once the grace ran out, the session ends: every running task is killed and awaited.
 
-use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::wire::{self, Offsets, Outcome, RpcError, code};
-use crate::{Executor, Read, Task};
+use super::session::{self, Message, Session, Sink, answer, lock};
+use super::wire::{self, RpcError, code};
+use crate::{Executor, Task};
 
 /// Who the server says it is in `hello`, and how long its session outlives a lost connection.
 #[derive(Debug, Clone)]
@@ -68,7 +67,7 @@ where
         }
     };
     let server = Arc::new(Server {
-        executor,
+        core: Arc::new(Session::new(executor)),
         session,
         options,
         next_connection: AtomicU64::new(1),
@@ -76,9 +75,6 @@ where
         ever_attached: AtomicBool::new(false),
         attached: tokio::sync::Notify::new(),
         stopping: AtomicBool::new(false),
-        calls: Mutex::new(Calls::default()),
-        reads: Mutex::new(HashMap::new()),
-        log: Mutex::new(EventLog::default()),
         shut_down: tokio::sync::OnceCell::new(),
     });
     let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel();
@@ -197,14 +193,16 @@ struct Connection {
     stop: CancellationToken,
 }
 
-impl Connection {
+impl Sink for Connection {
     fn send(&self, line: String) {
         // A closed writer means the client is gone (or another connection took over).
         if let Some(out) = lock(&self.out).as_ref() {
             let _ = out.send(line);
         }
     }
+}
 
+impl Connection {
     /// Stops reading and closes the output once what was sent before is written.
     fn close(&self) {
         self.stop.cancel();
@@ -283,7 +281,7 @@ async fn write_lines<W: AsyncWrite + Unpin>(
 }
 
 struct Server {
-    executor: Arc<dyn Executor>,
+    core: Arc<Session>,
     session: String,
     options: ServeOptions,
     next_connection: AtomicU64,
@@ -295,65 +293,7 @@ struct Server {
     attached: tokio::sync::Notify,
     /// Shutdown began: a lost connection ends the session at once.
     stopping: AtomicBool,
-    calls: Mutex<Calls>,
-    reads: Mutex<HashMap<String, ReadState>>,
-    log: Mutex<EventLog>,
     shut_down: tokio::sync::OnceCell<()>,
-}
-
-/// The `run` and `start` calls by request id: in flight (with who waits for the answer) or done
-/// (with the answer, for repeats).
-#[derive(Default)]
-struct Calls {
-    entries: HashMap<String, Call>,
-    /// Done ids, oldest first, at most [`wire::REMEMBERED_REQUESTS`].
-    done: VecDeque<String>,
-}
-
-enum Call {
-    InFlight {
-        /// The connections and JSON-RPC ids of the first request and of each repeat so far.
-        waiters: Vec<(Arc<Connection>, Value)>,
-        abort: CancellationToken,
-    },
-    Done(Value),
-}
-
-/// Where a task's reads through the protocol stand.
-#[derive(Default)]
-struct ReadState {
-    /// The end of what has been answered: the next delta starts here.
-    end: Offsets,
-    /// The last answer and its start, answered again to a read from that start.
-    last: Option<(Offsets, Read)>,
-}
-
-/// Tasks' reads remembered before those of forgotten tasks are dropped.
-const READ_STATES: usize = 4096;
-
-#[derive(Default)]
-struct EventLog {
-    next: u64,
-    /// Sent but not acknowledged, in order.
-    unacked: VecDeque<wire::Event>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic elsewhere leaves the tables consistent (each update is one step).
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A method's parameters, or the JSON-RPC error naming why they do not decode.
-fn params<T: DeserializeOwned>(params: Option<Value>) -> Result<T, RpcError> {
-    serde_json::from_value(params.unwrap_or(Value::Null))
-        .map_err(|err| RpcError::new(code::INVALID_PARAMS, format!("invalid params: {err}")))
-}
-
-fn answer(to: &Connection, id: &Value, result: Result<Value, RpcError>) {
-    to.send(match result {
-        Ok(value) => wire::response(id, &value),
-        Err(error) => wire::error_response(id, &error),
-    });
 }
 
 impl Server {
@@ -444,124 +384,50 @@ impl Server {
     }
 
     fn handle(self: Arc<Self>, from: &Arc<Connection>, line: &[u8]) {
-        let message: wire::Incoming = match serde_json::from_slice(line) {
-            Ok(message) => message,
-            Err(err) => {
-                let error =
-                    RpcError::new(code::PARSE_ERROR, format!("not a JSON-RPC message: {err}"));
-                return from.send(wire::error_response(&Value::Null, &error));
+        let (id, method, params) = match session::parse(line) {
+            Message::Request { id, method, params } => (id, method, params),
+            Message::Notification { method, params } => {
+                // Only a connection that has the session may cancel or acknowledge.
+                if from.greeted.load(Ordering::Acquire) {
+                    self.core.notified(&method, params);
+                }
+                return;
             }
+            Message::Ignored | Message::Invalid { id: None, .. } => return,
+            Message::Invalid {
+                id: Some(id),
+                error,
+            } => return answer(from.as_ref(), &id, Err(error)),
         };
-        let Some(method) = message.method else {
-            // A response from the client: this protocol asks the client nothing.
-            if message.result.is_none() && message.error.is_none() {
-                let id = message.id.unwrap_or(Value::Null);
-                let error = RpcError::new(code::INVALID_REQUEST, "a message needs a method");
-                from.send(wire::error_response(&id, &error));
-            }
-            return;
-        };
-        if message.jsonrpc.as_deref() != Some("2.0") {
-            if let Some(id) = &message.id {
-                let error = RpcError::new(code::INVALID_REQUEST, "jsonrpc must be \"2.0\"");
-                from.send(wire::error_response(id, &error));
-            }
-            return;
-        }
-        let greeted = from.greeted.load(Ordering::Acquire);
-        let Some(id) = message.id else {
-            // Only a connection that has the session may cancel or acknowledge.
-            if greeted {
-                self.notified(&method, message.params);
-            }
-            return;
-        };
-        if method != "hello" && !greeted {
+        if method != "hello" && !from.greeted.load(Ordering::Acquire) {
             let error = RpcError::new(
                 code::HELLO_FIRST,
                 format!("{method} before hello: a connection starts with hello"),
             );
-            return answer(from, &id, Err(error));
+            return answer(from.as_ref(), &id, Err(error));
         }
         match method.as_str() {
-            "run" | "start" => match params::<wire::StartParams>(message.params) {
-                Ok(call) => self.call(from.clone(), id, method == "run", call),
-                Err(error) => answer(from, &id, Err(error)),
-            },
+            "hello" => {
+                let result = self.hello(from, session::params(params));
+                answer(from.as_ref(), &id, result);
+            }
             "shutdown" => {
                 let from = from.clone();
                 self.stopping.store(true, Ordering::Release);
                 tokio::spawn(async move {
                     self.shutdown().await;
-                    answer(&from, &id, Ok(Value::Null));
+                    answer(from.as_ref(), &id, Ok(Value::Null));
                 });
             }
-            "hello" => {
-                let result = self.hello(from, params(message.params));
-                answer(from, &id, result);
-            }
             _ => {
-                let result = self.quick(&method, message.params);
-                answer(from, &id, result);
-            }
-        }
-    }
-
-    /// A notification: answered with nothing, whatever it holds.
-    fn notified(&self, method: &str, params: Option<Value>) {
-        match method {
-            "cancel" => {
-                if let Ok(cancel) = self::params::<wire::CancelParams>(params)
-                    && let Some(Call::InFlight { abort, .. }) =
-                        lock(&self.calls).entries.get(&cancel.request_id)
-                {
-                    abort.cancel();
+                let to: Arc<dyn Sink> = from.clone();
+                if !self.core.request(to, id.clone(), &method, params) {
+                    let error =
+                        RpcError::new(code::METHOD_NOT_FOUND, format!("no method {method:?}"));
+                    answer(from.as_ref(), &id, Err(error));
                 }
             }
-            "ack" => {
-                if let Ok(ack) = self::params::<wire::Cursor>(params) {
-                    lock(&self.log).unacked.retain(|e| e.seq > ack.cursor);
-                }
-            }
-            other => tracing::debug!(method = other, "unknown notification ignored"),
         }
-    }
-
-    /// The operations answered at once.
-    fn quick(&self, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
-        let exec = &self.executor;
-        Ok(match method {
-            "resolve" => {
-                let p: wire::ResolveParams = self::params(params)?;
-                wire::to_value(Outcome::from(exec.resolve(p.request)))
-            }
-            "read" => return self.read(self::params(params)?),
-            "kill" => {
-                let p: wire::TaskParams = self::params(params)?;
-                wire::to_value(Outcome::from(exec.kill(&p.task)))
-            }
-            "get" => {
-                let p: wire::TaskParams = self::params(params)?;
-                wire::to_value(Outcome::from(exec.get(&p.task)))
-            }
-            "owner_of" => {
-                let p: wire::TaskParams = self::params(params)?;
-                wire::to_value(exec.owner_of(&p.task))
-            }
-            "list" => wire::to_value(exec.list()),
-            "events" => {
-                let p: wire::Cursor = self::params(params)?;
-                let mut log = lock(&self.log);
-                log.unacked.retain(|e| e.seq > p.cursor);
-                wire::to_value(&log.unacked)
-            }
-            other => {
-                return Err(RpcError::new(
-                    code::METHOD_NOT_FOUND,
-                    format!("no method {other:?}"),
-                ));
-            }
-        })
     }
 
     fn hello(
@@ -611,133 +477,20 @@ impl Server {
             protocol: wire::PROTOCOL_VERSION,
             server: self.options.server.clone(),
             session: self.session.clone(),
-            limits: self.executor.limits(),
+            limits: self.core.executor().limits(),
             remembered_requests: wire::REMEMBERED_REQUESTS,
             max_line_bytes: wire::MAX_LINE_BYTES,
             reconnect_grace_ms: self.options.reconnect_grace.as_secs_f64() * 1000.0,
         }))
     }
 
-    /// `run` or `start` under request id `call.request_id`: the first time it runs; a repeat
-    /// waits for or gets the first one's answer.
-    fn call(
-        self: Arc<Self>,
-        from: Arc<Connection>,
-        id: Value,
-        foreground: bool,
-        call: wire::StartParams,
-    ) {
-        let abort = CancellationToken::new();
-        {
-            let mut calls = lock(&self.calls);
-            match calls.entries.get_mut(&call.request_id) {
-                Some(Call::Done(done)) => {
-                    let done = done.clone();
-                    drop(calls);
-                    return answer(&from, &id, Ok(done));
-                }
-                Some(Call::InFlight { waiters, .. }) => return waiters.push((from, id)),
-                None => {
-                    calls.entries.insert(
-                        call.request_id.clone(),
-                        Call::InFlight {
-                            waiters: vec![(from, id)],
-                            abort: abort.clone(),
-                        },
-                    );
-                }
-            }
-        }
-        tokio::spawn(async move {
-            let result = if foreground {
-                wire::to_value(Outcome::from(self.executor.run(call.spec, abort).await))
-            } else {
-                wire::to_value(Outcome::from(self.executor.start(call.spec).await))
-            };
-            let waiters = {
-                let mut calls = lock(&self.calls);
-                let previous = calls
-                    .entries
-                    .insert(call.request_id.clone(), Call::Done(result.clone()));
-                calls.done.push_back(call.request_id);
-                while calls.done.len() > wire::REMEMBERED_REQUESTS {
-                    if let Some(old) = calls.done.pop_front() {
-                        calls.entries.remove(&old);
-                    }
-                }
-                match previous {
-                    Some(Call::InFlight { waiters, .. }) => waiters,
-                    _ => Vec::new(),
-                }
-            };
-            for (to, id) in waiters {
-                answer(&to, &id, Ok(result.clone()));
-            }
-        });
-    }
-
-    /// A read from explicit offsets: the next delta when they are the previous answer's end,
-    /// that answer again when they are its start.
-    fn read(&self, p: wire::ReadParams) -> Result<Value, RpcError> {
-        let mut reads = lock(&self.reads);
-        if !reads.contains_key(&p.task) && reads.len() >= READ_STATES {
-            reads.retain(|task, _| self.executor.get(task).is_ok());
-        }
-        let end = reads
-            .get(&p.task)
-            .map(|state| state.end)
-            .unwrap_or_default();
-        if p.from == end {
-            // An empty answer ends where it starts, so a read from its end is always the next
-            // one: its denials are not delivered twice (nor again if that answer was lost).
-            let read = match self.executor.read_output(&p.task) {
-                Ok(read) => read,
-                // An unknown or forgotten task leaves no read state behind.
-                Err(err) => return Ok(wire::to_value(Outcome::<wire::ReadAnswer>::Err(err))),
-            };
-            let state = reads.entry(p.task.clone()).or_default();
-            let to = p.from.after(&read);
-            state.end = to;
-            state.last = Some((p.from, read.clone()));
-            return Ok(wire::to_value(Outcome::Ok(wire::ReadAnswer {
-                from: p.from,
-                to,
-                read,
-            })));
-        }
-        match reads.get(&p.task).and_then(|state| state.last.as_ref()) {
-            Some((start, read)) if *start == p.from => {
-                Ok(wire::to_value(Outcome::Ok(wire::ReadAnswer {
-                    from: *start,
-                    to: end,
-                    read: read.clone(),
-                })))
-            }
-            last => Err(RpcError::new(
-                code::STALE_OFFSETS,
-                format!(
-                    "read offsets of {} ({}) are neither the previous answer's start ({}) nor \
-                     its end ({end})",
-                    p.task,
-                    p.from,
-                    last.map_or(end, |(start, _)| *start),
-                ),
-            )),
-        }
-    }
-
     /// Stops every foreground run and kills and awaits every task, once; no event is sent after
     /// it began.
     async fn shutdown(&self) {
         self.stopping.store(true, Ordering::Release);
-        // A foreground run is not the executor's task: it is stopped as an abort stops it.
-        for call in lock(&self.calls).entries.values() {
-            if let Call::InFlight { abort, .. } = call {
-                abort.cancel();
-            }
-        }
+        self.core.abort_runs();
         self.shut_down
-            .get_or_init(|| async { self.executor.shutdown().await })
+            .get_or_init(|| async { self.core.executor().shutdown().await })
             .await;
     }
 }
@@ -745,20 +498,7 @@ impl Server {
 /// Numbers each task-done event, keeps it until acknowledged and sends it.
 async fn pump_events(server: Arc<Server>, mut events: UnboundedReceiver<Task>) {
     while let Some(task) = events.recv().await {
-        let event = {
-            let mut log = lock(&server.log);
-            log.next += 1;
-            let event = wire::Event {
-                seq: log.next,
-                task,
-            };
-            log.unacked.push_back(event.clone());
-            if log.unacked.len() > wire::UNACKED_EVENTS {
-                log.unacked.pop_front();
-                tracing::warn!("the executor client acknowledges no events; the oldest is dropped");
-            }
-            event
-        };
+        let event = server.core.record(task);
         // Without a connection, the event waits in the log for the next one's `events`.
         if let Some(connection) = server.current() {
             connection.send(wire::notification("task_done", &event));
