@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use dsh_executor::pool::PoolOptions;
 use dsh_executor::service::ServeOptions;
 use dsh_executor::{
     Config, Containment, ContainmentPreference, EnvPolicy, Executor, LocalExecutor, NetworkMode,
@@ -91,10 +92,19 @@ pub enum ExecutorCommand {
     /// (docs/executor-protocol.md). Ends when its input ends, killing the tasks still running;
     /// with --reconnect-grace-ms, a lost connection leaves the session running that long for a
     /// new connection (the same command, whose hello names the session) to take it over.
+    #[command(group(clap::ArgGroup::new("transport").required(true).args(["stdio", "nats"])))]
     Serve {
-        /// Speak the protocol on stdin and stdout (the only transport so far).
-        #[arg(long, required = true)]
+        /// Speak the protocol on stdin and stdout, to one client.
+        #[arg(long)]
         stdio: bool,
+        /// Join the pool of executor nodes on the NATS servers at URL (`nats://host:4222`, a
+        /// comma-separated list for a cluster): serve the sessions placed on this node
+        /// (docs/pool.md).
+        #[arg(long, value_name = "URL", conflicts_with = "reconnect_grace_ms")]
+        nats: Option<String>,
+        /// This node's id in the pool (letters, digits, '-', '_'); the host name by default.
+        #[arg(long, value_name = "ID", requires = "nats")]
+        node_id: Option<String>,
         /// How long the session (its running tasks, answers and events) waits for a new
         /// connection once its connection is lost, in milliseconds; past it, the tasks are
         /// killed. 0 (the default): a lost connection ends the session at once.
@@ -353,6 +363,34 @@ pub struct CommonArgs {
     /// --policy still applies here.
     #[arg(long, global = true, value_name = "CMD")]
     pub executor_command: Option<String>,
+    /// Run commands on the pool of executor nodes on the NATS servers at URL
+    /// (`nats://host:4222`, a comma-separated list for a cluster) instead of on this machine:
+    /// each session is placed on one node (docs/pool.md). The executor's flags belong on the
+    /// nodes' command lines; --policy still applies here.
+    #[arg(
+        long,
+        global = true,
+        value_name = "nats://URL",
+        conflicts_with = "executor_command"
+    )]
+    pub executor: Option<String>,
+    /// A NATS credentials file (JWT and seed) for the pool's servers.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
+    /// How often a pool node writes its heartbeat, in milliseconds (every node and front of a
+    /// pool uses the same).
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "MS", value_parser = positive_ms)]
+    pub nats_heartbeat_ms: Option<f64>,
+    /// How long a pool node is live after its last heartbeat, in milliseconds; a node that
+    /// could not renew its heartbeat for this long kills its tasks and ends.
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "MS", value_parser = positive_ms)]
+    pub nats_lease_ms: Option<f64>,
+    /// Copies the pool's key-value buckets keep (at most the cluster's servers).
+    #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=5))]
+    pub nats_replicas: Option<u64>,
+    /// The first token of the pool's subjects and bucket names.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub nats_prefix: Option<String>,
     /// Read these settings from a TOML file: each key is one of these flags, or of `mcp`'s,
     /// without its dashes (`timeout-ms = 120000`, `env-deny = ["*_PAT"]`, `http = "8765"`).
     /// Flags on the command line win; repeatable ones add to the file's.
@@ -490,19 +528,61 @@ impl CommonArgs {
 
     /// With `--executor-command`, the executor's flags would configure nothing here: refuse them
     /// rather than let them look applied. (`--cwd` stays: it is the session's directory.)
-    fn check_no_executor_flags(&self) -> Result<(), CliError> {
+    fn check_no_executor_flags(&self, flag: &str) -> Result<(), CliError> {
         let mut bare = self.clone();
         bare.cwd = None;
         bare.config = None;
         if bare.executor_config() != Config::default() {
-            return Err(CliError::Usage(
-                "--executor-command: the executor's flags (limits, containment, sandbox, spill, \
+            return Err(CliError::Usage(format!(
+                "--{flag}: the executor's flags (limits, containment, sandbox, spill, \
                  environment) configure the executor on the far side: put them on its command \
-                 line (`dsh-host executor serve --stdio --timeout-ms …`)"
-                    .to_string(),
-            ));
+                 line (`dsh-host executor serve --timeout-ms …`)"
+            )));
         }
         Ok(())
+    }
+
+    /// The pool the `--nats-…` flags describe, on the servers at `urls`.
+    fn pool_options(&self, flag: &str, urls: &str) -> Result<PoolOptions, CliError> {
+        let urls = PoolOptions::urls_from(urls);
+        if urls.is_empty()
+            || !urls
+                .iter()
+                .all(|u| u.starts_with("nats://") || u.starts_with("tls://"))
+        {
+            return Err(CliError::Usage(format!(
+                "--{flag}: expected nats://host:port (or tls://…), comma-separated for a cluster"
+            )));
+        }
+        let mut options = PoolOptions {
+            urls,
+            creds: self.nats_creds.clone(),
+            ..PoolOptions::default()
+        };
+        if let Some(ms) = self.nats_heartbeat_ms {
+            options.heartbeat = Duration::from_secs_f64(ms.min(3_600_000.0) / 1000.0);
+        }
+        if let Some(ms) = self.nats_lease_ms {
+            options.lease = Duration::from_secs_f64(ms.min(86_400_000.0) / 1000.0);
+        }
+        if options.lease <= options.heartbeat {
+            return Err(CliError::Usage(format!(
+                "--nats-lease-ms: the lease ({:?}) must be longer than the heartbeat interval ({:?})",
+                options.lease, options.heartbeat
+            )));
+        }
+        if let Some(n) = self.nats_replicas {
+            options.replicas = n as usize;
+        }
+        if let Some(prefix) = &self.nats_prefix {
+            if !dsh_executor::pool::valid_name(prefix) {
+                return Err(CliError::Usage(format!(
+                    "--nats-prefix {prefix:?}: expected letters, digits, '-' and '_'"
+                )));
+            }
+            options.prefix = prefix.clone();
+        }
+        Ok(options)
     }
 
     /// The sandbox these flags ask for; the configuration file is among the denied reads.
@@ -595,14 +675,22 @@ pub struct BuiltHost {
 /// `--executor-command`), behind the permission rules if any, and the component.
 pub async fn build_host(common: &CommonArgs) -> Result<BuiltHost, CliError> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let (executor, local) = match &common.executor_command {
-        Some(command) => {
-            common.check_no_executor_flags()?;
+    let (executor, local) = match (&common.executor_command, &common.executor) {
+        (Some(command), _) => {
+            common.check_no_executor_flags("executor-command")?;
             let remote = RemoteExecutor::connect(command, tx).map_err(anyhow::Error::from)?;
             let executor: Arc<dyn Executor> = remote;
             (executor, None)
         }
-        None => {
+        (None, Some(urls)) => {
+            common.check_no_executor_flags("executor")?;
+            let options = common.pool_options("executor", urls)?;
+            let pool = dsh_executor::pool::PoolExecutor::connect(options, tx)
+                .map_err(|e| anyhow::anyhow!(e))?;
+            let executor: Arc<dyn Executor> = pool;
+            (executor, None)
+        }
+        (None, None) => {
             let local = local_executor(common, tx)?;
             let executor: Arc<dyn Executor> = local.clone();
             (executor, Some(local))
@@ -750,6 +838,75 @@ fn release_standard_streams() {
     }
 }
 
+/// `dsh-host executor serve --nats URL`: this machine's executor as a node of the pool, behind
+/// the permission rules if any, until SIGTERM or SIGINT (then its tasks are killed and it
+/// leaves the pool) or until it lost its lease (an error: its tasks were killed).
+async fn serve_node(
+    common: &CommonArgs,
+    urls: &str,
+    node_id: Option<&str>,
+) -> Result<i32, CliError> {
+    if common.executor_command.is_some() || common.executor.is_some() {
+        return Err(CliError::Usage(
+            "--executor: `executor serve` serves this machine's executor".to_string(),
+        ));
+    }
+    let pool = common.pool_options("nats", urls)?;
+    let node_id = match node_id {
+        Some(id) => id.to_string(),
+        None => host_name(),
+    };
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let local = local_executor(common, tx)?;
+    let (executor, _policy) = with_policy(common, local)?;
+    let options = dsh_executor::pool::NodeOptions {
+        pool,
+        node_id,
+        server: format!("dsh-host {}", env!("CARGO_PKG_VERSION")),
+    };
+    let stop = CancellationToken::new();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).map_err(anyhow::Error::from)?;
+        let mut interrupt = signal(SignalKind::interrupt()).map_err(anyhow::Error::from)?;
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            stop.cancel();
+        });
+    }
+    dsh_executor::pool::serve_node(executor, rx, options, stop)
+        .await
+        .map_err(|e| anyhow::anyhow!(e))?;
+    Ok(0)
+}
+
+/// This machine's name as a node id: its host name, with what a subject token cannot hold
+/// replaced by `-`.
+fn host_name() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let name: String = name
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if name.is_empty() {
+        "node".to_string()
+    } else {
+        name
+    }
+}
+
 /// Where executor sessions kept for reconnection have their sockets: `$XDG_RUNTIME_DIR/dsh-host`
 /// (else the cache directory, else a per-user directory in the system temp dir), then
 /// `executor-sessions`. The first two are among a sandbox's denied reads.
@@ -789,6 +946,17 @@ fn abort_on_interrupt(abort: CancellationToken) -> Result<tokio::task::JoinHandl
 
 /// Run the command line; returns the process exit code.
 pub async fn run(cli: Cli) -> Result<i32, CliError> {
+    if let Command::Executor {
+        command:
+            ExecutorCommand::Serve {
+                nats: Some(urls),
+                node_id,
+                ..
+            },
+    } = &cli.command
+    {
+        return serve_node(&cli.common, urls, node_id.as_deref()).await;
+    }
     if let Command::Executor {
         command: ExecutorCommand::Serve {
             reconnect_grace_ms, ..

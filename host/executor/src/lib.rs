@@ -61,6 +61,7 @@ mod spawn;
 mod tasks;
 // Both sides: how bash is invoked, and the wire between the host and a spawn helper.
 mod bash;
+pub mod pool;
 mod protocol;
 pub mod sandbox;
 // The executor behind a protocol on a byte stream, and the client of one.

@@ -9,7 +9,7 @@
 pub mod client;
 pub mod resume;
 pub mod serve;
-mod session;
+pub(crate) mod session;
 pub mod wire;
 
 pub use client::{ConnectError, RemoteExecutor};

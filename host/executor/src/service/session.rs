@@ -344,6 +344,20 @@ impl Session {
         }
     }
 
+    /// Whether a `run` or `start` with this request id is in flight or remembered.
+    pub(crate) fn knows(&self, request_id: &str) -> bool {
+        lock(&self.calls).entries.contains_key(request_id)
+    }
+
+    /// Foreground runs in flight.
+    pub(crate) fn runs_in_flight(&self) -> usize {
+        lock(&self.calls)
+            .entries
+            .values()
+            .filter(|call| matches!(call, Call::InFlight { .. }))
+            .count()
+    }
+
     /// Numbers a task-done event and keeps it until acknowledged.
     pub(crate) fn record(&self, task: Task) -> wire::Event {
         let mut log = lock(&self.log);

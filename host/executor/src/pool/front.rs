@@ -1,0 +1,1120 @@
+//! The front: an [`Executor`] whose sessions run on the pool's nodes.
+//!
+//! Each session (an owner token, or the front's own session for calls without one) is placed on
+//! a node on its first call: the least loaded live node takes it, unless a live node holds it
+//! already (then that one is used, so two fronts agree). Every later call of the session goes
+//! to that node, with a request id; a call that timed out is asked again with the same id, of
+//! the same node only. Task ids are the front's own (`bash-1`, `bash-2`, …), whatever node
+//! runs them.
+//!
+//! The front watches the nodes' heartbeats. A node is dead when its heartbeat is older than the
+//! lease, when it left, or when it answers with another epoch; then each of its running tasks
+//! ends once, `killed`, every call in flight to it fails saying the command may or may not have
+//! run, and its sessions are placed anew on their next call.
+//!
+//! The NATS client runs on a runtime of the front's own, so that the trait's synchronous
+//! operations can wait for their answers from any thread, even one of a single-threaded
+//! runtime.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::kv;
+use futures_util::StreamExt;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+use super::store::Buckets;
+use super::{Heartbeat, PlaceRequest, Placement, PoolOptions, SESSION_HEADER};
+use crate::service::session::lock;
+use crate::service::wire::{self, Offsets, Outcome, RpcError};
+use crate::{
+    BoxFuture, ExecError, Executor, Limits, Read, Request, RunResult, Spec, Task, TaskState,
+};
+
+/// How long `connect` waits for a live node (its limits are the pool's).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long one attempt of an operation answered at once may take before it is asked again.
+const QUICK_ATTEMPT: Duration = Duration::from_secs(5);
+
+/// How long an operation answered at once is asked again before it fails.
+const QUICK_TOTAL: Duration = Duration::from_secs(30);
+
+/// Ended tasks kept for `get`, `list` and `owner_of`.
+const KEPT_TASKS: usize = 4096;
+
+/// An [`Executor`] on a pool of nodes.
+pub struct PoolExecutor {
+    runtime: Option<tokio::runtime::Runtime>,
+    front: Arc<Front>,
+}
+
+impl std::fmt::Debug for PoolExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolExecutor")
+            .field("urls", &self.front.options.urls)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Front {
+    options: PoolOptions,
+    client: async_nats::Client,
+    buckets: Buckets,
+    limits: Limits,
+    /// The session of calls without an owner token.
+    own_session: String,
+    request_prefix: String,
+    next_request: AtomicU64,
+    next_message: AtomicU64,
+    state: Mutex<State>,
+    task_done: UnboundedSender<Task>,
+    stop: CancellationToken,
+}
+
+#[derive(Default)]
+struct State {
+    /// Live nodes as last seen: node id → its heartbeat and when it was seen.
+    nodes: HashMap<String, (Heartbeat, Instant)>,
+    /// Placed sessions.
+    sessions: HashMap<String, PlacedSession>,
+    /// Tasks by the front's id.
+    tasks: HashMap<String, TaskView>,
+    /// (node, epoch, the node's task id) → the front's id.
+    names: HashMap<(String, String, String), String>,
+    next_task: u64,
+    /// Ended tasks, oldest first.
+    ended: VecDeque<String>,
+    /// Calls in flight, by node and epoch: a dead node's are told.
+    in_flight: HashMap<u64, (Placement, CancellationToken)>,
+}
+
+struct PlacedSession {
+    placement: Placement,
+    /// The highest event sequence number passed on.
+    cursor: u64,
+    /// Ends the session's event subscription.
+    events: CancellationToken,
+}
+
+struct TaskView {
+    session: String,
+    placement: Placement,
+    /// The node's id of the task.
+    remote: String,
+    /// The owner token the task's caller gave.
+    owner: Option<String>,
+    /// The task as last seen, with the front's id and the caller's owner.
+    task: Task,
+    /// Where the next read starts.
+    offsets: Offsets,
+}
+
+/// Why a call got no answer.
+#[derive(Debug, Clone)]
+enum Failure {
+    /// Provably never acted on: nobody was listening, or the node refused it unstarted.
+    NotSent(String),
+    /// Sent, and its node was lost (or never answered) before answering.
+    Lost(String),
+    /// The node answered with a protocol error.
+    Protocol(RpcError),
+}
+
+impl Failure {
+    fn starting(self) -> ExecError {
+        match self {
+            Failure::NotSent(reason) => ExecError::SpawnFailed(format!(
+                "the executor pool did not take the command ({reason}); the command did not start"
+            )),
+            Failure::Lost(reason) => ExecError::Internal(format!(
+                "the executor node was lost ({reason}) while the command was in flight; it may \
+                 or may not have run"
+            )),
+            Failure::Protocol(error) => ExecError::Internal(format!(
+                "the executor node failed the call ({}); the command may or may not have run",
+                error.message
+            )),
+        }
+    }
+
+    fn other(self) -> ExecError {
+        match self {
+            Failure::NotSent(reason) => {
+                ExecError::Internal(format!("the executor pool was not reached ({reason})"))
+            }
+            Failure::Lost(reason) => {
+                ExecError::Internal(format!("the executor node is gone ({reason})"))
+            }
+            Failure::Protocol(error) => ExecError::Internal(format!(
+                "the executor node failed the call: {}",
+                error.message
+            )),
+        }
+    }
+}
+
+fn decode<T: DeserializeOwned>(value: Value) -> Result<T, Failure> {
+    serde_json::from_value(value).map_err(|err| {
+        Failure::Protocol(RpcError::new(
+            wire::code::INVALID_PARAMS,
+            format!("an answer that does not decode: {err}"),
+        ))
+    })
+}
+
+/// The pool's session id of an owner token: the same on every front, and no token on the wire.
+fn session_of_token(token: &str) -> String {
+    let digest = Sha256::digest(format!("dsh-session:{token}").as_bytes());
+    crate::hex::hex(&digest[..12])
+}
+
+impl PoolExecutor {
+    /// Connects to the pool and waits (at most [`CONNECT_TIMEOUT`]) for a live node.
+    /// `task_done` receives one event per background task when it ends, or when its node is
+    /// lost while it runs.
+    pub fn connect(
+        options: PoolOptions,
+        task_done: UnboundedSender<Task>,
+    ) -> Result<Arc<PoolExecutor>, String> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("dsh-pool-front")
+            .enable_all()
+            .build()
+            .map_err(|err| format!("cannot start the pool client's runtime: {err}"))?;
+        let made = wait_on(runtime.handle(), Front::connect(options, task_done))?;
+        let front = made?;
+        runtime.spawn(front.clone().watch_nodes());
+        Ok(Arc::new(PoolExecutor {
+            runtime: Some(runtime),
+            front,
+        }))
+    }
+
+    fn wait<T: Send + 'static>(
+        &self,
+        work: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Result<T, ExecError> {
+        let Some(runtime) = &self.runtime else {
+            return Err(ExecError::Internal(
+                "the pool client is shut down".to_string(),
+            ));
+        };
+        wait_on(runtime.handle(), work).map_err(ExecError::Internal)
+    }
+
+    /// Runs `work` on the front's runtime from any context, async or not.
+    async fn spawned<T: Send + 'static>(
+        &self,
+        work: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Result<T, ExecError> {
+        let Some(runtime) = &self.runtime else {
+            return Err(ExecError::Internal(
+                "the pool client is shut down".to_string(),
+            ));
+        };
+        runtime
+            .spawn(work)
+            .await
+            .map_err(|err| ExecError::Internal(format!("the pool client failed: {err}")))
+    }
+}
+
+/// Runs `work` on `handle` and blocks this thread until it is done.
+fn wait_on<T: Send + 'static>(
+    handle: &tokio::runtime::Handle,
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, String> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    handle.spawn(async move {
+        let _ = tx.send(work.await);
+    });
+    rx.recv().map_err(|_| "the pool client stopped".to_string())
+}
+
+impl Drop for PoolExecutor {
+    fn drop(&mut self) {
+        self.front.stop.cancel();
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Front {
+    async fn connect(
+        options: PoolOptions,
+        task_done: UnboundedSender<Task>,
+    ) -> Result<Arc<Front>, String> {
+        let client = options.connect("dsh-host front").await?;
+        let js = async_nats::jetstream::new(client.clone());
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        let (buckets, beat) = loop {
+            let found = match Buckets::open(&js, &options, false).await {
+                Ok(buckets) => first_live_node(&buckets)
+                    .await
+                    .map(|beat| (buckets, beat))
+                    .ok_or_else(|| "no live executor node in the pool".to_string()),
+                Err(err) => Err(err),
+            };
+            match found {
+                Ok(found) => break found,
+                Err(err) if Instant::now() >= deadline => {
+                    return Err(format!(
+                        "the executor pool at {} has no live node ({err}) after {CONNECT_TIMEOUT:?}",
+                        options.urls.join(",")
+                    ));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        };
+        Ok(Arc::new(Front {
+            client,
+            buckets,
+            limits: beat.limits,
+            own_session: format!("{}{}", crate::random_hex(), crate::random_hex()),
+            request_prefix: crate::random_hex(),
+            next_request: AtomicU64::new(1),
+            next_message: AtomicU64::new(1),
+            state: Mutex::new(State::default()),
+            task_done,
+            stop: CancellationToken::new(),
+            options,
+        }))
+    }
+
+    fn session_of(&self, owner: Option<&str>) -> String {
+        owner.map_or_else(|| self.own_session.clone(), session_of_token)
+    }
+
+    fn request_id(&self) -> String {
+        let n = self.next_request.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{n}", self.request_prefix)
+    }
+
+    /// Follows the nodes' heartbeats: a node whose heartbeat is older than the lease, that
+    /// left, or that came back with another epoch is dead.
+    async fn watch_nodes(self: Arc<Self>) {
+        let mut ticks = tokio::time::interval(self.options.heartbeat);
+        loop {
+            let mut watch = match self.buckets.nodes.watch_all().await {
+                Ok(watch) => watch,
+                Err(err) => {
+                    tracing::warn!(%err, "cannot watch the pool's nodes");
+                    tokio::select! {
+                        () = self.stop.cancelled() => return,
+                        () = tokio::time::sleep(self.options.heartbeat) => continue,
+                    }
+                }
+            };
+            loop {
+                tokio::select! {
+                    () = self.stop.cancelled() => return,
+                    entry = watch.next() => match entry {
+                        Some(Ok(entry)) => self.seen(entry),
+                        Some(Err(err)) => {
+                            tracing::warn!(%err, "the watch of the pool's nodes failed");
+                            break;
+                        }
+                        None => break,
+                    },
+                    _ = ticks.tick() => self.expire(),
+                }
+            }
+        }
+    }
+
+    fn seen(&self, entry: kv::Entry) {
+        let mut state = lock(&self.state);
+        let previous = state
+            .nodes
+            .get(&entry.key)
+            .map(|(beat, _)| beat.epoch.clone());
+        if entry.operation != kv::Operation::Put {
+            state.nodes.remove(&entry.key);
+            drop(state);
+            if let Some(epoch) = previous {
+                self.dead(&entry.key, &epoch, "it left the pool");
+            }
+            return;
+        }
+        let Ok(beat) = serde_json::from_slice::<Heartbeat>(&entry.value) else {
+            return;
+        };
+        state
+            .nodes
+            .insert(entry.key.clone(), (beat.clone(), Instant::now()));
+        drop(state);
+        if let Some(epoch) = previous
+            && epoch != beat.epoch
+        {
+            self.dead(&entry.key, &epoch, "it started again");
+        }
+    }
+
+    fn expire(&self) {
+        let lease = self.options.lease;
+        let expired: Vec<(String, String)> = {
+            let mut state = lock(&self.state);
+            let expired: Vec<(String, String)> = state
+                .nodes
+                .iter()
+                .filter(|(_, (_, seen))| seen.elapsed() > lease)
+                .map(|(node, (beat, _))| (node.clone(), beat.epoch.clone()))
+                .collect();
+            for (node, _) in &expired {
+                state.nodes.remove(node);
+            }
+            expired
+        };
+        for (node, epoch) in expired {
+            self.dead(&node, &epoch, "its heartbeat stopped");
+        }
+    }
+
+    /// Node `node` in `epoch` is dead: its calls in flight fail, its running tasks end once,
+    /// and its sessions are placed anew on their next call.
+    fn dead(&self, node: &str, epoch: &str, why: &str) {
+        let gone = Placement {
+            node: node.to_string(),
+            epoch: epoch.to_string(),
+        };
+        let mut lost = Vec::new();
+        {
+            let mut state = lock(&self.state);
+            state.sessions.retain(|_, placed| {
+                let keep = placed.placement != gone;
+                if !keep {
+                    placed.events.cancel();
+                }
+                keep
+            });
+            for (_, (placement, cancel)) in state.in_flight.iter() {
+                if *placement == gone {
+                    cancel.cancel();
+                }
+            }
+            let mut ended = Vec::new();
+            for (id, view) in state.tasks.iter_mut() {
+                if view.placement == gone && view.task.state == TaskState::Running {
+                    view.task.state = TaskState::Killed;
+                    lost.push(view.task.clone());
+                    ended.push(id.clone());
+                }
+            }
+            for id in ended {
+                state.ended(id);
+            }
+        }
+        tracing::warn!(%node, %epoch, why, lost_tasks = lost.len(), "an executor node of the pool is dead");
+        for task in lost {
+            let _ = self.task_done.send(task);
+        }
+    }
+
+    fn live(&self, placement: &Placement) -> bool {
+        lock(&self.state)
+            .nodes
+            .get(&placement.node)
+            .is_some_and(|(beat, _)| beat.epoch == placement.epoch)
+    }
+
+    /// The session's placement, placing it first when it has none.
+    async fn placed(self: &Arc<Self>, session: &str) -> Result<Placement, Failure> {
+        if let Some(placed) = lock(&self.state).sessions.get(session) {
+            return Ok(placed.placement.clone());
+        }
+        let body = serde_json::to_vec(&PlaceRequest {
+            session: session.to_string(),
+        })
+        .map_err(|err| Failure::NotSent(err.to_string()))?;
+        // The least loaded live node first; the shared subject when none is known.
+        let mut candidates: Vec<(usize, String, String)> = lock(&self.state)
+            .nodes
+            .values()
+            .map(|(beat, _)| (beat.load, beat.node.clone(), beat.epoch.clone()))
+            .collect();
+        candidates.sort();
+        let mut subjects: Vec<String> = candidates
+            .iter()
+            .map(|(_, node, epoch)| format!("{}.place", self.options.node_base(node, epoch)))
+            .collect();
+        subjects.push(self.options.place_any());
+        let mut last = "no executor node of the pool answered".to_string();
+        for subject in subjects {
+            let request = async_nats::Request::new()
+                .payload(body.clone().into())
+                .timeout(Some(QUICK_ATTEMPT));
+            let answer = match self.client.send_request(subject, request).await {
+                Ok(message) => message,
+                Err(err) => {
+                    last = format!("placement: {err}");
+                    continue;
+                }
+            };
+            let answer: Value = match serde_json::from_slice(&answer.payload) {
+                Ok(answer) => answer,
+                Err(err) => {
+                    last = format!("a placement answer that does not decode: {err}");
+                    continue;
+                }
+            };
+            if let Some(placement) = answer
+                .get("ok")
+                .and_then(|ok| serde_json::from_value::<Placement>(ok.clone()).ok())
+            {
+                self.clone().follow(session, placement.clone()).await;
+                return Ok(placement);
+            }
+            last = answer
+                .get("err")
+                .and_then(Value::as_str)
+                .unwrap_or("a placement answer without a placement")
+                .to_string();
+        }
+        Err(Failure::NotSent(last))
+    }
+
+    /// Records `session` on `placement` and follows its task-done events.
+    async fn follow(self: Arc<Self>, session: &str, placement: Placement) {
+        let subject = format!(
+            "{}.events.{session}",
+            self.options.node_base(&placement.node, &placement.epoch)
+        );
+        let subscription = match self.client.subscribe(subject).await {
+            Ok(subscription) => subscription,
+            Err(err) => {
+                tracing::warn!(%err, "cannot follow a session's events");
+                return;
+            }
+        };
+        let events = self.stop.child_token();
+        {
+            let mut state = lock(&self.state);
+            if state.sessions.contains_key(session) {
+                return;
+            }
+            state.sessions.insert(
+                session.to_string(),
+                PlacedSession {
+                    placement: placement.clone(),
+                    cursor: 0,
+                    events: events.clone(),
+                },
+            );
+        }
+        let front = self.clone();
+        let session_id = session.to_string();
+        let mut subscription = subscription;
+        let followed = placement.clone();
+        tokio::spawn(async move {
+            let placement = followed;
+            loop {
+                tokio::select! {
+                    () = events.cancelled() => return,
+                    message = subscription.next() => {
+                        let Some(message) = message else { return };
+                        if let Ok(incoming) = serde_json::from_slice::<wire::Incoming>(&message.payload)
+                            && let Some(params) = incoming.params
+                            && let Ok(event) = serde_json::from_value::<wire::Event>(params)
+                        {
+                            front.event(&session_id, &placement, event).await;
+                        }
+                    }
+                }
+            }
+        });
+        // Events sent before the subscription (a session taken up again) are asked for.
+        let cursor = lock(&self.state)
+            .sessions
+            .get(session)
+            .map_or(0, |s| s.cursor);
+        let params = serde_json::json!({ "cursor": cursor });
+        if let Ok(events) = self
+            .ask(session, &placement, "events", &params, None)
+            .await
+            .and_then(decode::<Vec<wire::Event>>)
+        {
+            for event in events {
+                self.event(session, &placement, event).await;
+            }
+        }
+    }
+
+    /// Passes a task-done event on once.
+    async fn event(&self, session: &str, placement: &Placement, event: wire::Event) {
+        let task = {
+            let mut state = lock(&self.state);
+            let Some(placed) = state.sessions.get_mut(session) else {
+                return;
+            };
+            if placed.placement != *placement || event.seq <= placed.cursor {
+                return;
+            }
+            placed.cursor = event.seq;
+            let id = state.name(session, placement, &event.task, None);
+            let Some(view) = state.tasks.get_mut(&id) else {
+                return;
+            };
+            if view.task.state != TaskState::Running {
+                // Already ended here (its node was taken for dead).
+                None
+            } else {
+                view.task = front_task(&event.task, &id, view.owner.clone());
+                let task = view.task.clone();
+                state.ended(id);
+                Some(task)
+            }
+        };
+        if let Some(task) = task {
+            let _ = self.task_done.send(task);
+        }
+        self.notify(
+            session,
+            placement,
+            "ack",
+            wire::Cursor { cursor: event.seq },
+        )
+        .await;
+    }
+
+    async fn notify(
+        &self,
+        session: &str,
+        placement: &Placement,
+        method: &str,
+        params: impl Serialize,
+    ) {
+        let subject = format!(
+            "{}.rpc",
+            self.options.node_base(&placement.node, &placement.epoch)
+        );
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(SESSION_HEADER, session);
+        let line = wire::notification(method, params);
+        let _ = self
+            .client
+            .publish_with_headers(subject, headers, line.into())
+            .await;
+    }
+
+    /// One call of `session`'s node, answered with the method's `result`. With a `deadline`
+    /// (a `run` or `start`: asked again only of the same node, with the same request id), it
+    /// waits until then; without, it asks again for [`QUICK_TOTAL`].
+    async fn call<T: DeserializeOwned>(
+        self: &Arc<Self>,
+        session: &str,
+        method: &str,
+        params: impl Serialize,
+        deadline: Option<Duration>,
+    ) -> Result<T, Failure> {
+        let params =
+            serde_json::to_value(params).map_err(|err| Failure::NotSent(err.to_string()))?;
+        let mut replaced = false;
+        loop {
+            let placement = self.placed(session).await?;
+            match self
+                .ask(session, &placement, method, &params, deadline)
+                .await
+            {
+                // The node does not have the session (it was placed there by a front that
+                // thought it dead, or the node forgot it): placed anew, once. Nothing started.
+                Err(Failure::Protocol(error))
+                    if error.code == wire::code::UNKNOWN_SESSION && !replaced =>
+                {
+                    replaced = true;
+                    if let Some(placed) = lock(&self.state).sessions.remove(session) {
+                        placed.events.cancel();
+                    }
+                }
+                answer => return answer.and_then(decode),
+            }
+        }
+    }
+
+    /// One call of `placement`'s node.
+    async fn ask(
+        self: &Arc<Self>,
+        session: &str,
+        placement: &Placement,
+        method: &str,
+        params: &Value,
+        deadline: Option<Duration>,
+    ) -> Result<Value, Failure> {
+        let subject = format!(
+            "{}.rpc",
+            self.options.node_base(&placement.node, &placement.epoch)
+        );
+        let id = self.next_message.fetch_add(1, Ordering::Relaxed);
+        let line = wire::request(id, method, params);
+        let cancel = CancellationToken::new();
+        lock(&self.state)
+            .in_flight
+            .insert(id, (placement.clone(), cancel.clone()));
+        let _forget = Forget { front: self, id };
+        let total = deadline.unwrap_or(QUICK_TOTAL);
+        let until = Instant::now() + total;
+        let mut sent = false;
+        loop {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(SESSION_HEADER, session);
+            let left = until.saturating_duration_since(Instant::now());
+            let attempt = if deadline.is_some() {
+                left
+            } else {
+                left.min(QUICK_ATTEMPT)
+            };
+            let request = async_nats::Request::new()
+                .headers(headers)
+                .payload(line.clone().into())
+                .timeout(Some(attempt.max(Duration::from_millis(10))));
+            let answer = tokio::select! {
+                () = cancel.cancelled() => {
+                    return Err(if sent {
+                        Failure::Lost(format!("node {} stopped", placement.node))
+                    } else {
+                        Failure::NotSent(format!("node {} stopped", placement.node))
+                    });
+                }
+                answer = self.client.send_request(subject.clone(), request) => answer,
+            };
+            match answer {
+                Ok(message) => return reply(&message.payload),
+                Err(err) => match err.kind() {
+                    async_nats::client::RequestErrorKind::NoResponders => {
+                        // Nobody listens on the node's subject: it is gone, and this attempt
+                        // reached nobody.
+                        self.dead(&placement.node, &placement.epoch, "it does not answer");
+                        let why = format!("node {} does not answer", placement.node);
+                        return Err(if sent {
+                            Failure::Lost(why)
+                        } else {
+                            Failure::NotSent(why)
+                        });
+                    }
+                    async_nats::client::RequestErrorKind::TimedOut => {
+                        sent = true;
+                        if Instant::now() >= until || !self.live(placement) {
+                            return Err(Failure::Lost(format!(
+                                "node {} did not answer in time",
+                                placement.node
+                            )));
+                        }
+                        // Asked again, of the same node, with the same ids.
+                    }
+                    _ => {
+                        return Err(if sent {
+                            Failure::Lost(err.to_string())
+                        } else {
+                            Failure::NotSent(err.to_string())
+                        });
+                    }
+                },
+            }
+        }
+    }
+}
+
+/// The current placement of a session (after `follow` recorded it).
+fn self_placement(front: &Front, session: &str) -> Placement {
+    lock(&front.state)
+        .sessions
+        .get(session)
+        .map(|s| s.placement.clone())
+        .unwrap_or(Placement {
+            node: String::new(),
+            epoch: String::new(),
+        })
+}
+
+/// A JSON-RPC answer line: its `result`, or its error.
+fn reply(payload: &[u8]) -> Result<Value, Failure> {
+    let message: wire::Incoming = serde_json::from_slice(payload).map_err(|err| {
+        Failure::Protocol(RpcError::new(
+            wire::code::PARSE_ERROR,
+            format!("an answer that is not JSON-RPC: {err}"),
+        ))
+    })?;
+    match (message.result, message.error) {
+        (_, Some(error)) => Err(Failure::Protocol(error)),
+        (Some(result), None) => Ok(result),
+        (None, None) => Ok(Value::Null),
+    }
+}
+
+/// Takes a call off the books when it is done (or dropped).
+struct Forget<'a> {
+    front: &'a Front,
+    id: u64,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        lock(&self.front.state).in_flight.remove(&self.id);
+    }
+}
+
+async fn first_live_node(buckets: &Buckets) -> Option<Heartbeat> {
+    let mut keys = buckets.nodes.keys().await.ok()?;
+    while let Some(Ok(key)) = keys.next().await {
+        if let Ok(Some(value)) = buckets.nodes.get(&key).await
+            && let Ok(beat) = serde_json::from_slice::<Heartbeat>(&value)
+        {
+            return Some(beat);
+        }
+    }
+    None
+}
+
+/// `task` as the front shows it: its id and its caller's owner token.
+fn front_task(task: &Task, id: &str, owner: Option<String>) -> Task {
+    Task {
+        id: id.to_string(),
+        owner,
+        ..task.clone()
+    }
+}
+
+impl State {
+    /// The front's id of a node's task, named now if it has none.
+    fn name(
+        &mut self,
+        session: &str,
+        placement: &Placement,
+        task: &Task,
+        owner: Option<Option<String>>,
+    ) -> String {
+        let key = (
+            placement.node.clone(),
+            placement.epoch.clone(),
+            task.id.clone(),
+        );
+        if let Some(id) = self.names.get(&key) {
+            return id.clone();
+        }
+        self.next_task += 1;
+        let id = format!("bash-{}", self.next_task);
+        let owner = owner.unwrap_or(None);
+        self.names.insert(key, id.clone());
+        self.tasks.insert(
+            id.clone(),
+            TaskView {
+                session: session.to_string(),
+                placement: placement.clone(),
+                remote: task.id.clone(),
+                owner: owner.clone(),
+                task: front_task(task, &id, owner),
+                offsets: Offsets::default(),
+            },
+        );
+        id
+    }
+
+    fn ended(&mut self, id: String) {
+        self.ended.push_back(id);
+        while self.ended.len() > KEPT_TASKS {
+            if let Some(old) = self.ended.pop_front()
+                && let Some(view) = self.tasks.remove(&old)
+            {
+                self.names
+                    .remove(&(view.placement.node, view.placement.epoch, view.remote));
+            }
+        }
+    }
+}
+
+impl Front {
+    /// A task a `start` or a yielded `run` answered, under the front's id.
+    fn started(
+        &self,
+        session: &str,
+        placement: &Placement,
+        task: &Task,
+        owner: Option<String>,
+    ) -> Task {
+        let mut state = lock(&self.state);
+        let id = state.name(session, placement, task, Some(owner.clone()));
+        let view = state.tasks.get_mut(&id).expect("named just now or before");
+        // An event that came first has already ended it.
+        if view.task.state == TaskState::Running {
+            view.task = front_task(task, &id, owner);
+        }
+        view.owner = view.owner.clone().or(view.task.owner.clone());
+        view.task.clone()
+    }
+
+    fn view(&self, id: &str) -> Option<(String, Placement, String, Task, Offsets)> {
+        lock(&self.state).tasks.get(id).map(|view| {
+            (
+                view.session.clone(),
+                view.placement.clone(),
+                view.remote.clone(),
+                view.task.clone(),
+                view.offsets,
+            )
+        })
+    }
+}
+
+impl Executor for PoolExecutor {
+    fn limits(&self) -> Limits {
+        self.front.limits.clone()
+    }
+
+    fn resolve(&self, req: Request) -> Result<Spec, ExecError> {
+        let front = self.front.clone();
+        let owner = req.owner.clone();
+        let session = front.session_of(owner.as_deref());
+        let request = Request {
+            owner: Some(session.clone()),
+            ..req
+        };
+        let outcome = self.wait(async move {
+            front
+                .call::<Outcome<Spec>>(&session, "resolve", wire::ResolveParams { request }, None)
+                .await
+        })?;
+        let spec: Spec = Result::from(outcome.map_err(Failure::other)?)?;
+        Ok(Spec { owner, ..spec })
+    }
+
+    fn run(
+        &self,
+        spec: Spec,
+        abort: CancellationToken,
+    ) -> BoxFuture<'_, Result<RunResult, ExecError>> {
+        Box::pin(async move {
+            if abort.is_cancelled() {
+                return Err(ExecError::Aborted);
+            }
+            let front = self.front.clone();
+            let owner = spec.owner.clone();
+            let session = front.session_of(owner.as_deref());
+            let request_id = front.request_id();
+            let deadline =
+                Duration::from_secs_f64((spec.timeout_ms + front.limits.grace_ms) / 1000.0)
+                    + Duration::from_secs(30);
+            let params = wire::StartParams {
+                request_id: request_id.clone(),
+                spec: Spec {
+                    owner: Some(session.clone()),
+                    ..spec
+                },
+            };
+            let call = {
+                let front = front.clone();
+                let session = session.clone();
+                async move {
+                    let answer = front
+                        .call::<Outcome<RunResult>>(&session, "run", params, Some(deadline))
+                        .await;
+                    let placement = self_placement(&front, &session);
+                    (answer, placement)
+                }
+            };
+            let handle = self.runtime.as_ref().map(|rt| rt.spawn(call));
+            let Some(mut handle) = handle else {
+                return Err(ExecError::Internal(
+                    "the pool client is shut down".to_string(),
+                ));
+            };
+            let joined = tokio::select! {
+                joined = &mut handle => joined,
+                () = abort.cancelled() => {
+                    let cancel = {
+                        let front = front.clone();
+                        let session = session.clone();
+                        async move {
+                            let placement = self_placement(&front, &session);
+                            front
+                                .notify(&session, &placement, "cancel", wire::CancelParams { request_id })
+                                .await;
+                        }
+                    };
+                    let _ = self.spawned(cancel).await;
+                    handle.await
+                }
+            };
+            let (answer, placement) = joined
+                .map_err(|err| ExecError::Internal(format!("the pool client failed: {err}")))?;
+            let outcome = answer.map_err(Failure::starting)?;
+            let mut result: RunResult = Result::from(outcome)?;
+            if let Some(yielded) = result.yielded.as_mut() {
+                yielded.task = front.started(&session, &placement, &yielded.task, owner);
+            }
+            Ok(result)
+        })
+    }
+
+    fn start(&self, spec: Spec) -> BoxFuture<'_, Result<Task, ExecError>> {
+        Box::pin(async move {
+            let front = self.front.clone();
+            let owner = spec.owner.clone();
+            let session = front.session_of(owner.as_deref());
+            let params = wire::StartParams {
+                request_id: front.request_id(),
+                spec: Spec {
+                    owner: Some(session.clone()),
+                    ..spec
+                },
+            };
+            let call = {
+                let front = front.clone();
+                let session = session.clone();
+                async move {
+                    let answer = front
+                        .call::<Outcome<Task>>(
+                            &session,
+                            "start",
+                            params,
+                            Some(Duration::from_secs(60)),
+                        )
+                        .await;
+                    (answer, self_placement(&front, &session))
+                }
+            };
+            let (answer, placement) = self.spawned(call).await?;
+            let outcome = answer.map_err(Failure::starting)?;
+            let task: Task = Result::from(outcome)?;
+            Ok(front.started(&session, &placement, &task, owner))
+        })
+    }
+
+    fn read_output(&self, id: &str) -> Result<Read, ExecError> {
+        let Some((session, placement, remote, task, from)) = self.front.view(id) else {
+            return Err(ExecError::UnknownTask(id.to_string()));
+        };
+        if !self.front.live(&placement) {
+            return Err(ExecError::Internal(format!(
+                "the executor node {} that ran {id} is gone; its output can no longer be read",
+                placement.node
+            )));
+        }
+        let front = self.front.clone();
+        let params = wire::ReadParams { task: remote, from };
+        let outcome = self.wait(async move {
+            front
+                .call::<Outcome<wire::ReadAnswer>>(&session, "read", params, None)
+                .await
+        })?;
+        let answer: wire::ReadAnswer = Result::from(outcome.map_err(Failure::other)?)?;
+        let mut state = lock(&self.front.state);
+        let Some(view) = state.tasks.get_mut(id) else {
+            return Err(ExecError::UnknownTask(id.to_string()));
+        };
+        view.offsets = answer.to;
+        if view.task.state == TaskState::Running {
+            view.task = front_task(&answer.read.task, id, task.owner.clone());
+        }
+        let shown = view.task.clone();
+        Ok(Read {
+            task: shown,
+            ..answer.read
+        })
+    }
+
+    fn kill(&self, id: &str) -> Result<bool, ExecError> {
+        let Some((session, placement, remote, task, _)) = self.front.view(id) else {
+            return Err(ExecError::UnknownTask(id.to_string()));
+        };
+        if task.state != TaskState::Running || !self.front.live(&placement) {
+            return Ok(false);
+        }
+        let front = self.front.clone();
+        let outcome = self.wait(async move {
+            front
+                .call::<Outcome<bool>>(&session, "kill", wire::TaskParams { task: remote }, None)
+                .await
+        })?;
+        Result::from(outcome.map_err(Failure::other)?)
+    }
+
+    fn owner_of(&self, id: &str) -> Option<String> {
+        self.front
+            .view(id)
+            .and_then(|(_, _, _, task, _)| task.owner)
+    }
+
+    fn get(&self, id: &str) -> Result<Task, ExecError> {
+        let Some((session, placement, remote, task, _)) = self.front.view(id) else {
+            return Err(ExecError::UnknownTask(id.to_string()));
+        };
+        if task.state != TaskState::Running || !self.front.live(&placement) {
+            return Ok(task);
+        }
+        let front = self.front.clone();
+        let outcome = self.wait(async move {
+            front
+                .call::<Outcome<Task>>(&session, "get", wire::TaskParams { task: remote }, None)
+                .await
+        })?;
+        let remote: Task = Result::from(outcome.map_err(Failure::other)?)?;
+        let mut state = lock(&self.front.state);
+        let Some(view) = state.tasks.get_mut(id) else {
+            return Err(ExecError::UnknownTask(id.to_string()));
+        };
+        if view.task.state == TaskState::Running {
+            view.task = front_task(&remote, id, task.owner);
+        }
+        Ok(view.task.clone())
+    }
+
+    fn list(&self) -> Vec<Task> {
+        let state = lock(&self.front.state);
+        let mut tasks: Vec<(u64, Task)> = state
+            .tasks
+            .iter()
+            .map(|(id, view)| {
+                let n = id
+                    .strip_prefix("bash-")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                (n, view.task.clone())
+            })
+            .collect();
+        tasks.sort_by_key(|(n, _)| *n);
+        tasks.into_iter().map(|(_, task)| task).collect()
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            // The front's tasks do not outlive it: each still running is killed.
+            let running: Vec<String> = lock(&self.front.state)
+                .tasks
+                .iter()
+                .filter(|(_, view)| view.task.state == TaskState::Running)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in running {
+                let Some((session, placement, remote, _, _)) = self.front.view(&id) else {
+                    continue;
+                };
+                if !self.front.live(&placement) {
+                    continue;
+                }
+                let front = self.front.clone();
+                let _ = self
+                    .spawned(async move {
+                        front
+                            .call::<Outcome<bool>>(
+                                &session,
+                                "kill",
+                                wire::TaskParams { task: remote },
+                                None,
+                            )
+                            .await
+                    })
+                    .await;
+            }
+            self.front.stop.cancel();
+        })
+    }
+}
