@@ -209,9 +209,9 @@ fn nothing_keeps_node_alive_after_close() {
 /// The package against `dsh-host executor serve --stdio` (its `ServedExecutor`), as a newcomer
 /// tries it: the same texts as `dsh-host call` for an escaping process (and it is stopped), a
 /// `kill $PPID` (Node survives), a 200 KB command and a 100 KB output (whose spill file holds
-/// every byte); a far side killed with SIGKILL ends its running task once, as killed, and later
-/// calls say the executor is gone; a far side speaking another protocol version is refused,
-/// naming both.
+/// every byte); a far side killed with SIGKILL ends its running task once, as lost, the tools
+/// say so in its notice, `bash_output` and `bash_kill`, and later calls say the executor is
+/// gone; a far side speaking another protocol version is refused, naming both.
 #[test]
 fn the_package_runs_against_executor_serve() {
     let project = project();
@@ -259,16 +259,62 @@ fn the_package_runs_against_executor_serve() {
     );
     assert!(big.contains("full output: /"), "{big}");
 
-    assert_eq!(report["backgroundStarted"], "running");
+    assert_eq!(
+        report["backgroundStarted"],
+        serde_json::json!(["started background task bash-1", false])
+    );
+    assert_eq!(
+        report["finishedStarted"],
+        serde_json::json!(["started background task bash-2", false])
+    );
+    // bash-2 ended before the loss; bash-1 was running: nobody knows whether it still runs.
     assert_eq!(
         report["endedAfterKill"],
-        serde_json::json!([["bash-1", "killed"]])
+        serde_json::json!([["bash-2", "completed"], ["bash-1", "lost"]]),
+        "{report}"
     );
-    // Worded as dsh-host's own client words a read after the loss.
+    let lost = "[status: lost: the executor is gone; the command may or may not have finished]";
+    assert_eq!(
+        report["noticesAfterKill"],
+        serde_json::json!([
+            "background bash task bash-2 finished [status: completed, exit code: 0]. Read its \
+             output with bash_output.",
+            format!(
+                "background bash task bash-1 was lost {lost}. Its output can no longer be read."
+            )
+        ])
+    );
+    assert_eq!(
+        report["outputAfterKill"],
+        serde_json::json!([
+            format!("(output unavailable: the executor is gone)\n{lost}"),
+            false
+        ])
+    );
+    assert_eq!(
+        report["killAfterKill"],
+        serde_json::json!([
+            "task bash-1 was lost with the executor; it cannot be killed from here",
+            false
+        ])
+    );
+    // A read of a lost task answers no output and its state.
     assert_eq!(
         report["readAfterKill"],
-        "internal: the executor service is gone (it closed the connection); the output of bash-1 \
-         can no longer be read"
+        serde_json::json!({"stdout": "", "stderr": "", "state": "lost"})
+    );
+    // A task that ended before the loss: its output went with the far side, worded as dsh-host's
+    // own client words a read after the loss.
+    let gone = "the executor service is gone (it closed the connection); the output of bash-2 \
+                can no longer be read";
+    assert_eq!(report["finishedReadAfterKill"], format!("internal: {gone}"));
+    assert_eq!(
+        report["finishedOutputAfterKill"],
+        serde_json::json!([format!("Error: {gone}"), true])
+    );
+    assert_eq!(
+        report["finishedKillAfterKill"],
+        serde_json::json!(["task bash-2 had already finished", false])
     );
     assert_eq!(report["quickStartsSettled"], true, "{report}");
     let mismatch = report["mismatch"].as_str().unwrap();

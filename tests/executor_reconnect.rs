@@ -266,7 +266,7 @@ async fn past_the_grace_the_far_side_kills_its_tasks_and_the_host_reports_each_o
 
     let ended = exec::next_event(&mut far.events).await;
     assert_eq!(ended.id, task.id);
-    assert_eq!(ended.state, TaskState::Killed);
+    assert_eq!(ended.state, TaskState::Lost);
     assert!(
         lost_at.elapsed() >= Duration::from_millis(1_400),
         "reported before the grace ran out: {:?}",

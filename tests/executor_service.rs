@@ -865,9 +865,9 @@ async fn a_far_side_killed_mid_background_ends_each_task_once() {
             .map(|t| (t.id.as_str(), t.state))
             .collect::<Vec<_>>(),
         [
-            (first.id.as_str(), TaskState::Killed),
-            (second.id.as_str(), TaskState::Killed),
-            (yielded.id.as_str(), TaskState::Killed),
+            (first.id.as_str(), TaskState::Lost),
+            (second.id.as_str(), TaskState::Lost),
+            (yielded.id.as_str(), TaskState::Lost),
         ]
     );
     let err = in_flight.await.unwrap().unwrap_err();
@@ -887,9 +887,15 @@ async fn a_far_side_killed_mid_background_ends_each_task_once() {
         matches!(&err, ExecError::SpawnFailed(m) if m.contains("did not start")),
         "{err:?}"
     );
-    assert_eq!(exec.get(&first.id).unwrap().state, TaskState::Killed);
+    assert_eq!(exec.get(&first.id).unwrap().state, TaskState::Lost);
     assert_eq!(exec.kill(&first.id), Ok(false));
-    assert!(exec.read_output(&first.id).is_err());
+    // A lost task reads as no output and its state; one that had ended before cannot be read.
+    let read = exec.read_output(&first.id).unwrap();
+    assert_eq!(
+        (read.task.state, read.stdout.text.as_str()),
+        (TaskState::Lost, "")
+    );
+    assert!(exec.read_output(&finished.id).is_err());
     exec.shutdown().await;
     let more = tokio::time::timeout(Duration::from_millis(200), events.recv()).await;
     assert!(matches!(more, Err(_) | Ok(None)), "{more:?}");

@@ -32,7 +32,7 @@ bash: "started background task bash-1" error=false - [resolve start]
 task-done bash-1: ok [inject]
 notice for session-1: background bash task bash-1 finished [status: completed, exit code: 0]. Read its output with bash_output.
 bash_output: "done\n\n[status: completed, exit code: 0]" error=false - [owner-of read-output]
-bash_kill: "task bash-1 had already finished" error=false - [owner-of kill]
+bash_kill: "task bash-1 had already finished" error=false - [owner-of kill get]
 bash_output: "Error: task bash-1 belongs to another session" error=true TOOL_ERROR [owner-of]
 "#;
 

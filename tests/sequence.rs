@@ -923,6 +923,8 @@ enum Status {
     Running,
     Completed(i32),
     Killed(Option<String>),
+    /// Its executor is gone (never so with the executors run here).
+    Lost,
 }
 
 impl Status {
@@ -933,6 +935,7 @@ impl Status {
     /// The same rule as the component's status line.
     fn of(task: &Task) -> Status {
         match (&task.signal, task.state, task.exit_code) {
+            (_, TaskState::Lost, _) => Status::Lost,
             (Some(signal), _, _) => Status::Killed(Some(signal.clone())),
             (None, TaskState::Running, _) => Status::Running,
             (None, TaskState::Completed, Some(code)) => Status::Completed(code),
@@ -1126,6 +1129,9 @@ fn parse_status(line: &str) -> Option<Status> {
     }
     if line == "[status: killed]" {
         return Some(Status::Killed(None));
+    }
+    if line == "[status: lost: the executor is gone; the command may or may not have finished]" {
+        return Some(Status::Lost);
     }
     if let Some(sig) = line
         .strip_prefix("[status: killed by ")
@@ -1498,6 +1504,7 @@ fn check_forward(old: &Status, new: &Status) -> Result<(), String> {
         (Status::Completed(a), Status::Completed(b)) => a == b,
         (Status::Killed(None), Status::Killed(_)) => true,
         (Status::Killed(Some(a)), Status::Killed(Some(b))) => a == b,
+        (Status::Lost, Status::Lost) => true,
         _ => false,
     };
     if ok {
@@ -1513,6 +1520,7 @@ fn check_raw(old: Option<&Task>, new: &Task) -> Result<(), String> {
         TaskState::Running => new.exit_code.is_none() && new.signal.is_none(),
         TaskState::Completed => new.exit_code.is_some() && new.signal.is_none(),
         TaskState::Killed => !(new.exit_code.is_some() && new.signal.is_some()),
+        TaskState::Lost => new.exit_code.is_none() && new.signal.is_none(),
     };
     if !consistent {
         return Err(format!("inconsistent task record {new:?}"));

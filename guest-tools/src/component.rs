@@ -210,6 +210,7 @@ fn task_from_wit(t: wit_exec::Task) -> Task {
             wit_exec::TaskState::Running => TaskState::Running,
             wit_exec::TaskState::Completed => TaskState::Completed,
             wit_exec::TaskState::Killed => TaskState::Killed,
+            wit_exec::TaskState::Lost => TaskState::Lost,
         },
         exit_code: t.exit_code,
         signal: t.signal,

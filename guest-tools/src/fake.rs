@@ -19,6 +19,7 @@ pub enum Call {
     ReadOutput(String),
     Kill(String),
     OwnerOf(String),
+    Get(String),
 }
 
 pub struct FakeExecutor {
@@ -31,6 +32,8 @@ pub struct FakeExecutor {
     pub reads: BTreeMap<String, Read>,
     pub kills: BTreeMap<String, bool>,
     pub owners: BTreeMap<String, String>,
+    /// What `get` answers; an id not here is unknown.
+    pub tasks: BTreeMap<String, Task>,
     pub calls: RefCell<Vec<Call>>,
 }
 
@@ -50,6 +53,7 @@ impl Default for FakeExecutor {
             reads: BTreeMap::new(),
             kills: BTreeMap::new(),
             owners: BTreeMap::new(),
+            tasks: BTreeMap::new(),
             calls: RefCell::new(Vec::new()),
         }
     }
@@ -130,7 +134,11 @@ impl Executor for FakeExecutor {
     }
 
     fn get(&self, id: &str) -> Result<Task, ExecError> {
-        Err(ExecError::UnknownTask(id.into()))
+        self.record(Call::Get(id.into()));
+        self.tasks
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ExecError::UnknownTask(id.into()))
     }
 
     fn list_tasks(&self) -> Vec<Task> {

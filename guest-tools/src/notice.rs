@@ -1,13 +1,21 @@
 //! Completion notices: when a background task ends, tell its owner's session.
 
 use crate::status;
-use crate::world::{Agent, InjectError, Source, Task};
+use crate::world::{Agent, InjectError, Source, Task, TaskState};
 
 /// The plugin name the notices are injected under, as in the original harness.
 const PLUGIN: &str = "tool-bash";
 
-/// The notice for a finished task.
+/// The notice for a finished task; for a lost one (its executor is gone), that it was lost and
+/// its output can no longer be read, so the model is not sent to read it.
 pub fn text(task: &Task) -> String {
+    if task.state == TaskState::Lost {
+        return format!(
+            "background bash task {} was lost {}. Its output can no longer be read.",
+            task.id,
+            status::line(task)
+        );
+    }
     format!(
         "background bash task {} finished {}. Read its output with bash_output.",
         task.id,
@@ -37,7 +45,6 @@ pub fn deliver(agent: &dyn Agent, task: &Task) -> Result<(), String> {
 mod tests {
     use super::*;
     use crate::fake::{FakeAgent, Injection};
-    use crate::world::TaskState;
 
     fn task(owner: Option<&str>, state: TaskState, code: Option<i32>, sig: Option<&str>) -> Task {
         Task {
@@ -63,6 +70,10 @@ mod tests {
         assert_eq!(
             text(&task(None, TaskState::Killed, None, None)),
             "background bash task bash-7 finished [status: killed]. Read its output with bash_output."
+        );
+        assert_eq!(
+            text(&task(None, TaskState::Lost, None, None)),
+            "background bash task bash-7 was lost [status: lost: the executor is gone; the command may or may not have finished]. Its output can no longer be read."
         );
     }
 

@@ -5,7 +5,7 @@
 
 use crate::jsnum;
 use crate::world::{
-    Denial, DenialReason, Denials, DeniedAccess, Read, RunResult, StreamOutput, Yielded,
+    Denial, DenialReason, Denials, DeniedAccess, Read, RunResult, StreamOutput, TaskState, Yielded,
 };
 
 /// Shown instead of a spill path when no complete spill file exists.
@@ -170,10 +170,17 @@ fn join_streams(stdout: &str, stderr: &str) -> String {
 }
 
 /// The body of a `bash_output` answer, before its status line (contract §3).
+///
+/// A lost task (its executor is gone; our extension) has no output left to read: where the
+/// contract's body would say `(no new output)`, it says the output is unavailable.
 pub fn delta(read: &Read) -> String {
     let mut body = join_streams(&read.stdout.text, &read.stderr.text);
     if body.is_empty() {
-        body.push_str("(no new output)");
+        body.push_str(if read.task.state == TaskState::Lost {
+            "(output unavailable: the executor is gone)"
+        } else {
+            "(no new output)"
+        });
     }
     let lossy: Vec<&str> = [&read.stdout, &read.stderr]
         .into_iter()
@@ -667,6 +674,24 @@ mod tests {
         assert_eq!(delta(&read(d("a"), d("b"))), "a\n[stderr]\nb");
         assert_eq!(delta(&read(d("a\n"), d("b\n"))), "a\n[stderr]\nb\n");
         assert_eq!(delta(&read(d(""), d("b"))), "[stderr]\nb");
+    }
+
+    #[test]
+    fn delta_of_a_lost_task() {
+        let lost = |stdout, stderr| Read {
+            task: Task {
+                state: TaskState::Lost,
+                ..read(d(""), d("")).task
+            },
+            ..read(stdout, stderr)
+        };
+        assert_eq!(
+            delta(&lost(d(""), d(""))),
+            "(output unavailable: the executor is gone)"
+        );
+        // What did come is shown as usual.
+        assert_eq!(delta(&lost(d("a\n"), d(""))), "a\n");
+        assert_eq!(delta(&lost(d(""), d("b"))), "[stderr]\nb");
     }
 
     #[test]

@@ -2,14 +2,20 @@
 
 use crate::world::{Task, TaskState};
 
-/// `[status: running]`, `[status: completed, exit code: <n>]`, `[status: killed by <SIG>]` or
-/// `[status: killed]`.
+/// The status line of a task whose executor is gone (our extension: the task state `lost`).
+pub const LOST: &str =
+    "[status: lost: the executor is gone; the command may or may not have finished]";
+
+/// `[status: running]`, `[status: completed, exit code: <n>]`, `[status: killed by <SIG>]`,
+/// `[status: killed]` or [`LOST`].
 ///
 /// A signal always means killed, even with state `completed` (improved over the original, which
 /// could report a self-signalled task as `completed, exit code: 0`); `completed` without an exit
-/// code has nothing honest to print, so it reads as killed too.
+/// code has nothing honest to print, so it reads as killed too. A lost task (its executor is
+/// gone) reads as lost whatever else it carries: nobody knows how it ended, if it did.
 pub fn line(task: &Task) -> String {
     match (&task.signal, task.state, task.exit_code) {
+        (_, TaskState::Lost, _) => LOST.to_string(),
         (Some(signal), _, _) => format!("[status: killed by {signal}]"),
         (None, TaskState::Running, _) => "[status: running]".to_string(),
         (None, TaskState::Completed, Some(code)) => {
@@ -80,6 +86,15 @@ mod tests {
             line(&task(TaskState::Completed, Some(0), Some("SIGKILL"))),
             "[status: killed by SIGKILL]"
         );
+    }
+
+    #[test]
+    fn lost() {
+        let lost = "[status: lost: the executor is gone; the command may or may not have finished]";
+        assert_eq!(line(&task(TaskState::Lost, None, None)), lost);
+        // Whatever else a lost task carries, nobody knows how it ended.
+        assert_eq!(line(&task(TaskState::Lost, Some(0), None)), lost);
+        assert_eq!(line(&task(TaskState::Lost, None, Some("SIGKILL"))), lost);
     }
 
     #[test]

@@ -61,6 +61,7 @@ pub enum TaskState {
     Running,
     Completed,
     Killed,
+    Lost,
 }
 
 /// `bash-executor.task`: a background task.

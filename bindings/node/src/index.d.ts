@@ -78,7 +78,12 @@ export interface ExecutorSettings {
 
 export declare const DEFAULTS: Readonly<Required<Omit<ExecutorSettings, "cwd" | "envDeny" | "envAllow">>>;
 
-export type TaskState = "running" | "completed" | "killed";
+/**
+ * Where a task stands. `lost`: the executor that ran it is gone (a `ServedExecutor`'s far side
+ * lost for good); whether the command still runs or finished, and how, is unknown, and its
+ * output can no longer be read. `LocalExecutor` never produces it.
+ */
+export type TaskState = "running" | "completed" | "killed" | "lost";
 
 /** A background task, in jco's shape of the WIT record. */
 export interface Task {

@@ -10,8 +10,10 @@
 // their sequence number) and are acknowledged. When the far side ends, nothing is retried
 // elsewhere: a `run` or `start` already sent fails saying the command may or may not have run
 // (one never sent: that it did not start), every running task gets one task-done event as
-// killed, and later calls fail naming the cause; the wording is dsh-host's own
-// (`--executor-command`), so a model reads the same.
+// lost (nobody knows whether its command still runs or finished), a read of such a task answers
+// no output and that state (the component then says its output can no longer be read), and other
+// calls fail naming the cause; the wording is dsh-host's own (`--executor-command`), so a model
+// reads the same.
 
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -101,6 +103,13 @@ const deltaFromWire = (d) => ({
   spillPath: optional(d.spill_path),
   spillEvicted: d.spill_evicted ?? false,
 });
+
+/** A read of a task lost with the far side: no output (it can no longer be read), no denials,
+ * and the task as last seen. */
+function lostRead(task) {
+  const empty = () => ({ text: "", lossy: false, spillPath: undefined, spillEvicted: false });
+  return { stdout: empty(), stderr: empty(), task: { ...task }, denials: { first: [], more: 0 } };
+}
 
 function runFromWire(r) {
   return {
@@ -359,6 +368,9 @@ export class ServedExecutor {
 
   async readOutput(id) {
     if (this.#gone !== null) {
+      const task = this.#ended.get(id);
+      // Its output went with the far side: nothing more to read, and the state says so.
+      if (task?.state === "lost") return lostRead(task);
       throw new ExecutorError("internal", `the executor service is gone (${this.#gone}); the output of ${id} can no longer be read`);
     }
     const from = this.#offsets.get(id) ?? { stdout: 0, stderr: 0 };
@@ -375,7 +387,7 @@ export class ServedExecutor {
 
   async kill(id) {
     if (this.#gone !== null) {
-      // Every task of a lost far side has ended (killed) already.
+      // Every task of a lost far side has ended already (lost, if it was running).
       if (this.#ended.has(id)) return false;
       throw new ExecutorError("unknown-task", id);
     }
@@ -572,7 +584,7 @@ export class ServedExecutor {
     });
   }
 
-  /** The far side is gone: every waiting call fails, every running task ends as killed, once. */
+  /** The far side is gone: every waiting call fails, every running task ends as lost, once. */
   #lost(reason) {
     if (this.#gone !== null) return;
     this.#gone = reason;
@@ -582,7 +594,7 @@ export class ServedExecutor {
     this.#pending.clear();
     this.#hold();
     for (const task of [...this.#running.values()]) {
-      this.#finish({ ...task, state: "killed", exitCode: undefined, signal: undefined });
+      this.#finish({ ...task, state: "lost", exitCode: undefined, signal: undefined });
     }
   }
 }

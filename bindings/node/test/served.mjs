@@ -1,6 +1,7 @@
 // The package against `dsh-host executor serve --stdio` (a ServedExecutor), as a newcomer tries
 // it: an escaping process, `kill $PPID`, a 200 KB command, a 100 KB output; then a background
-// task whose far side is killed with SIGKILL, and a far side speaking another protocol version.
+// task whose far side is killed with SIGKILL (it is lost), and a far side speaking another
+// protocol version.
 // Prints JSON for tests/bindings_node.rs, which compares the texts with `dsh-host call`'s.
 //
 // Usage: node served.mjs DSH_HOST SCRATCH_DIR
@@ -32,22 +33,44 @@ const spill = /full output: (\S+)\]/.exec(report.bigOutput)?.[1];
 report.spillBytes = spill && existsSync(spill) ? statSync(spill).size : null;
 report.spillPath = spill ?? null;
 
-// A background task, then the far side killed: the task ends once, as killed.
+// A background task, then the far side killed: the task ends once, as lost, and the tools say
+// what that means (a notice, bash_output, bash_kill); a task that ended before the loss cannot
+// be read either.
 const ended = [];
 const events = await ServedExecutor.start({ dshHost });
-events.onTaskDone = (task) => ended.push(task);
-const task = await events.start(await events.resolve({ command: "sleep 30", owner: undefined }));
-report.backgroundStarted = task.state;
-await new Promise((resolve) => setTimeout(resolve, 200));
+const lostTools = new Tools({ executor: events });
+const toolsTaskDone = events.onTaskDone;
+events.onTaskDone = (task) => {
+  ended.push(task);
+  toolsTaskDone(task);
+};
+const lostSession = lostTools.session();
+const lostCall = async (name, args) => {
+  const r = await lostSession.call(name, args);
+  return [r.text, r.isError];
+};
+report.backgroundStarted = await lostCall("bash", { description: "Try", command: "sleep 30", run_in_background: true });
+report.finishedStarted = await lostCall("bash", { description: "Try", command: "true", run_in_background: true });
+for (let i = 0; i < 100 && ended.length < 1; i++) await new Promise((resolve) => setTimeout(resolve, 50));
 const farSide = events.childPid;
 process.kill(farSide, "SIGKILL");
 await new Promise((resolve) => setTimeout(resolve, 500));
 report.endedAfterKill = ended.map((t) => [t.id, t.state]);
-report.readAfterKill = await events.readOutput(task.id).then(
+report.noticesAfterKill = lostSession.takeNotices().map((n) => n.text);
+report.outputAfterKill = await lostCall("bash_output", { task_id: "bash-1" });
+report.killAfterKill = await lostCall("bash_kill", { task_id: "bash-1" });
+report.finishedOutputAfterKill = await lostCall("bash_output", { task_id: "bash-2" });
+report.finishedKillAfterKill = await lostCall("bash_kill", { task_id: "bash-2" });
+report.readAfterKill = await events.readOutput("bash-1").then(
+  (read) => ({ stdout: read.stdout.text, stderr: read.stderr.text, state: read.task.state }),
+  (e) => `${e.tag}: ${e.message}`,
+);
+report.finishedReadAfterKill = await events.readOutput("bash-2").then(
   () => "answered",
   (e) => `${e.tag}: ${e.message}`,
 );
-await events.close();
+await lostSession.close();
+await lostTools.close();
 
 // Tasks that end at once: a task-done event may come before its start's answer, and such a
 // task must not be taken for a running one (stopping the owner's tasks would wait for it).

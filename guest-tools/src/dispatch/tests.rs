@@ -1041,6 +1041,44 @@ fn output_with_no_new_output_and_statuses() {
 }
 
 #[test]
+fn output_of_a_lost_task() {
+    let lost = "[status: lost: the executor is gone; the command may or may not have finished]";
+    let exec = with_read(
+        "bash-6",
+        "",
+        "",
+        task("bash-6", TaskState::Lost, None, None),
+    );
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash_output",
+            r#"{"task_id":"bash-6"}"#,
+            &Caller::default()
+        ),
+        ok(&format!(
+            "(output unavailable: the executor is gone)\n{lost}"
+        ))
+    );
+    // Output that did come back is shown as usual, then the status line.
+    let exec = with_read(
+        "bash-6",
+        "partial\n",
+        "warn",
+        task("bash-6", TaskState::Lost, None, None),
+    );
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash_output",
+            r#"{"task_id":"bash-6"}"#,
+            &Caller::default()
+        ),
+        ok(&format!("partial\n[stderr]\nwarn\n{lost}"))
+    );
+}
+
+#[test]
 fn output_with_stderr_and_dropped_output() {
     let mut exec = FakeExecutor::default();
     exec.reads.insert(
@@ -1218,9 +1256,71 @@ fn kill_finished_task_is_not_an_error() {
         ),
         ok("task bash-2 had already finished")
     );
+    // The executor's `get` could not name it: finished, as the kill said.
     assert_eq!(
         exec.calls(),
-        vec![Call::OwnerOf("bash-2".into()), Call::Kill("bash-2".into())]
+        vec![
+            Call::OwnerOf("bash-2".into()),
+            Call::Kill("bash-2".into()),
+            Call::Get("bash-2".into())
+        ]
+    );
+    exec.tasks.insert(
+        "bash-2".into(),
+        task("bash-2", TaskState::Completed, Some(0), None),
+    );
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash_kill",
+            r#"{"task_id":"bash-2"}"#,
+            &Caller::default()
+        ),
+        ok("task bash-2 had already finished")
+    );
+}
+
+#[test]
+fn kill_of_a_lost_task_says_it_cannot_be_killed() {
+    let mut exec = FakeExecutor::default();
+    exec.kills.insert("bash-5".into(), false);
+    exec.tasks
+        .insert("bash-5".into(), task("bash-5", TaskState::Lost, None, None));
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash_kill",
+            r#"{"task_id":"bash-5"}"#,
+            &Caller::default()
+        ),
+        ok("task bash-5 was lost with the executor; it cannot be killed from here")
+    );
+    assert_eq!(
+        exec.calls(),
+        vec![
+            Call::OwnerOf("bash-5".into()),
+            Call::Kill("bash-5".into()),
+            Call::Get("bash-5".into())
+        ]
+    );
+}
+
+#[test]
+fn a_kill_that_stops_the_task_asks_nothing_more() {
+    let mut exec = FakeExecutor::default();
+    exec.kills.insert("bash-4".into(), true);
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash_kill",
+            r#"{"task_id":"bash-4"}"#,
+            &Caller::default()
+        ),
+        ok("killed background task bash-4")
+    );
+    assert_eq!(
+        exec.calls(),
+        vec![Call::OwnerOf("bash-4".into()), Call::Kill("bash-4".into())]
     );
 }
 
@@ -1252,6 +1352,21 @@ fn task_done_injects_notice_for_owner() {
     assert_eq!(
         injections[0].text,
         "background bash task bash-3 finished [status: killed by SIGTERM]. Read its output with bash_output."
+    );
+}
+
+#[test]
+fn task_done_of_a_lost_task_says_its_output_is_gone() {
+    let agent = FakeAgent::default();
+    let mut t = task("bash-7", TaskState::Lost, None, None);
+    t.owner = Some("s1".into());
+    assert_eq!(task_done(&agent, &t), Ok(()));
+    let injections = agent.injections.borrow();
+    assert_eq!(injections.len(), 1);
+    assert_eq!(injections[0].owner, "s1");
+    assert_eq!(
+        injections[0].text,
+        "background bash task bash-7 was lost [status: lost: the executor is gone; the command may or may not have finished]. Its output can no longer be read."
     );
 }
 

@@ -171,6 +171,12 @@ pub enum TaskState {
     Completed,
     /// Killed, died of a signal, or failed to spawn.
     Killed,
+    /// The executor that ran it is gone (a remote executor service lost beyond reconnection, or
+    /// killed): whether the command still runs or finished, and how, is unknown, and its output
+    /// can no longer be read. [`Task::exit_code`] and [`Task::signal`] are `None`. The local
+    /// executor never produces it; a client of a remote executor ends each task still running
+    /// so when it loses the far side.
+    Lost,
 }
 
 /// A background task.
@@ -582,7 +588,8 @@ pub trait Executor: Send + Sync + 'static {
     /// stay valid after the task ended, until it is no longer retained.
     fn read_output(&self, id: &str) -> Result<Read, ExecError>;
     /// Stop a running task (TERM to its whole tree, KILL after the grace period) without
-    /// waiting: `true`. `false` when it had already finished; an unknown id is an error.
+    /// waiting: `true`. `false` when it had already ended (or was lost); an unknown id is an
+    /// error.
     fn kill(&self, id: &str) -> Result<bool, ExecError>;
     /// The owner token of a task; `None` for a task without one and for an unknown id.
     fn owner_of(&self, id: &str) -> Option<String>;

@@ -15,7 +15,7 @@ wasmtime::component::bindgen!({
 pub mod approval_host {
     wasmtime::component::bindgen!({
         path: "../wit",
-        inline: "package dsh:host; world approval-host { import dsh:bash/approval@0.5.0; }",
+        inline: "package dsh:host; world approval-host { import dsh:bash/approval@0.6.0; }",
         world: "dsh:host/approval-host",
         imports: { default: async | trappable },
     });
@@ -103,6 +103,7 @@ impl From<ex::TaskState> for wit_ex::TaskState {
             ex::TaskState::Running => Self::Running,
             ex::TaskState::Completed => Self::Completed,
             ex::TaskState::Killed => Self::Killed,
+            ex::TaskState::Lost => Self::Lost,
         }
     }
 }

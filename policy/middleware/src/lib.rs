@@ -1,5 +1,5 @@
 //! The permission rules of `dsh-policy` as an executor middleware component: it imports
-//! `dsh:bash/bash-executor@0.5.0` (the real executor) and `dsh:bash/approval@0.5.0` (the rules,
+//! `dsh:bash/bash-executor@0.6.0` (the real executor) and `dsh:bash/approval@0.6.0` (the rules,
 //! the session's grants and the person to ask), and exports `bash-executor`, so that a
 //! composition puts it in front of the tools component's executor import without rebuilding the
 //! tools (world `dsh:bash/policy-middleware`):
@@ -258,6 +258,7 @@ mod component {
                 inner::TaskState::Running => outer::TaskState::Running,
                 inner::TaskState::Completed => outer::TaskState::Completed,
                 inner::TaskState::Killed => outer::TaskState::Killed,
+                inner::TaskState::Lost => outer::TaskState::Lost,
             },
             exit_code: t.exit_code,
             signal: t.signal,

@@ -17,7 +17,7 @@ mod component {
     // ask and read grants as a hostile middleware would.
     wit_bindgen::generate!({
         path: "../../wit",
-        inline: "package dsh:fault; world fault-guest { include dsh:bash/tools-component@0.5.0; import dsh:bash/approval@0.5.0; }",
+        inline: "package dsh:fault; world fault-guest { include dsh:bash/tools-component@0.6.0; import dsh:bash/approval@0.6.0; }",
         world: "dsh:fault/fault-guest",
         generate_all,
     });
@@ -195,6 +195,7 @@ mod component {
             wit_ex::TaskState::Running => "running",
             wit_ex::TaskState::Completed => "completed",
             wit_ex::TaskState::Killed => "killed",
+            wit_ex::TaskState::Lost => "lost",
         };
         format!(
             "task {} owner {:?} command {:?} state {state}",

@@ -9,7 +9,7 @@
 //!
 //! The front watches the nodes' heartbeats. A node is dead when its heartbeat is older than the
 //! lease, when it left, or when it answers with another epoch; then each of its running tasks
-//! ends once, `killed`, every call in flight to it fails saying the command may or may not have
+//! ends once, `lost`, every call in flight to it fails saying the command may or may not have
 //! run, and its sessions are placed anew on their next call.
 //!
 //! The NATS client runs on a runtime of the front's own, so that the trait's synchronous
@@ -405,7 +405,9 @@ impl Front {
             let mut ended = Vec::new();
             for (id, view) in state.tasks.iter_mut() {
                 if view.placement == gone && view.task.state == TaskState::Running {
-                    view.task.state = TaskState::Killed;
+                    view.task.state = TaskState::Lost;
+                    view.task.exit_code = None;
+                    view.task.signal = None;
                     lost.push(view.task.clone());
                     ended.push(id.clone());
                 }
@@ -992,6 +994,9 @@ impl Executor for PoolExecutor {
         let Some((session, placement, remote, task, from)) = self.front.view(id) else {
             return Err(ExecError::UnknownTask(id.to_string()));
         };
+        if task.state == TaskState::Lost {
+            return Ok(crate::service::client::lost_read(task));
+        }
         if !self.front.live(&placement) {
             return Err(ExecError::Internal(format!(
                 "the executor node {} that ran {id} is gone; its output can no longer be read",

@@ -14,7 +14,7 @@
 //!
 //! When the far side is gone for good, nothing is retried elsewhere: a call in flight fails,
 //! saying the command "may or may not have run" once it was sent (or "did not start" when it
-//! provably was not), and each background task still running gets one task-done event, killed.
+//! provably was not), and each background task still running gets one task-done event, lost.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
@@ -902,7 +902,7 @@ impl Inner {
     }
 
     /// The far side is gone for good: every waiting call fails, and every task still running
-    /// ends, killed, with one event.
+    /// ends, lost, with one event.
     fn lose(&self, reason: String) {
         let mut state = lock(&self.state);
         if state.lost.is_some() {
@@ -927,7 +927,10 @@ impl Inner {
         }
         let running: Vec<Task> = state.running.drain().map(|(_, task)| task).collect();
         for mut task in running {
-            task.state = TaskState::Killed;
+            // Nobody can tell whether it still runs, or how it ended.
+            task.state = TaskState::Lost;
+            task.exit_code = None;
+            task.signal = None;
             state.ended(task.clone());
             if !state.shutting_down {
                 let _ = self.task_done.send(task);
@@ -935,6 +938,16 @@ impl Inner {
         }
         drop(state);
         self.close();
+    }
+}
+
+/// A read of a task lost with the far side: no output, no denials, the task as last seen.
+pub(crate) fn lost_read(task: Task) -> Read {
+    Read {
+        stdout: crate::StreamDelta::default(),
+        stderr: crate::StreamDelta::default(),
+        task,
+        denials: crate::Denials::default(),
     }
 }
 
@@ -1046,6 +1059,10 @@ impl Executor for RemoteExecutor {
 
     fn read_output(&self, id: &str) -> Result<Read, ExecError> {
         if let Some(reason) = self.lost() {
+            if let Some(task) = self.last_seen(id).filter(|t| t.state == TaskState::Lost) {
+                // Its output can no longer be read: no output, and the state says why.
+                return Ok(lost_read(task));
+            }
             return Err(ExecError::Internal(format!(
                 "the executor service is gone ({reason}); the output of {id} can no longer be read"
             )));

@@ -20,9 +20,11 @@ What the protocol guarantees is kept here:
 When the server goes away, nothing is retried elsewhere and nothing is restarted: a `run` or
 `start` that was sent fails with `internal` ("... it may or may not have run"), one that
 provably never reached the server with `spawn-failed` ("... the command did not start"); each
-task that was running gets exactly one task-done event, `killed`; afterwards `get`, `list_tasks`
-and `owner_of` answer from the tasks as last seen, `kill` answers False, and every other
-operation fails naming why the service is gone.
+task that was running gets exactly one task-done event, `lost` (nobody knows whether its command
+still runs or finished); afterwards `get`, `list_tasks` and `owner_of` answer from the tasks as
+last seen, `kill` answers False, a read of a lost task answers no output and the state `lost`
+(the tools then say the output can no longer be read), and every other operation, a read of any
+other task among them, fails naming why the service is gone.
 """
 
 from __future__ import annotations
@@ -195,6 +197,16 @@ def _sandbox(value: Optional[Mapping[str, Any]]) -> Optional[SandboxPolicy]:
         "denied_reads": list(value.get("denied_reads", [])),
         "network": _kebab(value["network"]),
     }
+
+
+def _lost_read(task: Task) -> Read:
+    """A read of a task lost with the server: no output (it can no longer be read), no denials,
+    and the task as last seen."""
+
+    def empty() -> StreamDelta:
+        return {"text": "", "lossy": False, "spill_path": None, "spill_evicted": False}
+
+    return {"stdout": empty(), "stderr": empty(), "task": _task(task), "denials": {"first": [], "more": 0}}
 
 
 def _limits(value: Mapping[str, Any]) -> Limits:
@@ -458,6 +470,10 @@ class ServedExecutor:
     def read_output(self, task_id: str) -> Read:
         with self._lock:
             if self._lost is not None:
+                task = self._ended.get(task_id)
+                if task is not None and task["state"] == "lost":
+                    # Its output went with the server: nothing more to read, and the state says so.
+                    return _lost_read(task)
                 raise ExecutorError(
                     "internal", f"the executor service is gone ({self._lost}); the output of {task_id} can no longer be read"
                 )
@@ -476,7 +492,7 @@ class ServedExecutor:
     def kill(self, task_id: str) -> bool:
         with self._lock:
             if self._lost is not None:
-                # Every task of a lost server has ended (killed) already.
+                # Every task of a lost server has ended already (lost, if it was running).
                 if task_id in self._ended:
                     return False
                 raise ExecutorError("unknown-task", task_id)
@@ -729,7 +745,7 @@ class ServedExecutor:
 
     def _lose(self, reason: str) -> None:
         """The server is gone: every waiting call fails, and every task still running ends,
-        killed, with one event."""
+        lost, with one event."""
         with self._lock:
             if self._lost is None:
                 self._lost = reason
@@ -737,7 +753,9 @@ class ServedExecutor:
             running = list(self._running.values())
             for task in running:
                 ended: Task = dict(task)  # type: ignore[assignment]
-                ended["state"] = "killed"
+                ended["state"] = "lost"
+                ended["exit_code"] = None
+                ended["signal"] = None
                 self._record_ended(ended)
                 self._events.put((None, ended))
             self._ended_cond.notify_all()

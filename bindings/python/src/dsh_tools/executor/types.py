@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Callable, List, Literal, Optional, Protocol, TypedDict, runtime_checkable
 
-TaskState = Literal["running", "completed", "killed"]
+TaskState = Literal["running", "completed", "killed", "lost"]
+"""Where a task stands. `lost`: the executor that ran it is gone (a served executor's server lost
+for good); whether the command still runs or finished, and how, is unknown, and its output can no
+longer be read. `LocalExecutor` never produces it."""
 
 ErrorCase = Literal[
     "invalid-request",
@@ -170,7 +173,8 @@ class Executor(Protocol):
 
     def set_task_done_handler(self, handler: Optional[TaskDoneHandler]) -> None:
         """Call `handler(task)` exactly once per background task when it ends (completed,
-        killed or failed to spawn), from any thread, and never after `shutdown` began."""
+        killed, failed to spawn, or lost with its executor), from any thread, and never after
+        `shutdown` began."""
         ...
 
     def shutdown(self) -> None:
