@@ -83,6 +83,8 @@ struct Front {
 struct State {
     /// Live nodes as last seen: node id → its heartbeat and when it was seen.
     nodes: HashMap<String, (Heartbeat, Instant)>,
+    /// Sessions this front placed on each node since its last heartbeat (which counts them).
+    placed_since: HashMap<String, usize>,
     /// Placed sessions.
     sessions: HashMap<String, PlacedSession>,
     /// Tasks by the front's id.
@@ -197,6 +199,27 @@ impl PoolExecutor {
             runtime: Some(runtime),
             front,
         }))
+    }
+
+    /// The live nodes as this front sees them, by id: their heartbeats.
+    pub fn nodes(&self) -> Vec<Heartbeat> {
+        let mut nodes: Vec<Heartbeat> = lock(&self.front.state)
+            .nodes
+            .values()
+            .map(|(beat, _)| beat.clone())
+            .collect();
+        nodes.sort_by(|a, b| a.node.cmp(&b.node));
+        nodes
+    }
+
+    /// The node holding the session of `owner` (the front's own session for `None`), if it is
+    /// placed.
+    pub fn placement(&self, owner: Option<&str>) -> Option<Placement> {
+        let session = self.front.session_of(owner);
+        lock(&self.front.state)
+            .sessions
+            .get(&session)
+            .map(|placed| placed.placement.clone())
     }
 
     fn wait<T: Send + 'static>(
@@ -349,6 +372,7 @@ impl Front {
         let Ok(beat) = serde_json::from_slice::<Heartbeat>(&entry.value) else {
             return;
         };
+        state.placed_since.remove(&entry.key);
         state
             .nodes
             .insert(entry.key.clone(), (beat.clone(), Instant::now()));
@@ -438,16 +462,28 @@ impl Front {
             session: session.to_string(),
         })
         .map_err(|err| Failure::NotSent(err.to_string()))?;
-        // The least loaded live node first; the shared subject when none is known.
-        let mut candidates: Vec<(usize, String, String)> = lock(&self.state)
-            .nodes
-            .values()
-            .map(|(beat, _)| (beat.load, beat.node.clone(), beat.epoch.clone()))
-            .collect();
+        // The least loaded live node first (its running commands, then its sessions, those
+        // placed since its last heartbeat included); the shared subject when none is known.
+        let mut candidates: Vec<(usize, usize, String, String)> = {
+            let state = lock(&self.state);
+            state
+                .nodes
+                .values()
+                .map(|(beat, _)| {
+                    let recent = state.placed_since.get(&beat.node).copied().unwrap_or(0);
+                    (
+                        beat.load,
+                        beat.sessions + recent,
+                        beat.node.clone(),
+                        beat.epoch.clone(),
+                    )
+                })
+                .collect()
+        };
         candidates.sort();
         let mut subjects: Vec<String> = candidates
             .iter()
-            .map(|(_, node, epoch)| format!("{}.place", self.options.node_base(node, epoch)))
+            .map(|(_, _, node, epoch)| format!("{}.place", self.options.node_base(node, epoch)))
             .collect();
         subjects.push(self.options.place_any());
         let mut last = "no executor node of the pool answered".to_string();
@@ -473,6 +509,10 @@ impl Front {
                 .get("ok")
                 .and_then(|ok| serde_json::from_value::<Placement>(ok.clone()).ok())
             {
+                *lock(&self.state)
+                    .placed_since
+                    .entry(placement.node.clone())
+                    .or_default() += 1;
                 self.clone().follow(session, placement.clone()).await;
                 return Ok(placement);
             }

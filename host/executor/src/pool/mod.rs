@@ -88,6 +88,9 @@ impl PoolOptions {
         let mut options = async_nats::ConnectOptions::new()
             .name(name)
             .connection_timeout(Duration::from_secs(5))
+            // The first URL is the preferred server; the others (and those the cluster
+            // announces) are where it fails over.
+            .retain_servers_order()
             .retry_on_initial_connect();
         if let Some(creds) = &self.creds {
             options = options.credentials_file(creds).await.map_err(|err| {

@@ -1,0 +1,456 @@
+//! The executor pool on NATS: real `nats-server`s (`support/nats.rs`), real nodes
+//! (`dsh-host executor serve --nats`), and the host's `PoolExecutor` as the front.
+//!
+//! Each node runs in a directory of its own, so `pwd` in a session tells which node holds it.
+//! Ground truth comes from marker files the commands append to: a command that ran twice, or
+//! on two nodes, leaves two lines.
+
+#[path = "support/nats.rs"]
+mod nats;
+#[path = "support/nested_cargo.rs"]
+mod nested_cargo;
+#[path = "support/procs.rs"]
+mod procs;
+#[path = "support/provision.rs"]
+mod provision;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dsh_host::executor::pool::{PoolExecutor, PoolOptions};
+use dsh_host::executor::{ExecError, Executor, Request, Spec, Task, TaskState};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio_util::sync::CancellationToken;
+
+use nats::Cluster;
+
+const BIN: &str = env!("CARGO_BIN_EXE_dsh-host");
+const HEARTBEAT_MS: u64 = 200;
+const LEASE_MS: u64 = 1500;
+/// Generous bound for anything that should be "prompt".
+const PROMPT: Duration = Duration::from_secs(20);
+
+fn quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// A cluster, nodes on it, and a directory per node.
+struct Pool {
+    cluster: Cluster,
+    dir: tempfile::TempDir,
+    nodes: Vec<Option<Child>>,
+    replicas: usize,
+}
+
+impl Pool {
+    /// `servers` NATS servers and `nodes` nodes; node `i` prefers server `i % servers`.
+    fn start(servers: usize, nodes: usize) -> Pool {
+        let cluster = Cluster::start(servers);
+        let mut pool = Pool {
+            cluster,
+            dir: tempfile::tempdir().unwrap(),
+            nodes: Vec::new(),
+            replicas: servers.min(3),
+        };
+        for i in 0..nodes {
+            let child = pool.spawn_node(i);
+            pool.nodes.push(Some(child));
+        }
+        pool
+    }
+
+    fn node_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("n{i}"))
+    }
+
+    fn urls_for(&self, i: usize) -> String {
+        let urls = self.cluster.urls();
+        let n = urls.len();
+        (0..n)
+            .map(|k| urls[(i + k) % n].clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn spawn_node(&self, i: usize) -> Child {
+        let dir = self.node_dir(i);
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = std::fs::File::create(self.dir.path().join(format!("n{i}.log"))).unwrap();
+        Command::new(BIN)
+            .args(["executor", "serve", "--nats", &self.urls_for(i)])
+            .args(["--node-id", &format!("n{i}")])
+            .arg(format!("--nats-heartbeat-ms={HEARTBEAT_MS}"))
+            .arg(format!("--nats-lease-ms={LEASE_MS}"))
+            .arg(format!("--nats-replicas={}", self.replicas))
+            .arg("--grace-ms=200")
+            .arg("--timeout-ms=60000")
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+
+    fn options(&self) -> PoolOptions {
+        PoolOptions {
+            urls: self.cluster.urls(),
+            heartbeat: Duration::from_millis(HEARTBEAT_MS),
+            lease: Duration::from_millis(LEASE_MS),
+            replicas: self.replicas,
+            ..PoolOptions::default()
+        }
+    }
+
+    /// A front that sees every node live.
+    async fn front(&self) -> (Arc<PoolExecutor>, UnboundedReceiver<Task>) {
+        let options = self.options();
+        let (tx, events) = unbounded_channel();
+        let front = tokio::task::spawn_blocking(move || PoolExecutor::connect(options, tx))
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{e}\n{}", self.logs()));
+        let want = self.nodes.iter().filter(|n| n.is_some()).count();
+        wait_until("every node is live", || front.nodes().len() == want).await;
+        (front, events)
+    }
+
+    fn pid(&self, i: usize) -> i32 {
+        self.nodes[i].as_ref().unwrap().id() as i32
+    }
+
+    fn signal(&self, i: usize, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.pid(i).to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Which node's directory `pwd` printed.
+    fn node_named(&self, pwd: &str) -> usize {
+        (0..self.nodes.len())
+            .find(|&i| Path::new(pwd.trim()) == self.node_dir(i))
+            .unwrap_or_else(|| panic!("not a node's directory: {pwd}"))
+    }
+
+    fn logs(&self) -> String {
+        (0..self.nodes.len())
+            .map(|i| {
+                let log = std::fs::read_to_string(self.dir.path().join(format!("n{i}.log")))
+                    .unwrap_or_default();
+                format!("--- n{i}:\n{log}")
+            })
+            .collect()
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for child in self.nodes.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn spec(exec: &dyn Executor, owner: &str, command: &str) -> Spec {
+    exec.resolve(Request {
+        command: command.to_string(),
+        workdir: None,
+        timeout_ms: None,
+        owner: Some(owner.to_string()),
+    })
+    .expect("the pool resolves a plain command")
+}
+
+async fn run(exec: &dyn Executor, owner: &str, command: &str) -> String {
+    let result = exec
+        .run(spec(exec, owner, command), CancellationToken::new())
+        .await
+        .expect("the run succeeds");
+    result.stdout.text
+}
+
+/// The node holding `owner`'s session, by its `pwd`.
+async fn node_of(pool: &Pool, exec: &dyn Executor, owner: &str) -> usize {
+    pool.node_named(&run(exec, owner, "pwd").await)
+}
+
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PROMPT;
+    while !done() {
+        assert!(Instant::now() < deadline, "not in time: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn next_event(events: &mut UnboundedReceiver<Task>) -> Task {
+    tokio::time::timeout(PROMPT, events.recv())
+        .await
+        .expect("a task-done event in time")
+        .expect("the channel is open")
+}
+
+async fn no_more_events(events: &mut UnboundedReceiver<Task>) {
+    let more = tokio::time::timeout(Duration::from_millis(500), events.recv()).await;
+    assert!(matches!(more, Err(_) | Ok(None)), "another event: {more:?}");
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .map(|s| s.lines().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_stay_on_their_node_and_spread_over_the_pool() {
+    let pool = Pool::start(1, 3);
+    let (front, mut events) = pool.front().await;
+    let mut homes = Vec::new();
+    for owner in ["a", "b", "c"] {
+        let home = node_of(&pool, front.as_ref(), owner).await;
+        for _ in 0..3 {
+            assert_eq!(node_of(&pool, front.as_ref(), owner).await, home);
+        }
+        homes.push(home);
+    }
+    homes.sort_unstable();
+    assert_eq!(homes, [0, 1, 2], "one session per node");
+
+    // A background task, read to its end, and its one event.
+    let task = front
+        .start(spec(
+            front.as_ref(),
+            "a",
+            "for i in 1 2 3; do echo $i; sleep 0.1; done",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(task.id, "bash-1");
+    assert_eq!(task.owner.as_deref(), Some("a"));
+    let ended = next_event(&mut events).await;
+    assert_eq!(
+        (ended.id.as_str(), ended.state, ended.exit_code),
+        ("bash-1", TaskState::Completed, Some(0))
+    );
+    let read = front.read_output(&task.id).unwrap();
+    assert_eq!(read.stdout.text, "1\n2\n3\n");
+    assert_eq!(read.task.id, "bash-1");
+    assert_eq!(read.task.owner.as_deref(), Some("a"));
+    no_more_events(&mut events).await;
+    // Another session cannot reach the task through its node.
+    assert_eq!(front.owner_of("bash-1").as_deref(), Some("a"));
+    front.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_mid_run_and_mid_background_reports_each_once_and_nothing_runs_again() {
+    let mut pool = Pool::start(1, 2);
+    let (front, mut events) = pool.front().await;
+    let home = node_of(&pool, front.as_ref(), "s").await;
+    let marks = pool.dir.path().join("marks");
+    let m = quoted(&marks.display().to_string());
+    let task = front
+        .start(spec(
+            front.as_ref(),
+            "s",
+            &format!("echo background >> {m}; sleep 8; echo background-end >> {m}"),
+        ))
+        .await
+        .unwrap();
+    let in_flight = {
+        let front = front.clone();
+        let spec = spec(
+            front.as_ref(),
+            "s",
+            &format!("echo run >> {m}; sleep 8; echo run-end >> {m}"),
+        );
+        tokio::spawn(async move { front.run(spec, CancellationToken::new()).await })
+    };
+    wait_until("both commands started", || lines(&marks).len() == 2).await;
+    pool.signal(home, "-KILL");
+    let _ = pool.nodes[home].as_mut().unwrap().wait();
+
+    let ended = next_event(&mut events).await;
+    assert_eq!((ended.id.as_str(), ended.state), (task.id.as_str(), TaskState::Lost));
+    let err = tokio::time::timeout(PROMPT, in_flight)
+        .await
+        .expect("the run is answered")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(&err, ExecError::Internal(m) if m.contains("may or may not have run")),
+        "{err:?}"
+    );
+    no_more_events(&mut events).await;
+    // The lost task reads as lost; the session goes on, placed on the other node.
+    let read = front.read_output(&task.id).unwrap();
+    assert_eq!((read.task.state, read.stdout.text.as_str()), (TaskState::Lost, ""));
+    assert_eq!(node_of(&pool, front.as_ref(), "s").await, 1 - home);
+    // Neither command was run again, here or anywhere.
+    let mut seen = lines(&marks);
+    seen.sort();
+    assert_eq!(seen, ["background", "run"]);
+    front.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_fronts_racing_place_each_session_on_one_node() {
+    let pool = Pool::start(1, 3);
+    let (first, _e1) = pool.front().await;
+    let (second, _e2) = pool.front().await;
+    for owner in ["r1", "r2", "r3", "r4", "r5", "r6"] {
+        let (a, b) = tokio::join!(
+            node_of(&pool, first.as_ref(), owner),
+            node_of(&pool, second.as_ref(), owner)
+        );
+        assert_eq!(a, b, "session {owner} on two nodes");
+        assert_eq!(first.placement(Some(owner)), second.placement(Some(owner)));
+    }
+    first.shutdown().await;
+    second.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_node_is_declared_dead_and_kills_its_orphans_when_continued() {
+    let mut pool = Pool::start(1, 2);
+    let (front, mut events) = pool.front().await;
+    let home = node_of(&pool, front.as_ref(), "s").await;
+    let pid_file = pool.dir.path().join("task.pid");
+    let task = front
+        .start(spec(
+            front.as_ref(),
+            "s",
+            &format!(
+                "echo $$ > {}; exec sleep 60",
+                quoted(&pid_file.display().to_string())
+            ),
+        ))
+        .await
+        .unwrap();
+    wait_until("the task wrote its pid", || lines(&pid_file).len() == 1).await;
+    let task_pid: i32 = lines(&pid_file)[0].parse().unwrap();
+    pool.signal(home, "-STOP");
+    let stopped = Instant::now();
+    let ended = next_event(&mut events).await;
+    assert_eq!((ended.id.as_str(), ended.state), (task.id.as_str(), TaskState::Lost));
+    assert!(
+        stopped.elapsed() >= Duration::from_millis(LEASE_MS - 300),
+        "declared dead before its lease ran out: {:?}",
+        stopped.elapsed()
+    );
+    // The session goes on elsewhere.
+    assert_eq!(node_of(&pool, front.as_ref(), "s").await, 1 - home);
+    // Continued, the node finds its lease gone: it kills its task and ends.
+    pool.signal(home, "-CONT");
+    let child = pool.nodes[home].as_mut().unwrap();
+    let deadline = Instant::now() + PROMPT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the continued node did not end");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(!status.success(), "{status}");
+    wait_until("the orphan was killed", || !procs::alive(task_pid)).await;
+    let log = std::fs::read_to_string(pool.dir.path().join(format!("n{home}.log"))).unwrap();
+    assert!(log.contains("could not renew its heartbeat"), "{log}");
+    front.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_server_dies_fails_over_and_is_not_declared_dead() {
+    let mut pool = tokio::task::spawn_blocking(|| Pool::start(3, 1))
+        .await
+        .unwrap();
+    let (front, mut events) = pool.front().await;
+    let task = front
+        .start(spec(front.as_ref(), "s", "sleep 3; echo done"))
+        .await
+        .unwrap();
+    // Node 0 prefers server 0: it goes, and the node carries on through another.
+    tokio::task::block_in_place(|| pool.cluster.kill(0));
+    let ended = next_event(&mut events).await;
+    assert_eq!(
+        (ended.id.as_str(), ended.state, ended.exit_code),
+        (task.id.as_str(), TaskState::Completed, Some(0))
+    );
+    assert_eq!(front.read_output(&task.id).unwrap().stdout.text, "done\n");
+    assert_eq!(run(front.as_ref(), "s", "echo on").await, "on\n");
+    front.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_request_id_twice_starts_once() {
+    let pool = Pool::start(1, 1);
+    let (front, _events) = pool.front().await;
+    let epoch = front.nodes()[0].epoch.clone();
+    let client = async_nats::connect(pool.cluster.url(0)).await.unwrap();
+    let base = format!("dsh.node.n0.{epoch}");
+    let placed = client
+        .request(format!("{base}.place"), json!({"session": "s1"}).to_string().into())
+        .await
+        .unwrap();
+    let placed: Value = serde_json::from_slice(&placed.payload).unwrap();
+    assert_eq!(placed["ok"]["node"], "n0", "{placed}");
+
+    let marks = pool.dir.path().join("marks");
+    let start = json!({"jsonrpc": "2.0", "id": 1, "method": "start", "params": {
+        "request_id": "same-1",
+        "spec": {"command": format!("echo x >> {}", quoted(&marks.display().to_string())),
+                 "workdir": pool.dir.path(), "timeout_ms": 10000.0, "owner": null}}});
+    let ask = || {
+        let client = client.clone();
+        let subject = format!("{base}.rpc");
+        let body = start.to_string();
+        async move {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Dsh-Session", "s1");
+            let answer = client
+                .request_with_headers(subject, headers, body.into())
+                .await
+                .unwrap();
+            serde_json::from_slice::<Value>(&answer.payload).unwrap()
+        }
+    };
+    // Twice at once, then again after it ended.
+    let (a, b) = tokio::join!(ask(), ask());
+    assert_eq!(a["result"], b["result"], "{a} {b}");
+    assert_eq!(a["result"]["ok"]["owner"], "s1", "{a}");
+    wait_until("the command ran", || lines(&marks).len() == 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c = ask().await;
+    assert_eq!(c["result"]["ok"]["id"], a["result"]["ok"]["id"], "{c}");
+    assert_eq!(lines(&marks), ["x"]);
+    // The claim is in the pool's store, naming the node.
+    let js = async_nats::jetstream::new(client.clone());
+    let requests = js.get_key_value("dsh-requests").await.unwrap();
+    let claim: Value =
+        serde_json::from_slice(&requests.get("same-1").await.unwrap().unwrap()).unwrap();
+    assert_eq!(claim["node"], "n0");
+    // A session not placed on the node is refused.
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Dsh-Session", "nobody");
+    let refused = client
+        .request_with_headers(format!("{base}.rpc"), headers, start.to_string().into())
+        .await
+        .unwrap();
+    let refused: Value = serde_json::from_slice(&refused.payload).unwrap();
+    assert_eq!(refused["error"]["code"], -32005, "{refused}");
+    // The services API sees the node.
+    let mut info = client.subscribe("probe.info").await.unwrap();
+    client
+        .publish_with_reply("$SRV.INFO.dsh-executor", "probe.info", "".into())
+        .await
+        .unwrap();
+    let info = tokio::time::timeout(PROMPT, info.next()).await.unwrap().unwrap();
+    let info: Value = serde_json::from_slice(&info.payload).unwrap();
+    assert_eq!(info["metadata"]["node"], "n0", "{info}");
+    front.shutdown().await;
+}
