@@ -31,6 +31,8 @@ use nats::Cluster;
 const BIN: &str = env!("CARGO_BIN_EXE_dsh-host");
 const HEARTBEAT_MS: u64 = 200;
 const LEASE_MS: u64 = 1500;
+/// The lease of the failover test: longer than a JetStream leader election takes.
+const FAILOVER_LEASE_MS: u64 = 6000;
 /// Generous bound for anything that should be "prompt".
 const PROMPT: Duration = Duration::from_secs(20);
 
@@ -44,17 +46,23 @@ struct Pool {
     dir: tempfile::TempDir,
     nodes: Vec<Option<Child>>,
     replicas: usize,
+    lease_ms: u64,
 }
 
 impl Pool {
     /// `servers` NATS servers and `nodes` nodes; node `i` prefers server `i % servers`.
     fn start(servers: usize, nodes: usize) -> Pool {
+        Pool::with_lease(servers, nodes, LEASE_MS)
+    }
+
+    fn with_lease(servers: usize, nodes: usize, lease_ms: u64) -> Pool {
         let cluster = Cluster::start(servers);
         let mut pool = Pool {
             cluster,
             dir: tempfile::tempdir().unwrap(),
             nodes: Vec::new(),
             replicas: servers.min(3),
+            lease_ms,
         };
         for i in 0..nodes {
             let child = pool.spawn_node(i);
@@ -84,7 +92,7 @@ impl Pool {
             .args(["executor", "serve", "--nats", &self.urls_for(i)])
             .args(["--node-id", &format!("n{i}")])
             .arg(format!("--nats-heartbeat-ms={HEARTBEAT_MS}"))
-            .arg(format!("--nats-lease-ms={LEASE_MS}"))
+            .arg(format!("--nats-lease-ms={}", self.lease_ms))
             .arg(format!("--nats-replicas={}", self.replicas))
             .arg("--grace-ms=200")
             .arg("--timeout-ms=60000")
@@ -100,7 +108,7 @@ impl Pool {
         PoolOptions {
             urls: self.cluster.urls(),
             heartbeat: Duration::from_millis(HEARTBEAT_MS),
-            lease: Duration::from_millis(LEASE_MS),
+            lease: Duration::from_millis(self.lease_ms),
             replicas: self.replicas,
             ..PoolOptions::default()
         }
@@ -366,7 +374,7 @@ async fn a_stopped_node_is_declared_dead_and_kills_its_orphans_when_continued() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_server_dies_fails_over_and_is_not_declared_dead() {
-    let mut pool = tokio::task::spawn_blocking(|| Pool::start(3, 1))
+    let mut pool = tokio::task::spawn_blocking(|| Pool::with_lease(3, 1, FAILOVER_LEASE_MS))
         .await
         .unwrap();
     let (front, mut events) = pool.front().await;
@@ -379,7 +387,9 @@ async fn a_node_whose_server_dies_fails_over_and_is_not_declared_dead() {
     let ended = next_event(&mut events).await;
     assert_eq!(
         (ended.id.as_str(), ended.state, ended.exit_code),
-        (task.id.as_str(), TaskState::Completed, Some(0))
+        (task.id.as_str(), TaskState::Completed, Some(0)),
+        "{}",
+        pool.logs()
     );
     assert_eq!(front.read_output(&task.id).unwrap().stdout.text, "done\n");
     assert_eq!(run(front.as_ref(), "s", "echo on").await, "on\n");

@@ -85,6 +85,8 @@ struct State {
     nodes: HashMap<String, (Heartbeat, Instant)>,
     /// Sessions this front placed on each node since its last heartbeat (which counts them).
     placed_since: HashMap<String, usize>,
+    /// The front lost its connection since the last look at the leases.
+    blind: bool,
     /// Placed sessions.
     sessions: HashMap<String, PlacedSession>,
     /// Tasks by the front's id.
@@ -329,7 +331,11 @@ impl Front {
         let mut ticks = tokio::time::interval(self.options.heartbeat);
         loop {
             let mut watch = match self.buckets.nodes.watch_all().await {
-                Ok(watch) => watch,
+                Ok(watch) => {
+                    // A new watch starts from the latest heartbeats: the leases start again.
+                    lock(&self.state).blind = true;
+                    watch
+                }
                 Err(err) => {
                     tracing::warn!(%err, "cannot watch the pool's nodes");
                     tokio::select! {
@@ -386,8 +392,23 @@ impl Front {
 
     fn expire(&self) {
         let lease = self.options.lease;
+        let connected =
+            self.client.connection_state() == async_nats::connection::State::Connected;
         let expired: Vec<(String, String)> = {
             let mut state = lock(&self.state);
+            // Heartbeats this front could not see (its own server went) say nothing of the
+            // nodes: their leases start again once it is back.
+            if !connected {
+                state.blind = true;
+                return;
+            }
+            if std::mem::take(&mut state.blind) {
+                let now = Instant::now();
+                for (_, seen) in state.nodes.values_mut() {
+                    *seen = now;
+                }
+                return;
+            }
             let expired: Vec<(String, String)> = state
                 .nodes
                 .iter()
@@ -719,12 +740,9 @@ impl Front {
                 .payload(line.clone().into())
                 .timeout(Some(attempt.max(Duration::from_millis(10))));
             let answer = tokio::select! {
+                // Published: the node may have acted on it.
                 () = cancel.cancelled() => {
-                    return Err(if sent {
-                        Failure::Lost(format!("node {} stopped", placement.node))
-                    } else {
-                        Failure::NotSent(format!("node {} stopped", placement.node))
-                    });
+                    return Err(Failure::Lost(format!("node {} is dead", placement.node)));
                 }
                 answer = self.client.send_request(subject.clone(), request) => answer,
             };

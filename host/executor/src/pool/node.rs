@@ -28,6 +28,9 @@ use crate::service::session::{self, Message, Session, Sink, answer, lock};
 use crate::service::wire::{self, Outcome, RpcError, code};
 use crate::{ExecError, Executor, Task, TaskState};
 
+/// How long a failing request store is asked again before a command is refused.
+const CLAIM_RETRIES: Duration = Duration::from_secs(5);
+
 /// A node's identity and the pool it joins.
 #[derive(Debug, Clone)]
 pub struct NodeOptions {
@@ -238,12 +241,19 @@ impl Node {
         }
     }
 
-    /// Whether `placement`'s node is live in that epoch.
+    /// Whether `placement`'s node is live in that epoch: its heartbeat is there, of that
+    /// epoch, and younger than a lease (the bucket drops older ones, but not at once).
     async fn alive(&self, placement: &Placement) -> bool {
         match self.buckets.nodes.entry(&placement.node).await {
             Ok(Some(entry)) if entry.operation == kv::Operation::Put => {
-                serde_json::from_slice::<Heartbeat>(&entry.value)
-                    .is_ok_and(|beat| beat.epoch == placement.epoch)
+                let written = entry.created.unix_timestamp_nanos();
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as i128);
+                let fresh = now - written <= self.options.pool.lease.as_nanos() as i128;
+                fresh
+                    && serde_json::from_slice::<Heartbeat>(&entry.value)
+                        .is_ok_and(|beat| beat.epoch == placement.epoch)
             }
             _ => false,
         }
@@ -429,15 +439,32 @@ impl Node {
         let value: bytes::Bytes = serde_json::to_vec(&self.mine())
             .map_err(|e| e.to_string())?
             .into();
-        match self.buckets.requests.create(request_id, value).await {
-            Ok(_) => Ok(()),
-            Err(err) if err.kind() == kv::CreateErrorKind::AlreadyExists => Err(format!(
-                "request id {request_id} was started before (by another node, or an earlier \
-                 start of this one); it is not run again: the command did not start"
-            )),
-            Err(err) => Err(format!(
-                "the pool's request store cannot be reached ({err}); the command did not start"
-            )),
+        // A store that fails (a server of the cluster just went, a new leader is being
+        // chosen) is asked again for a while before the command is refused.
+        let until = Instant::now() + CLAIM_RETRIES;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self.buckets.requests.create(request_id, value.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(err) if err.kind() == kv::CreateErrorKind::AlreadyExists => {
+                    return Err(format!(
+                        "request id {request_id} was started before (by another node, or an \
+                         earlier start of this one); it is not run again: the command did not \
+                         start"
+                    ));
+                }
+                Err(err) if Instant::now() >= until => {
+                    return Err(format!(
+                        "the pool's request store cannot be reached ({err}); the command did not \
+                         start"
+                    ));
+                }
+                Err(err) => {
+                    tracing::debug!(%err, "the pool's request store failed; asking again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+            }
         }
     }
 
