@@ -118,6 +118,12 @@ async fn a_three_server_cluster_keeps_kv_and_requests_across_a_killed_server() {
         })
         .await
         .expect("create a KV bucket with 3 replicas");
+    // The stream's interest in its subjects reaches the other servers over the routes a moment
+    // after the creation's answer: until then a write through them finds no responders (503).
+    eventually("a first write to the new bucket", FAILOVER, || {
+        bucket.put("ready", Bytes::from_static(b"yes"))
+    })
+    .await;
     bucket
         .create("job", Bytes::from_static(b"one"))
         .await
