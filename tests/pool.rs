@@ -285,7 +285,10 @@ async fn a_node_killed_mid_run_and_mid_background_reports_each_once_and_nothing_
     let _ = pool.nodes[home].as_mut().unwrap().wait();
 
     let ended = next_event(&mut events).await;
-    assert_eq!((ended.id.as_str(), ended.state), (task.id.as_str(), TaskState::Lost));
+    assert_eq!(
+        (ended.id.as_str(), ended.state),
+        (task.id.as_str(), TaskState::Lost)
+    );
     let err = tokio::time::timeout(PROMPT, in_flight)
         .await
         .expect("the run is answered")
@@ -298,7 +301,10 @@ async fn a_node_killed_mid_run_and_mid_background_reports_each_once_and_nothing_
     no_more_events(&mut events).await;
     // The lost task reads as lost; the session goes on, placed on the other node.
     let read = front.read_output(&task.id).unwrap();
-    assert_eq!((read.task.state, read.stdout.text.as_str()), (TaskState::Lost, ""));
+    assert_eq!(
+        (read.task.state, read.stdout.text.as_str()),
+        (TaskState::Lost, "")
+    );
     assert_eq!(node_of(&pool, front.as_ref(), "s").await, 1 - home);
     // Neither command was run again, here or anywhere.
     let mut seen = lines(&marks);
@@ -319,6 +325,26 @@ async fn two_fronts_racing_place_each_session_on_one_node() {
         );
         assert_eq!(a, b, "session {owner} on two nodes");
         assert_eq!(first.placement(Some(owner)), second.placement(Some(owner)));
+    }
+    // Placement requests for one session reaching every node at once: one node takes it, and
+    // every answer names that node.
+    let client = async_nats::connect(pool.cluster.url(0)).await.unwrap();
+    let nodes = first.nodes();
+    for session in ["q1", "q2", "q3", "q4", "q5"] {
+        let asks = nodes.iter().map(|beat| {
+            let client = client.clone();
+            let subject = format!("dsh.node.{}.{}.place", beat.node, beat.epoch);
+            async move {
+                let answer = client
+                    .request(subject, json!({"session": session}).to_string().into())
+                    .await
+                    .unwrap();
+                serde_json::from_slice::<Value>(&answer.payload).unwrap()["ok"].clone()
+            }
+        });
+        let answers = futures_util::future::join_all(asks).await;
+        assert!(answers[0].is_object(), "{answers:?}");
+        assert!(answers.iter().all(|a| *a == answers[0]), "{answers:?}");
     }
     first.shutdown().await;
     second.shutdown().await;
@@ -346,7 +372,10 @@ async fn a_stopped_node_is_declared_dead_and_kills_its_orphans_when_continued() 
     pool.signal(home, "-STOP");
     let stopped = Instant::now();
     let ended = next_event(&mut events).await;
-    assert_eq!((ended.id.as_str(), ended.state), (task.id.as_str(), TaskState::Lost));
+    assert_eq!(
+        (ended.id.as_str(), ended.state),
+        (task.id.as_str(), TaskState::Lost)
+    );
     assert!(
         stopped.elapsed() >= Duration::from_millis(LEASE_MS - 300),
         "declared dead before its lease ran out: {:?}",
@@ -404,7 +433,10 @@ async fn the_same_request_id_twice_starts_once() {
     let client = async_nats::connect(pool.cluster.url(0)).await.unwrap();
     let base = format!("dsh.node.n0.{epoch}");
     let placed = client
-        .request(format!("{base}.place"), json!({"session": "s1"}).to_string().into())
+        .request(
+            format!("{base}.place"),
+            json!({"session": "s1"}).to_string().into(),
+        )
         .await
         .unwrap();
     let placed: Value = serde_json::from_slice(&placed.payload).unwrap();
@@ -429,9 +461,12 @@ async fn the_same_request_id_twice_starts_once() {
             serde_json::from_slice::<Value>(&answer.payload).unwrap()
         }
     };
-    // Twice at once, then again after it ended.
-    let (a, b) = tokio::join!(ask(), ask());
-    assert_eq!(a["result"], b["result"], "{a} {b}");
+    // Eight copies at once, then again after it ended.
+    let answers = futures_util::future::join_all((0..8).map(|_| ask())).await;
+    let a = answers[0].clone();
+    for b in &answers {
+        assert_eq!(a["result"], b["result"], "{a} {b}");
+    }
     assert_eq!(a["result"]["ok"]["owner"], "s1", "{a}");
     wait_until("the command ran", || lines(&marks).len() == 1).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -459,7 +494,10 @@ async fn the_same_request_id_twice_starts_once() {
         .publish_with_reply("$SRV.INFO.dsh-executor", "probe.info", "".into())
         .await
         .unwrap();
-    let info = tokio::time::timeout(PROMPT, info.next()).await.unwrap().unwrap();
+    let info = tokio::time::timeout(PROMPT, info.next())
+        .await
+        .unwrap()
+        .unwrap();
     let info: Value = serde_json::from_slice(&info.payload).unwrap();
     assert_eq!(info["metadata"]["node"], "n0", "{info}");
     front.shutdown().await;

@@ -392,8 +392,7 @@ impl Front {
 
     fn expire(&self) {
         let lease = self.options.lease;
-        let connected =
-            self.client.connection_state() == async_nats::connection::State::Connected;
+        let connected = self.client.connection_state() == async_nats::connection::State::Connected;
         let expired: Vec<(String, String)> = {
             let mut state = lock(&self.state);
             // Heartbeats this front could not see (its own server went) say nothing of the

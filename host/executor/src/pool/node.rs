@@ -444,7 +444,12 @@ impl Node {
         let until = Instant::now() + CLAIM_RETRIES;
         let mut pause = Duration::from_millis(50);
         loop {
-            match self.buckets.requests.create(request_id, value.clone()).await {
+            match self
+                .buckets
+                .requests
+                .create(request_id, value.clone())
+                .await
+            {
                 Ok(_) => return Ok(()),
                 Err(err) if err.kind() == kv::CreateErrorKind::AlreadyExists => {
                     return Err(format!(
