@@ -31,6 +31,8 @@ use nats::Cluster;
 const BIN: &str = env!("CARGO_BIN_EXE_dsh-host");
 const HEARTBEAT_MS: u64 = 200;
 const LEASE_MS: u64 = 1500;
+/// How long a node keeps a session no front holds.
+const SESSION_GRACE_MS: u64 = 2000;
 /// The lease of the failover test: longer than a JetStream leader election takes.
 const FAILOVER_LEASE_MS: u64 = 6000;
 /// Generous bound for anything that should be "prompt".
@@ -94,6 +96,7 @@ impl Pool {
             .arg(format!("--nats-heartbeat-ms={HEARTBEAT_MS}"))
             .arg(format!("--nats-lease-ms={}", self.lease_ms))
             .arg(format!("--nats-replicas={}", self.replicas))
+            .arg(format!("--nats-session-grace-ms={SESSION_GRACE_MS}"))
             .arg("--grace-ms=200")
             .arg("--timeout-ms=60000")
             .current_dir(&dir)
@@ -500,5 +503,51 @@ async fn the_same_request_id_twice_starts_once() {
         .unwrap();
     let info: Value = serde_json::from_slice(&info.payload).unwrap();
     assert_eq!(info["metadata"]["node"], "n0", "{info}");
+    front.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_front_that_comes_back_within_the_grace_finds_its_session_and_after_it_nothing_runs() {
+    let pool = Pool::start(1, 2);
+    let pid_file = pool.dir.path().join("task.pid");
+    let home = {
+        let (front, _events) = pool.front().await;
+        let home = node_of(&pool, front.as_ref(), "s").await;
+        front
+            .start(spec(
+                front.as_ref(),
+                "s",
+                &format!(
+                    "echo $$ > {}; exec sleep 60",
+                    quoted(&pid_file.display().to_string())
+                ),
+            ))
+            .await
+            .unwrap();
+        wait_until("the task wrote its pid", || lines(&pid_file).len() == 1).await;
+        home
+        // The front goes away without a word (dropped, not shut down).
+    };
+    let task_pid: i32 = lines(&pid_file)[0].parse().unwrap();
+    // Back within the grace: the same session, on the same node, its task still running.
+    tokio::time::sleep(Duration::from_millis(SESSION_GRACE_MS / 2)).await;
+    {
+        let (front, _events) = pool.front().await;
+        assert_eq!(node_of(&pool, front.as_ref(), "s").await, home);
+        assert!(
+            procs::alive(task_pid),
+            "the task outlived a front that came back"
+        );
+        // Held for longer than the grace, by this front's word alone.
+        tokio::time::sleep(Duration::from_millis(SESSION_GRACE_MS * 2)).await;
+        assert!(procs::alive(task_pid), "a held session's task was killed");
+    }
+    // Gone for longer than the grace: the node killed the session's task.
+    wait_until("the unheld session's task was killed", || {
+        !procs::alive(task_pid)
+    })
+    .await;
+    let (front, _events) = pool.front().await;
+    assert_eq!(run(front.as_ref(), "s", "echo again").await, "again\n");
     front.shutdown().await;
 }

@@ -391,6 +391,10 @@ pub struct CommonArgs {
     /// The first token of the pool's subjects and bucket names.
     #[arg(long, global = true, value_name = "NAME")]
     pub nats_prefix: Option<String>,
+    /// How long a pool node keeps a session no front holds any more (a front that went away),
+    /// in milliseconds; past it, the session's commands are killed.
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "MS", value_parser = positive_ms)]
+    pub nats_session_grace_ms: Option<f64>,
     /// Read these settings from a TOML file: each key is one of these flags, or of `mcp`'s,
     /// without its dashes (`timeout-ms = 120000`, `env-deny = ["*_PAT"]`, `http = "8765"`).
     /// Flags on the command line win; repeatable ones add to the file's.
@@ -570,6 +574,9 @@ impl CommonArgs {
                 "--nats-lease-ms: the lease ({:?}) must be longer than the heartbeat interval ({:?})",
                 options.lease, options.heartbeat
             )));
+        }
+        if let Some(ms) = self.nats_session_grace_ms {
+            options.session_grace = Duration::from_secs_f64(ms.min(86_400_000.0) / 1000.0);
         }
         if let Some(n) = self.nats_replicas {
             options.replicas = n as usize;

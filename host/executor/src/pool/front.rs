@@ -355,7 +355,10 @@ impl Front {
                         }
                         None => break,
                     },
-                    _ = ticks.tick() => self.expire(),
+                    _ = ticks.tick() => {
+                        self.expire();
+                        tokio::spawn(self.clone().keep_alive());
+                    }
                 }
             }
         }
@@ -387,6 +390,56 @@ impl Front {
             && epoch != beat.epoch
         {
             self.dead(&entry.key, &epoch, "it started again");
+        }
+    }
+
+    /// Tells each node which of its sessions this front holds.
+    async fn keep_alive(self: Arc<Self>) {
+        let mut held: HashMap<Placement, Vec<String>> = HashMap::new();
+        for (session, placed) in lock(&self.state).sessions.iter() {
+            held.entry(placed.placement.clone())
+                .or_default()
+                .push(session.clone());
+        }
+        for (placement, sessions) in held {
+            let subject = format!(
+                "{}.rpc",
+                self.options.node_base(&placement.node, &placement.epoch)
+            );
+            let line = wire::notification("keepalive", super::Keepalive { sessions });
+            let _ = self.client.publish(subject, line.into()).await;
+        }
+    }
+
+    /// `session` is no longer on `placement`'s node (no front held it for the node's session
+    /// grace, and the node killed its commands): its running tasks there end once, lost, and it
+    /// is placed anew on its next call.
+    fn session_gone(&self, session: &str, placement: &Placement) {
+        let mut lost = Vec::new();
+        {
+            let mut state = lock(&self.state);
+            if let Some(placed) = state.sessions.remove(session) {
+                placed.events.cancel();
+            }
+            let mut ended = Vec::new();
+            for (id, view) in state.tasks.iter_mut() {
+                if view.session == session
+                    && view.placement == *placement
+                    && view.task.state == TaskState::Running
+                {
+                    view.task.state = TaskState::Lost;
+                    view.task.exit_code = None;
+                    view.task.signal = None;
+                    lost.push(view.task.clone());
+                    ended.push(id.clone());
+                }
+            }
+            for id in ended {
+                state.ended(id);
+            }
+        }
+        for task in lost {
+            let _ = self.task_done.send(task);
         }
     }
 
@@ -693,9 +746,7 @@ impl Front {
                     if error.code == wire::code::UNKNOWN_SESSION && !replaced =>
                 {
                     replaced = true;
-                    if let Some(placed) = lock(&self.state).sessions.remove(session) {
-                        placed.events.cancel();
-                    }
+                    self.session_gone(session, &placement);
                 }
                 answer => return answer.and_then(decode),
             }

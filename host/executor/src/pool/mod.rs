@@ -43,6 +43,10 @@ pub struct PoolOptions {
     pub lease: Duration,
     /// Copies the pool's buckets keep (1, or 3 on a 3-server cluster).
     pub replicas: usize,
+    /// How long a node keeps a session no front has shown interest in (a front tells the
+    /// nodes every heartbeat which of their sessions it holds); past it, the session's
+    /// commands are killed and the session is forgotten.
+    pub session_grace: Duration,
 }
 
 impl Default for PoolOptions {
@@ -54,6 +58,7 @@ impl Default for PoolOptions {
             heartbeat: Duration::from_millis(1000),
             lease: Duration::from_millis(5000),
             replicas: 1,
+            session_grace: Duration::from_secs(60),
         }
     }
 }
@@ -127,12 +132,18 @@ pub struct Heartbeat {
 
 /// A session's placement: the value of its key in the sessions bucket, and the answer to a
 /// placement request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Placement {
     /// The node holding the session.
     pub node: String,
     /// That node's epoch when it took the session.
     pub epoch: String,
+}
+
+/// The `keepalive` notification's parameters: the sessions a front holds on the node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Keepalive {
+    sessions: Vec<String>,
 }
 
 /// A placement request's parameters.

@@ -45,6 +45,8 @@ pub struct NodeOptions {
 /// A session placed on this node.
 struct Placed {
     core: Arc<Session>,
+    /// When a front last called, or said it holds the session.
+    seen: Mutex<Instant>,
     /// Held while a `run` or `start` is checked and claimed, so that two copies of one request
     /// arriving together start it once.
     claims: tokio::sync::Mutex<()>,
@@ -159,6 +161,7 @@ pub async fn serve_node(
                     if let Err(err) = node.beat().await {
                         tracing::warn!(%err, "cannot write the heartbeat");
                     }
+                    node.forget_unheld().await;
                 });
             }
         }
@@ -265,6 +268,7 @@ impl Node {
             .or_insert_with(|| {
                 Arc::new(Placed {
                     core: Arc::new(Session::new(self.executor.clone())),
+                    seen: Mutex::new(Instant::now()),
                     claims: tokio::sync::Mutex::new(()),
                 })
             });
@@ -347,8 +351,20 @@ impl Node {
         });
         let (id, method, mut params) = match session::parse(&payload) {
             Message::Request { id, method, params } => (id, method, params),
+            Message::Notification { method, params } if method == "keepalive" => {
+                if let Ok(held) = session::params::<super::Keepalive>(params) {
+                    let placed = lock(&self.sessions);
+                    for session in held.sessions {
+                        if let Some(placed) = placed.get(&session) {
+                            *lock(&placed.seen) = Instant::now();
+                        }
+                    }
+                }
+                return;
+            }
             Message::Notification { method, params } => {
                 if let Some(placed) = session.and_then(|s| lock(&self.sessions).get(&s).cloned()) {
+                    *lock(&placed.seen) = Instant::now();
                     placed.core.notified(&method, params);
                 }
                 return;
@@ -362,6 +378,9 @@ impl Node {
         let placed = session
             .as_ref()
             .and_then(|s| lock(&self.sessions).get(s).cloned());
+        if let Some(placed) = &placed {
+            *lock(&placed.seen) = Instant::now();
+        }
         let (Some(session), Some(placed)) = (session, placed) else {
             let error = RpcError::new(
                 code::UNKNOWN_SESSION,
@@ -424,6 +443,47 @@ impl Node {
                     answer(sink.as_ref(), &id, Err(error));
                 }
             }
+        }
+    }
+
+    /// Forgets the sessions no front held for the session grace: their foreground runs are
+    /// stopped, their tasks killed, their placement given up.
+    async fn forget_unheld(&self) {
+        let grace = self.options.pool.session_grace;
+        let unheld: Vec<(String, Arc<Placed>)> = {
+            let mut placed = lock(&self.sessions);
+            let unheld: Vec<String> = placed
+                .iter()
+                .filter(|(_, p)| lock(&p.seen).elapsed() > grace)
+                .map(|(session, _)| session.clone())
+                .collect();
+            unheld
+                .into_iter()
+                .filter_map(|session| placed.remove(&session).map(|p| (session, p)))
+                .collect()
+        };
+        for (session, placed) in unheld {
+            placed.core.abort_runs();
+            let tasks: Vec<Task> = self
+                .executor
+                .list()
+                .into_iter()
+                .filter(|t| t.owner.as_deref() == Some(session.as_str()))
+                .filter(|t| t.state == TaskState::Running)
+                .collect();
+            for task in &tasks {
+                let _ = self.executor.kill(&task.id);
+            }
+            if let Ok(Some(entry)) = self.buckets.sessions.entry(&session).await
+                && serde_json::from_slice::<Placement>(&entry.value).ok() == Some(self.mine())
+            {
+                let _ = self
+                    .buckets
+                    .sessions
+                    .delete_expect_revision(&session, Some(entry.revision))
+                    .await;
+            }
+            tracing::info!(%session, killed = tasks.len(), grace = ?grace, "no front holds the session any more: its commands were killed");
         }
     }
 
