@@ -20,6 +20,8 @@ mod node_package;
 #[path = "support/rust_target.rs"]
 mod rust_target;
 
+#[path = "support/nats.rs"]
+mod nats;
 #[path = "support/provision.rs"]
 mod provision;
 #[path = "support/python_venv.rs"]
@@ -31,6 +33,7 @@ use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use dsh_host::executor::pool::{PoolExecutor, PoolOptions};
 use dsh_host::executor::{Config, Executor, LocalExecutor, RemoteExecutor, TaskState};
 use dsh_host::{Caller, ComponentSource, HostOptions, Session, ToolHost};
 use serde_json::{Value, json};
@@ -215,6 +218,13 @@ async fn rust_host_on(behind: Behind) -> ToolHost {
         Behind::InProcess => LocalExecutor::new(executor_config(), tx).unwrap(),
         Behind::Served => RemoteExecutor::connect(&serve_command(), tx).unwrap(),
     };
+    host_on(executor, rx).await
+}
+
+async fn host_on(
+    executor: Arc<dyn Executor>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<dsh_host::executor::Task>,
+) -> ToolHost {
     let options = HostOptions {
         component: ComponentSource::Embedded,
         cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")),
@@ -364,6 +374,72 @@ async fn golden_cases_pass_through_executor_serve() {
     assert_eq!(rust_tools(&served), rust_tools(&local));
     served.shutdown().await;
     local.shutdown().await;
+}
+
+/// The same cases, the same expectations, with each case's sessions placed on a pool of two
+/// nodes on NATS (`executor serve --nats`), through the host's `PoolExecutor`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn golden_cases_pass_through_the_pool() {
+    /// The nodes, killed however the test ends.
+    struct Nodes(Vec<std::process::Child>);
+    impl Drop for Nodes {
+        fn drop(&mut self) {
+            for node in &mut self.0 {
+                let _ = node.kill();
+                let _ = node.wait();
+            }
+        }
+    }
+    let cluster = tokio::task::spawn_blocking(|| nats::Cluster::start(1))
+        .await
+        .unwrap();
+    let s = settings();
+    let _nodes = Nodes(
+        (0..2)
+            .map(|i| {
+                Command::new(env!("CARGO_BIN_EXE_dsh-host"))
+                    .args(["executor", "serve", "--nats", &cluster.url(0)])
+                    .args(["--node-id", &format!("golden-{i}")])
+                    .args(["--nats-heartbeat-ms", "200", "--nats-lease-ms", "1500"])
+                    .arg(format!("--timeout-ms={}", s["defaultTimeoutMs"]))
+                    .arg(format!("--max-timeout-ms={}", s["maxTimeoutMs"]))
+                    .arg(format!("--max-output-bytes={}", s["maxOutputBytes"]))
+                    .arg(format!("--grace-ms={}", s["graceMs"]))
+                    .stdin(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect(),
+    );
+    let options = PoolOptions {
+        urls: cluster.urls(),
+        heartbeat: Duration::from_millis(200),
+        lease: Duration::from_millis(1500),
+        ..PoolOptions::default()
+    };
+    let mut failures = Vec::new();
+    let mut first = None;
+    for case in cases() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let connect = options.clone();
+        let pool = tokio::task::spawn_blocking(move || PoolExecutor::connect(connect, tx))
+            .await
+            .unwrap()
+            .unwrap();
+        let host = host_on(pool, rx).await;
+        let outcomes = run_case_in_rust(&host, &case).await;
+        failures.extend(mismatches("rust", &case, &outcomes));
+        match first {
+            None => first = Some(host),
+            Some(_) => host.shutdown().await,
+        }
+    }
+    // The tool definitions, which name the executor's limits, are the in-process ones.
+    let (pooled, local) = (first.unwrap(), rust_host().await);
+    assert_eq!(rust_tools(&pooled), rust_tools(&local));
+    pooled.shutdown().await;
+    local.shutdown().await;
+    assert!(failures.is_empty(), "the pool:\n{}", failures.join("\n"));
 }
 
 // ---------------------------------------------------------------------------------------------

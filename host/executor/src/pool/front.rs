@@ -89,6 +89,8 @@ struct State {
     blind: bool,
     /// Placed sessions.
     sessions: HashMap<String, PlacedSession>,
+    /// Each session's owner token, as its callers gave it.
+    owners: HashMap<String, Option<String>>,
     /// Tasks by the front's id.
     tasks: HashMap<String, TaskView>,
     /// (node, epoch, the node's task id) → the front's id.
@@ -284,8 +286,10 @@ impl Front {
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         let (buckets, beat) = loop {
             let found = match Buckets::open(&js, &options, false).await {
-                Ok(buckets) => first_live_node(&buckets)
+                Ok(buckets) => live_nodes(&buckets, options.lease)
                     .await
+                    .into_iter()
+                    .next()
                     .map(|beat| (buckets, beat))
                     .ok_or_else(|| "no live executor node in the pool".to_string()),
                 Err(err) => Err(err),
@@ -301,6 +305,13 @@ impl Front {
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         };
+        // The live nodes as they stand, before the watch of their heartbeats takes over.
+        let mut state = State::default();
+        for beat in live_nodes(&buckets, options.lease).await {
+            state
+                .nodes
+                .insert(beat.node.clone(), (beat, Instant::now()));
+        }
         Ok(Arc::new(Front {
             client,
             buckets,
@@ -309,15 +320,21 @@ impl Front {
             request_prefix: crate::random_hex(),
             next_request: AtomicU64::new(1),
             next_message: AtomicU64::new(1),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             task_done,
             stop: CancellationToken::new(),
             options,
         }))
     }
 
+    /// The session of `owner`, remembered with it (a task-done event names only the session).
     fn session_of(&self, owner: Option<&str>) -> String {
-        owner.map_or_else(|| self.own_session.clone(), session_of_token)
+        let session = owner.map_or_else(|| self.own_session.clone(), session_of_token);
+        lock(&self.state)
+            .owners
+            .entry(session.clone())
+            .or_insert_with(|| owner.map(str::to_string));
+        session
     }
 
     fn request_id(&self) -> String {
@@ -675,7 +692,7 @@ impl Front {
                 return;
             }
             placed.cursor = event.seq;
-            let id = state.name(session, placement, &event.task, None);
+            let id = state.name(session, placement, &event.task);
             let Some(view) = state.tasks.get_mut(&id) else {
                 return;
             };
@@ -872,16 +889,25 @@ impl Drop for Forget<'_> {
     }
 }
 
-async fn first_live_node(buckets: &Buckets) -> Option<Heartbeat> {
-    let mut keys = buckets.nodes.keys().await.ok()?;
+/// The nodes whose heartbeat is younger than a lease.
+async fn live_nodes(buckets: &Buckets, lease: Duration) -> Vec<Heartbeat> {
+    let mut live = Vec::new();
+    let Ok(mut keys) = buckets.nodes.keys().await else {
+        return live;
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
     while let Some(Ok(key)) = keys.next().await {
-        if let Ok(Some(value)) = buckets.nodes.get(&key).await
-            && let Ok(beat) = serde_json::from_slice::<Heartbeat>(&value)
+        if let Ok(Some(entry)) = buckets.nodes.entry(&key).await
+            && entry.operation == kv::Operation::Put
+            && now - entry.created.unix_timestamp_nanos() <= lease.as_nanos() as i128
+            && let Ok(beat) = serde_json::from_slice::<Heartbeat>(&entry.value)
         {
-            return Some(beat);
+            live.push(beat);
         }
     }
-    None
+    live
 }
 
 /// `task` as the front shows it: its id and its caller's owner token.
@@ -895,13 +921,7 @@ fn front_task(task: &Task, id: &str, owner: Option<String>) -> Task {
 
 impl State {
     /// The front's id of a node's task, named now if it has none.
-    fn name(
-        &mut self,
-        session: &str,
-        placement: &Placement,
-        task: &Task,
-        owner: Option<Option<String>>,
-    ) -> String {
+    fn name(&mut self, session: &str, placement: &Placement, task: &Task) -> String {
         let key = (
             placement.node.clone(),
             placement.epoch.clone(),
@@ -912,7 +932,7 @@ impl State {
         }
         self.next_task += 1;
         let id = format!("bash-{}", self.next_task);
-        let owner = owner.unwrap_or(None);
+        let owner = self.owners.get(session).cloned().flatten();
         self.names.insert(key, id.clone());
         self.tasks.insert(
             id.clone(),
@@ -951,13 +971,12 @@ impl Front {
         owner: Option<String>,
     ) -> Task {
         let mut state = lock(&self.state);
-        let id = state.name(session, placement, task, Some(owner.clone()));
+        let id = state.name(session, placement, task);
         let view = state.tasks.get_mut(&id).expect("named just now or before");
         // An event that came first has already ended it.
         if view.task.state == TaskState::Running {
             view.task = front_task(task, &id, owner);
         }
-        view.owner = view.owner.clone().or(view.task.owner.clone());
         view.task.clone()
     }
 
