@@ -1,8 +1,9 @@
 //! The Node package `dsh-tools` (`bindings/node`), installed from its `npm pack` tarball into a
 //! fresh project (tests/support/node_package.rs): it carries exactly the component this
 //! `dsh-host` embeds, its README example runs, its definitions are `dsh-host tools`' byte for
-//! byte, its Vercel AI SDK adapter runs real commands through the SDK's own tool objects, and its
-//! TypeScript declarations type-check an example. The golden cases run through it in
+//! byte, its Vercel AI SDK adapter runs real commands through the SDK's own tool objects, its
+//! TypeScript declarations type-check an example, and installed next to the package carrying
+//! `dsh-host` it serves the executor with that binary. The golden cases run through it in
 //! tests/polyglot.rs.
 
 #[path = "support/component_file.rs"]
@@ -13,6 +14,8 @@ mod nested_cargo;
 mod node_package;
 #[path = "support/provision.rs"]
 mod provision;
+#[path = "support/search_path.rs"]
+mod search_path;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -520,4 +523,128 @@ await tools.close();
         1,
         "an own private cache directory keeps the transpiled component"
     );
+}
+
+/// The package made by `scripts/platform-package.mjs` carries this build's `dsh-host`. Packed and
+/// installed offline next to the packed dsh-tools in a fresh project (it is no dependency npm
+/// fetches: dsh-tools names it an optional peer), and run with neither `DSH_HOST` nor a
+/// `dsh-host` on PATH, `new Tools()` serves its commands through the binary it carries and
+/// `doctor()` says so; that binary comes before one on PATH, and `DSH_HOST` before it.
+#[test]
+fn a_platform_package_serves_the_executor_with_the_binary_it_carries() {
+    let dsh_host = Path::new(env!("CARGO_BIN_EXE_dsh-host"));
+    let version = env!("CARGO_PKG_VERSION");
+    let packed = project()
+        .parent()
+        .unwrap()
+        .join(format!("dsh-tools-{version}.tgz"));
+    assert!(packed.is_file(), "{} is not there", packed.display());
+    let base = project().parent().unwrap().join("platform-package");
+    if base.exists() {
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+    std::fs::create_dir_all(&base).unwrap();
+
+    let script = node_package::package_dir().join("scripts/platform-package.mjs");
+    let made = run(Command::new("node")
+        .arg(&script)
+        .arg(dsh_host)
+        .arg(base.join("platform")));
+    let platform = PathBuf::from(made.trim());
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(platform.join("package.json")).unwrap())
+            .unwrap();
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "x64",
+        "aarch64" => "arm64",
+        other => panic!("no platform package for {other}"),
+    };
+    let name = format!("@dsh-tools/dsh-host-linux-{arch}");
+    assert_eq!(manifest["name"], name.as_str());
+    assert_eq!(manifest["version"], version);
+    assert_eq!(manifest["os"], serde_json::json!(["linux"]));
+    assert_eq!(manifest["cpu"], serde_json::json!([arch]));
+    assert!(platform.join("README.md").is_file());
+    let packed_platform: Value = serde_json::from_str(&run(Command::new("npm")
+        .args(["pack", "--json", "--loglevel=error"])
+        .arg(&platform)
+        .arg(format!("--pack-destination={}", base.display()))))
+    .unwrap();
+    let platform_tarball = base.join(packed_platform[0]["filename"].as_str().unwrap());
+
+    let fresh = base.join("project");
+    std::fs::create_dir_all(&fresh).unwrap();
+    std::fs::write(
+        fresh.join("package.json"),
+        r#"{"name": "platform-check", "private": true, "type": "module"}"#,
+    )
+    .unwrap();
+    run(Command::new("npm")
+        .current_dir(&fresh)
+        .args([
+            "install",
+            "--offline",
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=error",
+        ])
+        .arg(&packed)
+        .arg(&platform_tarball));
+    let carried = fresh.join("node_modules").join(&name).join("bin/dsh-host");
+    assert_eq!(
+        std::fs::read(&carried).ok().as_deref(),
+        Some(std::fs::read(dsh_host).unwrap().as_slice()),
+        "npm did not install this build's dsh-host at {}",
+        carried.display()
+    );
+    std::fs::write(
+        fresh.join("check.mjs"),
+        r#"import { Tools } from "dsh-tools";
+const tools = new Tools();
+const { text } = await tools.call("bash", { command: "echo hi", description: "Say hi" });
+process.stdout.write(JSON.stringify({ doctor: tools.doctor(), text }));
+await tools.close();
+"#,
+    )
+    .unwrap();
+    let report = |path: &std::ffi::OsStr, env_dsh_host: Option<&Path>| -> Value {
+        let mut cmd = Command::new("node");
+        cmd.current_dir(&fresh)
+            .arg("check.mjs")
+            .env("PATH", path)
+            .env_remove("DSH_HOST");
+        if let Some(named) = env_dsh_host {
+            cmd.env("DSH_HOST", named);
+        }
+        serde_json::from_str(&run(&mut cmd)).unwrap()
+    };
+
+    // Nothing but the package's binary.
+    let no_dsh_host = search_path::without_dsh_host();
+    let served = report(&no_dsh_host, None);
+    assert_eq!(served["text"], "hi\n", "{served}");
+    assert_eq!(served["doctor"]["kind"], "served", "{served}");
+    assert_eq!(served["doctor"]["binarySource"], "package", "{served}");
+    assert_eq!(
+        served["doctor"]["binary"],
+        carried.canonicalize().unwrap().to_str().unwrap(),
+        "{served}"
+    );
+    assert_eq!(served["doctor"]["server"], format!("dsh-host {version}"));
+
+    // A dsh-host on PATH comes after it; DSH_HOST before.
+    let with_path = search_path::prepend(
+        &search_path::dir_with_dsh_host(&base, dsh_host),
+        &no_dsh_host,
+    );
+    let served = report(&with_path, None);
+    assert_eq!(served["doctor"]["binarySource"], "package", "{served}");
+    let served = report(&with_path, Some(dsh_host));
+    assert_eq!(served["doctor"]["binarySource"], "env", "{served}");
+    assert_eq!(
+        served["doctor"]["binary"],
+        dsh_host.to_str().unwrap(),
+        "{served}"
+    );
+    assert_eq!(served["text"], "hi\n", "{served}");
 }

@@ -2,7 +2,8 @@
 //! a venv under `target/` (`tests/support/python_venv.rs`), it carries the very component
 //! `dsh-host` embeds, prints the same tool definitions as `dsh-host tools`, runs the README's
 //! example, type-checks, and passes its own tests, the LangChain and OpenAI Agents adapters' among
-//! them. The golden cases run through it in `tests/polyglot.rs`.
+//! them; its platform wheel carries `dsh-host` and serves the executor with it. The golden cases
+//! run through it in `tests/polyglot.rs`.
 
 #[path = "support/component_file.rs"]
 mod component_file;
@@ -12,9 +13,13 @@ mod nested_cargo;
 mod provision;
 #[path = "support/python_venv.rs"]
 mod python_venv;
+#[path = "support/search_path.rs"]
+mod search_path;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use serde_json::Value;
 
 use component_file::sha256;
 
@@ -171,4 +176,170 @@ fn the_package_and_its_example_type_check() {
         report.starts_with("Success: no issues found in"),
         "{report}"
     );
+}
+
+/// The `wasmtime` requirement of the tests' hash-pinned requirements file, hashes and all: the
+/// one dependency a fresh install of the package needs.
+fn pinned_wasmtime() -> String {
+    let requirements =
+        std::fs::read_to_string(provision::repo().join("tests/polyglot/python/requirements.txt"))
+            .unwrap();
+    let mut lines = requirements
+        .lines()
+        .skip_while(|line| !line.starts_with("wasmtime=="));
+    let mut requirement = String::new();
+    for line in lines.by_ref() {
+        requirement.push_str(line);
+        requirement.push('\n');
+        if !line.ends_with('\\') {
+            break;
+        }
+    }
+    assert!(
+        requirement.contains("--hash="),
+        "no hash-pinned wasmtime in the requirements:\n{requirement}"
+    );
+    requirement
+}
+
+/// A platform wheel made by `scripts/build_platform_wheel.py` carries this build's `dsh-host`.
+/// Installed into a fresh venv (hash-checked, with nothing but wasmtime beside it) and run with
+/// neither `DSH_HOST` nor a `dsh-host` on PATH, the tools serve their commands through the binary
+/// it carries and `doctor()` says so; that binary comes before one on PATH, and `DSH_HOST` before
+/// it.
+#[test]
+fn a_platform_wheel_serves_the_executor_with_the_binary_it_carries() {
+    let dsh_host = Path::new(env!("CARGO_BIN_EXE_dsh-host"));
+    let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dist = work.path().join("dist");
+    let script = package_dir().join("scripts/build_platform_wheel.py");
+    let built = python(
+        &[
+            script.to_str().unwrap(),
+            dsh_host.to_str().unwrap(),
+            "--out",
+            dist.to_str().unwrap(),
+        ],
+        work.path(),
+    );
+    let wheel = PathBuf::from(String::from_utf8(built.stdout).unwrap().trim());
+    let name = wheel.file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(
+        name,
+        format!(
+            "dsh_tools-{}-py3-none-linux_{}.whl",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::ARCH
+        )
+    );
+    let digest = python(
+        &[
+            "-c",
+            "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())",
+            wheel.to_str().unwrap(),
+        ],
+        work.path(),
+    );
+    let digest = String::from_utf8(digest.stdout).unwrap();
+
+    // A fresh venv without pip; the tests' pip installs into it, checking every hash.
+    let venv = work.path().join("venv");
+    provision::run(
+        "creating a fresh venv",
+        Command::new("python3")
+            .args(["-m", "venv", "--without-pip"])
+            .arg(&venv),
+    );
+    let fresh = venv.join("bin/python");
+    let requirements = work.path().join("requirements.txt");
+    std::fs::write(
+        &requirements,
+        format!(
+            "{}dsh-tools @ file://{} --hash=sha256:{}\n",
+            pinned_wasmtime(),
+            wheel.display(),
+            digest.trim()
+        ),
+    )
+    .unwrap();
+    provision::run(
+        "installing the platform wheel into the fresh venv",
+        Command::new(python_venv::python())
+            .args(["-m", "pip", "--python"])
+            .arg(&fresh)
+            .args([
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--require-hashes",
+                "-r",
+            ])
+            .arg(&requirements),
+    );
+
+    let report = |path: &std::ffi::OsStr, env_dsh_host: Option<&Path>| -> Value {
+        let mut cmd = Command::new(&fresh);
+        cmd.args([
+            "-c",
+            "import json\nfrom dsh_tools import Tools\nwith Tools() as tools:\n    \
+             text = tools.call('bash', {'command': 'echo hi', 'description': 'Say hi'}).text\n    \
+             print(json.dumps({'doctor': tools.doctor(), 'text': text}))\n",
+        ])
+        .current_dir(work.path())
+        .env("PATH", path)
+        .env_remove("DSH_HOST");
+        if let Some(named) = env_dsh_host {
+            cmd.env("DSH_HOST", named);
+        }
+        serde_json::from_str(&provision::run("the installed package", &mut cmd)).unwrap()
+    };
+    let carried = venv
+        .join("lib")
+        .read_dir()
+        .unwrap()
+        .next()
+        .expect("the venv has lib/pythonX.Y")
+        .unwrap()
+        .path()
+        .join("site-packages/dsh_tools/bin/dsh-host");
+    assert_eq!(
+        std::fs::read(&carried).ok().as_deref(),
+        Some(std::fs::read(dsh_host).unwrap().as_slice()),
+        "the wheel did not install this build's dsh-host at {}",
+        carried.display()
+    );
+
+    // Nothing but the package's own binary.
+    let no_dsh_host = search_path::without_dsh_host();
+    let served = report(&no_dsh_host, None);
+    assert_eq!(served["text"], "hi\n", "{served}");
+    assert_eq!(served["doctor"]["kind"], "served", "{served}");
+    assert_eq!(served["doctor"]["binary_source"], "package", "{served}");
+    assert_eq!(
+        served["doctor"]["binary"],
+        carried.to_str().unwrap(),
+        "{served}"
+    );
+    assert_eq!(
+        served["doctor"]["server"],
+        format!("dsh-host {}", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(served["doctor"]["lacks"], serde_json::json!([]));
+
+    // A dsh-host on PATH comes after it; DSH_HOST before.
+    let with_path = search_path::prepend(
+        &search_path::dir_with_dsh_host(work.path(), dsh_host),
+        &no_dsh_host,
+    );
+    let served = report(&with_path, None);
+    assert_eq!(served["doctor"]["binary_source"], "package", "{served}");
+    let served = report(&with_path, Some(dsh_host));
+    assert_eq!(served["doctor"]["binary_source"], "env", "{served}");
+    assert_eq!(
+        served["doctor"]["binary"],
+        dsh_host.to_str().unwrap(),
+        "{served}"
+    );
+    assert_eq!(served["text"], "hi\n", "{served}");
 }

@@ -1,5 +1,6 @@
 //! One version number for everything a user installs: the WIT package (`dsh:bash@X`), the
-//! server and its crates, the Python package and the Node package, and the WIT version each
+//! server and its crates, the Python package and the Node package, the packages carrying
+//! `dsh-host` the Node package names (and its lock file with it), and the WIT version each
 //! package's host names. A release that bumps one and not the others fails here.
 
 use std::path::Path;
@@ -75,6 +76,37 @@ fn the_wit_package_server_and_packages_share_one_version() {
         assert_eq!(
             version, wit,
             "{what} says {version}, the WIT package dsh:bash@{wit}"
+        );
+    }
+    // The packages carrying `dsh-host` (made by bindings/node/scripts/platform-package.mjs with
+    // the Node package's version) are optional peers of exactly that version.
+    let package: serde_json::Value =
+        serde_json::from_str(&read("bindings/node/package.json")).unwrap();
+    let lock: serde_json::Value =
+        serde_json::from_str(&read("bindings/node/package-lock.json")).unwrap();
+    let carriers: Vec<(&String, &serde_json::Value)> = package["peerDependencies"]
+        .as_object()
+        .expect("bindings/node/package.json has peerDependencies")
+        .iter()
+        .filter(|(name, _)| name.starts_with("@dsh-tools/dsh-host-"))
+        .collect();
+    assert!(
+        !carriers.is_empty(),
+        "bindings/node/package.json names no package carrying dsh-host"
+    );
+    for (name, version) in carriers {
+        assert_eq!(
+            version.as_str(),
+            Some(wit.as_str()),
+            "bindings/node/package.json wants {name} {version}, the WIT package dsh:bash@{wit}"
+        );
+        assert_eq!(
+            package["peerDependenciesMeta"][name]["optional"], true,
+            "{name} is an optional peer"
+        );
+        assert_eq!(
+            &lock["packages"][""]["peerDependencies"][name], version,
+            "bindings/node/package-lock.json disagrees with package.json on {name}"
         );
     }
 }

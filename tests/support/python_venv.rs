@@ -1,7 +1,7 @@
 //! The tests' Python: a venv under `target/test-env/bindings-python/venv` holding the hash-pinned
 //! requirements of `tests/polyglot/python/requirements.txt` (wasmtime, langchain-core,
-//! openai-agents and the build backend) and the `dsh_tools` package installed from
-//! `bindings/python`.
+//! openai-agents, the build backend and the `wheel` tool) and the `dsh_tools` package installed
+//! from `bindings/python`.
 //!
 //! Made by the tests themselves (`provision.rs`), so `cargo test` works on a machine with only
 //! `python3` (with its `venv` module) and access to PyPI. Idempotent: the requirements are

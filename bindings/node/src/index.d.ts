@@ -205,13 +205,23 @@ export interface ExecutorDescription {
   kind: string;
   /** The far side's name and version, for a served one. */
   server?: string | null;
+  /** The `dsh-host` serving a served one (`null` when it was given as a `command`). */
+  binary?: string | null;
+  /** Where that `dsh-host` came from (`null` when it was given as a `command`). */
+  binarySource?: DshHostSource | null;
   /** What dsh-host's executor does that this one does not; `null` when unknown (custom). */
   lacks: string[] | null;
 }
 
 /**
- * The executor `new Tools()` uses: a ServedExecutor when dsh-host is there (`DSH_HOST`, else on
- * `PATH`), else a LocalExecutor.
+ * Where a `dsh-host` came from: `"env"` (`DSH_HOST`), `"package"` (this platform's package,
+ * `platformPackage()`), `"path"` (found on `PATH`), or `"argument"` (given as `dshHost`).
+ */
+export type DshHostSource = "env" | "package" | "path" | "argument";
+
+/**
+ * The executor `new Tools()` uses: a ServedExecutor when dsh-host is there (`DSH_HOST`, else this
+ * platform's package, else on `PATH`: `locateDshHost()`), else a LocalExecutor.
  */
 export declare function defaultExecutor(): Executor;
 
@@ -220,6 +230,21 @@ export declare const PROTOCOL_VERSION: number;
 
 /** `dsh-host` on `PATH` (or the given search path), or `undefined`. */
 export declare function findDshHost(path?: string): string | undefined;
+
+/**
+ * The package carrying `dsh-host` as `bin/dsh-host` for a platform and architecture (by default
+ * this process's), such as `@dsh-tools/dsh-host-linux-x64`, or `undefined` for one without.
+ */
+export declare function platformPackage(platform?: string, arch?: string): string | undefined;
+
+/** The executable `dsh-host` of this platform's package when it is installed, or `undefined`. */
+export declare function packagedDshHost(): string | undefined;
+
+/**
+ * The `dsh-host` the executor is served with by default and where it came from: `DSH_HOST`, else
+ * this platform's package, else `PATH`; `undefined` when there is none.
+ */
+export declare function locateDshHost(env?: NodeJS.ProcessEnv): { path: string; source: "env" | "package" | "path" } | undefined;
 
 /**
  * The executor of `dsh-host executor serve --stdio`: the Rust executor (containment, spill files,
@@ -232,11 +257,16 @@ export declare class ServedExecutor implements Executor {
   describe(): ExecutorDescription;
   /**
    * Starts the far side (`command`, by default `dshHost executor serve --stdio`, `dshHost` from
-   * `DSH_HOST` or `PATH`) and says hello; rejects on a protocol version mismatch, naming both.
+   * `locateDshHost()`: `DSH_HOST`, this platform's package or `PATH`) and says hello; rejects on
+   * a protocol version mismatch, naming both.
    */
   static start(options?: { command?: string[]; dshHost?: string; env?: NodeJS.ProcessEnv }): Promise<ServedExecutor>;
   /** `"served"`. */
   readonly kind: "served";
+  /** The `dsh-host` serving the executor (`null` when a `command` was given). */
+  readonly binary: string | null;
+  /** Where `binary` came from (`null` when a `command` was given). */
+  readonly binarySource: DshHostSource | null;
   /** What the far side said in `hello`: its name, session and limits. */
   readonly welcome: { protocol: number; server: string; session: string; limits: unknown; remembered_requests: number };
   currentLimits(): Limits | Promise<Limits>;

@@ -18,6 +18,7 @@
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { accessSync, constants, statSync } from "node:fs";
+import { createRequire } from "node:module";
 import { delimiter, join } from "node:path";
 import { createInterface } from "node:readline";
 
@@ -36,19 +37,66 @@ const HELLO_TIMEOUT_MS = 30_000;
  * answer for tasks once the far side is gone), as dsh-host's own client keeps them. */
 const KEPT_TASKS = 4096;
 
+/** Whether `path` is a file this process may execute. */
+function isExecutableFile(path) {
+  try {
+    if (!statSync(path).isFile()) return false;
+    accessSync(path, constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** `dsh-host` on `PATH`, or `undefined`. */
 export function findDshHost(path = process.env.PATH ?? "") {
   for (const dir of path.split(delimiter)) {
     if (dir === "") continue;
     const candidate = join(dir, "dsh-host");
-    try {
-      if (!statSync(candidate).isFile()) continue;
-      accessSync(candidate, constants.X_OK);
-      return candidate;
-    } catch {
-      // Not here.
-    }
+    if (isExecutableFile(candidate)) return candidate;
   }
+  return undefined;
+}
+
+/** The platforms (`process.platform`-`process.arch`) a package carrying `dsh-host` is made for. */
+const BINARY_PLATFORMS = new Set(["linux-x64", "linux-arm64"]);
+
+/**
+ * The package carrying a `dsh-host` binary (as `bin/dsh-host`) for a platform and architecture
+ * (Node's names, `process.platform` and `process.arch`), or `undefined` for one without.
+ */
+export function platformPackage(platform = process.platform, arch = process.arch) {
+  return BINARY_PLATFORMS.has(`${platform}-${arch}`) ? `@dsh-tools/dsh-host-${platform}-${arch}` : undefined;
+}
+
+/**
+ * The `dsh-host` of this platform's package (`platformPackage()`), resolved from this package as
+ * an import of it would be, when that package is installed and its binary is executable;
+ * otherwise `undefined`.
+ */
+export function packagedDshHost() {
+  const name = platformPackage();
+  if (name === undefined) return undefined;
+  let path;
+  try {
+    path = createRequire(import.meta.url).resolve(`${name}/bin/dsh-host`);
+  } catch {
+    return undefined;
+  }
+  return isExecutableFile(path) ? path : undefined;
+}
+
+/**
+ * The `dsh-host` to serve the executor and where it was found, `{ path, source }`: `DSH_HOST`
+ * when set (`"env"`), else the binary of this platform's package (`"package"`), else `dsh-host`
+ * on `PATH` (`"path"`); `undefined` when there is none.
+ */
+export function locateDshHost(env = process.env) {
+  if (env.DSH_HOST) return { path: env.DSH_HOST, source: "env" };
+  const packaged = packagedDshHost();
+  if (packaged !== undefined) return { path: packaged, source: "package" };
+  const onPath = findDshHost(env.PATH ?? "");
+  if (onPath !== undefined) return { path: onPath, source: "path" };
   return undefined;
 }
 
@@ -186,25 +234,34 @@ function otherError(lost) {
   return new ExecutorError("internal", `the executor service is gone (${lost.message})`);
 }
 
-/** The program and arguments to run for `options` (see `ServedExecutor`). */
-function commandLine({ command, dshHost = process.env.DSH_HOST || findDshHost() }) {
+/**
+ * The program and arguments to run for `options` (see `ServedExecutor`), with the `dsh-host` it
+ * runs and where that came from (both `null` for a `command`).
+ */
+function commandLine({ command, dshHost }) {
   if (command === undefined) {
-    if (dshHost === undefined) throw new Error("ServedExecutor: no dsh-host found on PATH; give dshHost or command");
-    return [dshHost, "executor", "serve", "--stdio"];
+    const found = dshHost === undefined ? locateDshHost() : { path: dshHost, source: "argument" };
+    if (found === undefined) {
+      const carrier = platformPackage();
+      const packaged = carrier === undefined ? "no package carries one for this platform" : `${carrier} is not installed`;
+      throw new Error(`ServedExecutor: no dsh-host found (DSH_HOST is not set, ${packaged}, none is on PATH); give dshHost or command`);
+    }
+    return { argv: [found.path, "executor", "serve", "--stdio"], binary: found.path, binarySource: found.source };
   }
   if (!Array.isArray(command) || command.length === 0 || !command.every((a) => typeof a === "string")) {
     throw new TypeError("ServedExecutor: command must be a non-empty array of strings");
   }
-  return command;
+  return { argv: command, binary: null, binarySource: null };
 }
 
 /**
  * The executor behind `dsh-host executor serve --stdio`. `command` is the program and arguments
- * to run (by default `dsh-host executor serve --stdio`, with `dsh-host` from `DSH_HOST`, found on
- * `PATH`, or given as `dshHost`); the executor's flags (limits, sandbox, spill) go on that command
- * line. `new ServedExecutor()` starts it and says hello; `ready` settles with the answer (rejected,
- * naming both versions, when the far side speaks another protocol version, and every call then
- * fails with that error). `await ServedExecutor.start()` is both at once.
+ * to run (by default `dsh-host executor serve --stdio`, with `dsh-host` given as `dshHost`, else
+ * the one `locateDshHost()` finds: `DSH_HOST`, this platform's package, `PATH`); the executor's
+ * flags (limits, sandbox, spill) go on that command line. `new ServedExecutor()` starts it and
+ * says hello; `ready` settles with the answer (rejected, naming both versions, when the far side
+ * speaks another protocol version, and every call then fails with that error).
+ * `await ServedExecutor.start()` is both at once.
  */
 export class ServedExecutor {
   #child;
@@ -237,8 +294,12 @@ export class ServedExecutor {
   onTaskDone = null;
 
   constructor(options = {}) {
-    const argv = commandLine(options);
+    const { argv, binary, binarySource } = commandLine(options);
     this.#argv = argv;
+    /** The `dsh-host` serving the executor (`null` for a `command`). */
+    this.binary = binary;
+    /** Where `binary` came from: `"argument"` (`dshHost`), `"env"`, `"package"` or `"path"`. */
+    this.binarySource = binarySource;
     this.#env = options.env ?? process.env;
     const child = spawn(argv[0], argv.slice(1), { stdio: ["pipe", "pipe", "inherit"], env: options.env ?? process.env });
     this.#child = child;
@@ -297,9 +358,18 @@ export class ServedExecutor {
     this.limits = limitsFromWire(this.welcome.limits);
   }
 
-  /** Which executor this is and what it lacks against dsh-host's own: nothing. */
+  /**
+   * Which executor this is, which `dsh-host` serves it and where that came from, and what it
+   * lacks against dsh-host's own: nothing.
+   */
   describe() {
-    return { kind: this.kind, server: this.welcome?.server ?? null, lacks: [] };
+    return {
+      kind: this.kind,
+      server: this.welcome?.server ?? null,
+      binary: this.binary,
+      binarySource: this.binarySource,
+      lacks: [],
+    };
   }
 
   /** The far side's process id. */

@@ -9,7 +9,7 @@ import { Approver, approveTimeout, checkPolicy, homeDir, policyFiles, requireApp
 import { PreparedComponent, WIT_VERSION, bundledComponent } from "./component.js";
 import { definitionsIn } from "./definitions.js";
 import { LocalExecutor } from "./executor.js";
-import { ServedExecutor, findDshHost } from "./served.js";
+import { ServedExecutor, locateDshHost } from "./served.js";
 import { asResult, callWithReplay } from "./replay.js";
 
 // Loaded with the module, so that `new Tools()` is synchronous; an unbuilt package fails at
@@ -18,12 +18,12 @@ const BUNDLED = await bundledComponent().catch((e) => e);
 
 /**
  * The executor `new Tools()` uses: dsh-host's own behind `dsh-host executor serve --stdio` when
- * the binary is there (`DSH_HOST`, else on `PATH`), so that commands behave as in dsh-host;
- * otherwise this package's `LocalExecutor`.
+ * the binary is there (`DSH_HOST`, else the binary of this platform's package, else on `PATH`:
+ * `locateDshHost()`), so that commands behave as in dsh-host; otherwise this package's
+ * `LocalExecutor`.
  */
 export function defaultExecutor() {
-  const dshHost = process.env.DSH_HOST || findDshHost();
-  return dshHost === undefined ? new LocalExecutor() : new ServedExecutor({ dshHost });
+  return locateDshHost() === undefined ? new LocalExecutor() : new ServedExecutor();
 }
 
 /** The nine functions of `dsh:bash/bash-executor`; an executor must have every one. */

@@ -492,6 +492,7 @@ class Connecting(unittest.TestCase):
         try:
             self.assertIsInstance(ex, ServedExecutor)
             self.assertEqual(describe_executor(ex)["kind"], "served")
+            self.assertEqual((ex.describe()["binary"], ex.describe()["binary_source"]), (BIN, "env"))
         finally:
             ex.shutdown()
         with mock.patch.dict(os.environ, {"DSH_HOST": "", "PATH": "/nonexistent"}):
@@ -500,6 +501,42 @@ class Connecting(unittest.TestCase):
         info = describe_executor(ex)
         self.assertEqual(info["kind"], "local")
         self.assertTrue(any("spill" in lack for lack in info["lacks"]))
+
+    def test_a_carried_binary_comes_before_path_and_gives_way_when_it_cannot_serve(self):
+        from dsh_tools.executor import served
+
+        with tempfile.TemporaryDirectory() as d:
+            path_dir = os.path.join(d, "path")
+            os.mkdir(path_dir)
+            on_path = os.path.join(path_dir, "dsh-host")
+            os.symlink(BIN, on_path)
+            carried = os.path.join(d, "dsh-host")
+            env = {"DSH_HOST": "", "PATH": path_dir}
+            with mock.patch.object(served, "PACKAGED_BINARY", carried), mock.patch.dict(os.environ, env):
+                # None carried, or one that cannot be executed: PATH's.
+                self.assertEqual(served.find_binaries(), [(on_path, "path")])
+                with open(carried, "w") as f:
+                    f.write("#!/bin/sh\nexit 3\n")
+                self.assertEqual(served.find_binaries(), [(on_path, "path")])
+                # An executable one comes first; DSH_HOST alone when set.
+                os.chmod(carried, 0o755)
+                self.assertEqual(served.find_binaries(), [(carried, "package"), (on_path, "path")])
+                with mock.patch.dict(os.environ, {"DSH_HOST": BIN}):
+                    self.assertEqual(served.find_binaries(), [(BIN, "env")])
+                # One that cannot serve gives way to PATH's...
+                ex = default_executor()
+                try:
+                    info = describe_executor(ex)
+                    self.assertEqual((info["kind"], info["binary_source"], info["binary"]), ("served", "path", on_path))
+                finally:
+                    ex.shutdown()
+                # ...and, with none there, to a LocalExecutor that says why.
+                with mock.patch.dict(os.environ, {"PATH": d + "/nowhere"}):
+                    ex = default_executor()
+                info = describe_executor(ex)
+                self.assertEqual(info["kind"], "local")
+                self.assertIn(repr(carried), info["fallback_reason"])
+                self.assertIn("exited with status 3", info["fallback_reason"])
 
     def test_tools_use_the_served_executor_by_default_and_say_so(self):
         with mock.patch.dict(os.environ, {"DSH_HOST": BIN}):

@@ -1,19 +1,19 @@
 """Which executor the tools use by default, and how to tell which one is in use.
 
 `default_executor()` gives the Rust executor (`ServedExecutor`, `dsh-host executor serve
---stdio`) when a `dsh-host` is available, so that the same commands give the same text as in
-`dsh-host`, and `LocalExecutor` otherwise. `describe_executor()` says which one an executor is
-and what it lacks next to `dsh-host`'s.
+--stdio`) when a `dsh-host` is available (`$DSH_HOST`, the binary a platform wheel carries, or
+one on `PATH`), so that the same commands give the same text as in `dsh-host`, and
+`LocalExecutor` otherwise. `describe_executor()` says which one an executor is, which `dsh-host`
+serves it and where that came from, and what it lacks next to `dsh-host`'s.
 """
 
 from __future__ import annotations
 
-import os
 import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
 from .local import LocalExecutor
-from .served import ENV_VAR, ServedExecutor, ServedExecutorError, find_binary
+from .served import ServedExecutor, ServedExecutorError, find_binaries
 from .types import Executor
 
 LOCAL_LACKS: List[str] = [
@@ -31,30 +31,38 @@ _FALLBACK: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
 
 
 def default_executor(*, args: Sequence[str] = (), **local_options: Any) -> Executor:
-    """A `ServedExecutor` when a `dsh-host` is available (`$DSH_HOST`, else `dsh-host` on
-    `PATH`), else a `LocalExecutor(**local_options)`.
+    """A `ServedExecutor` when a `dsh-host` is available, else a `LocalExecutor(**local_options)`.
 
-    `args` are executor flags for the server. A `$DSH_HOST` that cannot serve the executor
-    raises `ServedExecutorError`: it was asked for by name. A `dsh-host` found on `PATH` that
-    cannot (an older one, without `executor serve`) gives a `LocalExecutor`, and
-    `describe_executor` says why.
+    The binaries are tried in the order of `find_binaries()`: `$DSH_HOST` when set, else the
+    binary this package carries (a platform wheel's `dsh_tools/bin/dsh-host`), then `dsh-host`
+    on `PATH`. `args` are executor flags for the server. A `$DSH_HOST` that cannot serve the
+    executor raises `ServedExecutorError`: it was asked for by name. A carried binary that cannot
+    (built for another C library, say) gives way to the one on `PATH`, and one on `PATH` that
+    cannot (an older one, without `executor serve`) to a `LocalExecutor`; `describe_executor`
+    then says why.
     """
-    binary = find_binary()
-    if binary is not None:
+    failures: List[str] = []
+    for binary, source in find_binaries():
         try:
-            return ServedExecutor(binary=binary, args=args)
+            executor = ServedExecutor(binary=binary, args=args)
         except ServedExecutorError as e:
-            if os.environ.get(ENV_VAR):
+            if source == "env":
                 raise
-            local = LocalExecutor(**local_options)
-            _FALLBACK[local] = str(e)
-            return local
-    return LocalExecutor(**local_options)
+            failures.append(str(e))
+            continue
+        executor.binary_source = source
+        return executor
+    local = LocalExecutor(**local_options)
+    if failures:
+        _FALLBACK[local] = "; ".join(failures)
+    return local
 
 
 def describe_executor(executor: Executor) -> Dict[str, Any]:
     """Which executor this is — `kind` `served` (the Rust executor through `dsh-host executor
-    serve`), `local` (`LocalExecutor`) or `custom` — and what it lacks next to the Rust one."""
+    serve`), `local` (`LocalExecutor`) or `custom` — and what it lacks next to the Rust one. A
+    served one names its `binary` and `binary_source` (`env`, `package`, `path`, or `argument`
+    for one given to `ServedExecutor`)."""
     if isinstance(executor, ServedExecutor):
         return executor.describe()
     if isinstance(executor, LocalExecutor):

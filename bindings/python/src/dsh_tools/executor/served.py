@@ -40,7 +40,7 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple
 
 from .types import (
     Denial,
@@ -90,12 +90,36 @@ class ServedExecutorError(RuntimeError):
     command ended before answering `hello`, a protocol version mismatch, no answer in time)."""
 
 
-def find_binary() -> Optional[str]:
-    """The `dsh-host` to serve the executor: `$DSH_HOST` when set, else `dsh-host` on `PATH`."""
+PACKAGED_BINARY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bin", "dsh-host")
+"""Where a platform wheel of this package carries its `dsh-host` (`dsh_tools/bin/dsh-host`); the
+pure wheel and a source install have none there."""
+
+BinarySource = Literal["env", "package", "path"]
+"""Where a `dsh-host` was found: `$DSH_HOST` (`env`), the binary a platform wheel carries
+(`package`), or `PATH` (`path`)."""
+
+
+def find_binaries() -> List[Tuple[str, BinarySource]]:
+    """Every `dsh-host` that may serve the executor, in the order they are tried, each with where
+    it was found: `$DSH_HOST` alone when it is set (it was asked for by name); otherwise the
+    binary this package carries (when there and executable), then `dsh-host` on `PATH`."""
     named = os.environ.get(ENV_VAR)
     if named:
-        return named
-    return shutil.which("dsh-host")
+        return [(named, "env")]
+    found: List[Tuple[str, BinarySource]] = []
+    if os.path.isfile(PACKAGED_BINARY) and os.access(PACKAGED_BINARY, os.X_OK):
+        found.append((PACKAGED_BINARY, "package"))
+    on_path = shutil.which("dsh-host")
+    if on_path is not None:
+        found.append((on_path, "path"))
+    return found
+
+
+def find_binary() -> Optional[str]:
+    """The first `dsh-host` of `find_binaries()`: `$DSH_HOST` when set, else the binary this
+    package carries, else `dsh-host` on `PATH`."""
+    found = find_binaries()
+    return found[0][0] if found else None
 
 
 def _package_version() -> str:
@@ -299,9 +323,12 @@ class ServedExecutor:
 
     `command` is the complete command line of a server speaking the executor protocol (for
     example `["ssh", "build-box", "dsh-host", "executor", "serve", "--stdio"]`). Without it the
-    server is `BINARY executor serve --stdio ARGS...`, where BINARY is `binary`, else `$DSH_HOST`,
-    else `dsh-host` on `PATH`, and `args` are executor flags for the server (`--sandbox
-    workspace-write`, `--max-output-bytes 100000`, ...).
+    server is `BINARY executor serve --stdio ARGS...`, where BINARY is `binary`, else the first of
+    `find_binaries()` (`$DSH_HOST`, else the binary a platform wheel carries, else `dsh-host` on
+    `PATH`), and `args` are executor flags for the server (`--sandbox workspace-write`,
+    `--max-output-bytes 100000`, ...). `binary` and `binary_source` say which binary runs and
+    where it came from: `"argument"` for a `binary` given, `"env"`, `"package"` or `"path"` for
+    one found (both are None with `command`).
 
     The constructor says `hello` and raises `ServedExecutorError` when the server cannot be
     started, ends or does not answer within `hello_timeout` seconds, or speaks another protocol
@@ -320,17 +347,26 @@ class ServedExecutor:
         env: Optional[Mapping[str, str]] = None,
         hello_timeout: float = HELLO_TIMEOUT,
     ):
+        self.binary: Optional[str] = None
+        """The `dsh-host` serving the executor (None when `command` was given)."""
+        self.binary_source: Optional[str] = None
+        """Where `binary` came from: `"argument"`, `"env"`, `"package"` or `"path"`."""
         if command is not None:
             argv = [os.fspath(c) for c in command]
             if not argv:
                 raise ServedExecutorError("the executor command is empty")
         else:
-            found = binary if binary is not None else find_binary()
-            if not found:
-                raise ServedExecutorError(
-                    f"no dsh-host to serve the executor: none given, ${ENV_VAR} is not set and none is on PATH"
-                )
-            argv = [os.fspath(found), "executor", "serve", "--stdio", *[os.fspath(a) for a in args]]
+            if binary is not None:
+                self.binary, self.binary_source = os.fspath(binary), "argument"
+            else:
+                found = find_binaries()
+                if not found:
+                    raise ServedExecutorError(
+                        f"no dsh-host to serve the executor: none given, ${ENV_VAR} is not set, "
+                        "this package carries none and none is on PATH"
+                    )
+                self.binary, self.binary_source = found[0]
+            argv = [self.binary, "executor", "serve", "--stdio", *[os.fspath(a) for a in args]]
         self.command: List[str] = argv
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
@@ -405,13 +441,16 @@ class ServedExecutor:
         return PROTOCOL_VERSION
 
     def describe(self) -> Dict[str, Any]:
-        """Which executor this is: kind `served`, the server's command line and version, and
-        whether the service is still there."""
+        """Which executor this is: kind `served`, the server's command line and version, which
+        `dsh-host` serves it and where that came from (`binary`, `binary_source`), and whether the
+        service is still there."""
         with self._lock:
             lost = self._lost
         return {
             "kind": self.kind,
             "command": list(self.command),
+            "binary": self.binary,
+            "binary_source": self.binary_source,
             "server": self.server,
             "protocol": PROTOCOL_VERSION,
             "lost": lost,
