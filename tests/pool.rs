@@ -5,6 +5,9 @@
 //! Ground truth comes from marker files the commands append to: a command that ran twice, or
 //! on two nodes, leaves two lines.
 
+#[allow(dead_code)]
+#[path = "support/mcp_child.rs"]
+mod mcp_child;
 #[path = "support/nats.rs"]
 mod nats;
 #[path = "support/nested_cargo.rs"]
@@ -550,4 +553,89 @@ async fn a_front_that_comes_back_within_the_grace_finds_its_session_and_after_it
     let (front, _events) = pool.front().await;
     assert_eq!(run(front.as_ref(), "s", "echo again").await, "again\n");
     front.shutdown().await;
+}
+
+/// A `tools/call` of `dsh-host mcp` and its text.
+fn mcp_call(mcp: &mut mcp_child::McpChild, name: &str, arguments: Value) -> String {
+    let id = mcp
+        .request(
+            "tools/call",
+            json!({ "name": name, "arguments": arguments }),
+        )
+        .unwrap();
+    let result = mcp.response(id, PROMPT).unwrap();
+    result["result"]["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no content: {result}"))
+        .iter()
+        .map(|block| block["text"].as_str().unwrap_or_default().to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_front_on_three_servers_and_three_nodes_tells_the_model_of_a_lost_node() {
+    let mut pool = tokio::task::spawn_blocking(|| Pool::with_lease(3, 3, LEASE_MS))
+        .await
+        .unwrap();
+    // Every node live, as a front sees them.
+    drop(pool.front().await);
+    let cache = pool.dir.path().join("cache");
+    let mut mcp = mcp_child::spawn(
+        [
+            "--executor".to_string(),
+            pool.cluster.urls().join(","),
+            format!("--nats-heartbeat-ms={HEARTBEAT_MS}"),
+            format!("--nats-lease-ms={LEASE_MS}"),
+        ],
+        &cache,
+    );
+    let id = mcp
+        .request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "pool-test", "version": "0"}}),
+        )
+        .unwrap();
+    mcp.response(id, PROMPT).unwrap();
+    mcp.notify("notifications/initialized", json!({})).unwrap();
+
+    let pwd = mcp_call(
+        &mut mcp,
+        "bash",
+        json!({"command": "pwd", "description": "Where"}),
+    );
+    let home = pool.node_named(&pwd);
+    let started = mcp_call(
+        &mut mcp,
+        "bash",
+        json!({"command": "sleep 30", "description": "Wait", "run_in_background": true}),
+    );
+    assert_eq!(started, "started background task bash-1");
+    pool.signal(home, "-KILL");
+    let _ = pool.nodes[home].as_mut().unwrap().wait();
+    tokio::time::sleep(Duration::from_millis(LEASE_MS + 1000)).await;
+    // The next result carries the notice; the session goes on, on another node.
+    let next = mcp_call(
+        &mut mcp,
+        "bash",
+        json!({"command": "pwd", "description": "Where now"}),
+    );
+    assert!(
+        next.contains(
+            "background bash task bash-1 was lost [status: lost: the executor is gone; the \
+             command may or may not have finished]. Its output can no longer be read."
+        ),
+        "{next}"
+    );
+    let elsewhere = next.lines().next().unwrap();
+    assert_ne!(pool.node_named(elsewhere), home, "{next}");
+    let output = mcp_call(&mut mcp, "bash_output", json!({"task_id": "bash-1"}));
+    assert_eq!(
+        output,
+        "(output unavailable: the executor is gone)\n[status: lost: the executor is gone; the \
+         command may or may not have finished]"
+    );
+    drop(mcp.stdin.take());
+    let _ = mcp.child.wait();
 }
