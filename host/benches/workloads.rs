@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+#[path = "../../tests/support/nats.rs"]
+mod nats;
 #[path = "../../tests/support/nested_cargo.rs"]
 mod nested_cargo;
 #[path = "../../tests/support/provision.rs"]
@@ -33,6 +35,9 @@ struct Scale {
     process_runs: usize,
     /// HTTP sessions calling at once, calls each, and idle sessions for the memory figure.
     http_sessions: (usize, usize, usize),
+    /// Pool sessions calling at once, calls each, and rounds of each side of the spread
+    /// comparison.
+    pool_sessions: (usize, usize, usize),
 }
 
 const FULL: Scale = Scale {
@@ -42,6 +47,7 @@ const FULL: Scale = Scale {
     background_tasks: 100,
     process_runs: 30,
     http_sessions: (100, 10, 1000),
+    pool_sessions: (100, 10, 5),
 };
 
 const SMOKE: Scale = Scale {
@@ -51,6 +57,7 @@ const SMOKE: Scale = Scale {
     background_tasks: 3,
     process_runs: 1,
     http_sessions: (3, 2, 10),
+    pool_sessions: (3, 2, 1),
 };
 
 fn main() {
@@ -61,12 +68,21 @@ fn main() {
     // Warm the compiled-component cache, as any installed host has after its first start.
     run_call(&cache, "true");
 
-    // `cargo bench -p dsh-host --bench workloads -- spawn big` runs only the named workloads.
+    // `cargo bench -p dsh-host --bench workloads -- spawn big` runs only the named workloads;
+    // `pool` names every `pool_…` one.
     let named: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    let wanted = |name: &str| named.is_empty() || named.iter().any(|n| n == name);
+    let wanted = |name: &str| {
+        named.is_empty()
+            || named.iter().any(|n| {
+                n == name
+                    || name
+                        .strip_prefix(n.as_str())
+                        .is_some_and(|rest| rest.starts_with('_'))
+            })
+    };
     let mut report = Report::default();
     if wanted("spawn") {
         spawn_overhead(scale, &cache, &mut report);
@@ -91,6 +107,12 @@ fn main() {
     }
     if wanted("sessions") {
         http_sessions(scale, &cache, &mut report);
+    }
+    if wanted("pool_call") {
+        pool_call(scale, &cache, work.path(), &mut report);
+    }
+    if wanted("pool_spread") {
+        pool_spread(scale, work.path(), &mut report);
     }
     if full {
         println!("{}", machine_description());
@@ -141,6 +163,12 @@ impl Report {
         ));
     }
 
+    /// A figure without a floor or a goal.
+    fn note(&mut self, name: &str, measured: String) {
+        self.rows
+            .push((name.into(), measured, "-".into(), "-".into(), "-".into()));
+    }
+
     fn print(&self) {
         println!("| figure | measured | floor | ratio | goal |");
         println!("|---|---|---|---|---|");
@@ -161,6 +189,13 @@ fn ms(d: Duration) -> f64 {
 fn median(mut xs: Vec<Duration>) -> Duration {
     xs.sort();
     xs[xs.len() / 2]
+}
+
+/// The 99th percentile (nearest rank).
+fn p99(mut xs: Vec<Duration>) -> Duration {
+    xs.sort();
+    let rank = (xs.len() * 99).div_ceil(100);
+    xs[rank.saturating_sub(1)]
 }
 
 /// `bash` with `true` through `dsh-host mcp`, against `bash -c true` spawned directly: by Python's
@@ -607,6 +642,307 @@ fn http_sessions(scale: &Scale, cache: &Path, report: &mut Report) {
         "≤ 64 MiB".into(),
         rss_mib <= 64.0,
     );
+}
+
+/// A NATS server on loopback (`tests/support/nats.rs`) and pools of executor nodes on it
+/// (`dsh-host executor serve --nats`), each pool under a prefix of its own and each node in a
+/// directory of its own, with the pool's default heartbeat and lease. Dropping it stops the
+/// nodes (they leave their pools), then the server.
+struct LoopbackPools {
+    nodes: Vec<Child>,
+    cluster: nats::Cluster,
+}
+
+impl LoopbackPools {
+    /// `pools`: (prefix, nodes) for each pool.
+    fn start(work: &Path, pools: &[(&str, usize)]) -> Self {
+        let cluster = nats::Cluster::start(1);
+        let url = cluster.url(0);
+        let mut nodes = Vec::new();
+        for (prefix, n) in pools {
+            for i in 0..*n {
+                let id = format!("{prefix}-{i}");
+                let dir = work.join("pool-nodes").join(&id);
+                std::fs::create_dir_all(&dir).unwrap();
+                let log = std::fs::File::create(dir.with_extension("log")).unwrap();
+                let child = Command::new(BIN)
+                    .args(["executor", "serve", "--nats", &url, "--node-id", &id])
+                    .args(["--nats-prefix", prefix])
+                    .current_dir(&dir)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(log)
+                    .spawn()
+                    .expect("a pool node starts");
+                nodes.push(child);
+            }
+        }
+        LoopbackPools { nodes, cluster }
+    }
+
+    fn url(&self) -> String {
+        self.cluster.url(0)
+    }
+}
+
+impl Drop for LoopbackPools {
+    fn drop(&mut self) {
+        for child in &self.nodes {
+            // SAFETY: a signal to a child of ours, not yet reaped.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        }
+        for child in &mut self.nodes {
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A `bash` call with the executor on a pool of one node (NATS on loopback) against the same
+/// call on the in-process executor, both via `dsh-host mcp`, interleaved in blocks in one run:
+/// what placement, the NATS round trips and the node's process cost.
+fn pool_call(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
+    let pools = LoopbackPools::start(work, &[("dsh", 1)]);
+    let servers = [
+        McpServer::start(cache, &[]),
+        McpServer::start(cache, &["--executor", &pools.url()]),
+    ];
+    let [in_process, pooled] = median_true_calls(servers, scale.rounds);
+    report.ratio(
+        "`bash` true, executor on a pool of 1 node (NATS on loopback) ÷ in process (both via MCP)",
+        pooled,
+        in_process,
+        1.3,
+    );
+    let (round_trip, claim) = nats_floors(&pools.url(), scale.rounds * BLOCK);
+    report.note(
+        "the same, one NATS request and its reply between two clients on loopback, alone (a pooled call makes two: `resolve` and `run`)",
+        format!("{:.3} ms", ms(round_trip)),
+    );
+    report.note(
+        "the same, one create-if-absent of a new key in a key-value bucket, alone (a node claims each `run`'s request id so)",
+        format!("{:.3} ms", ms(claim)),
+    );
+}
+
+/// The medians of a request answered by another client through the server at `url`, and of a
+/// create-if-absent of a new key in a key-value bucket on it, with nothing else to do: the
+/// transport's and the request store's parts of a pooled call.
+fn nats_floors(url: &str, requests: usize) -> (Duration, Duration) {
+    use futures_util::StreamExt;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let responder = async_nats::connect(url).await.expect("NATS answers");
+        let requester = async_nats::connect(url).await.expect("NATS answers");
+        let mut requests_in = responder
+            .subscribe("bench.echo")
+            .await
+            .expect("a subscription");
+        responder
+            .flush()
+            .await
+            .expect("the subscription is in place");
+        let echo = tokio::spawn(async move {
+            while let Some(message) = requests_in.next().await {
+                if let Some(reply) = message.reply {
+                    let _ = responder.publish(reply, message.payload).await;
+                }
+            }
+        });
+        let mut times = Vec::with_capacity(requests);
+        for _ in 0..requests {
+            let t = Instant::now();
+            requester
+                .request("bench.echo", "x".into())
+                .await
+                .expect("the echo answers");
+            times.push(t.elapsed());
+        }
+        echo.abort();
+        let round_trip = median(times);
+
+        let js = async_nats::jetstream::new(requester);
+        let bucket = js
+            .create_key_value(async_nats::jetstream::kv::Config {
+                bucket: "bench-claims".to_string(),
+                history: 1,
+                ..Default::default()
+            })
+            .await
+            .expect("a bucket");
+        let mut times = Vec::with_capacity(requests);
+        for i in 0..requests {
+            let t = Instant::now();
+            bucket
+                .create(format!("claim-{i}"), "x".into())
+                .await
+                .expect("a new key");
+            times.push(t.elapsed());
+        }
+        (round_trip, median(times))
+    })
+}
+
+/// Sessions (owner tokens) of one front in this process, all calling `bash` `true` at once,
+/// each its calls one after another, on a pool of three nodes against the same on a pool of one
+/// node (one NATS server on loopback, the pools under prefixes of their own): throughput and
+/// 99th-percentile latency of a call, each side's rounds alternating with the other's. Each
+/// round's sessions are new, so their first calls place them.
+fn pool_spread(scale: &Scale, work: &Path, report: &mut Report) {
+    use dsh_host::executor::Executor;
+    use dsh_host::executor::pool::{PoolExecutor, PoolOptions};
+
+    let (sessions, calls, rounds) = scale.pool_sessions;
+    let pools = LoopbackPools::start(work, &[("one", 1), ("three", 3)]);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let front = |prefix: &str, nodes: usize| {
+        let options = PoolOptions {
+            urls: vec![pools.url()],
+            prefix: prefix.to_string(),
+            ..PoolOptions::default()
+        };
+        let (tx, _) = tokio::sync::mpsc::unbounded_channel();
+        let front = PoolExecutor::connect(options, tx).expect("the front reaches the pool");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while front.nodes().len() < nodes {
+            assert!(
+                Instant::now() < deadline,
+                "the {prefix} pool's nodes are not live"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        front
+    };
+    let one = front("one", 1);
+    let three = front("three", 3);
+    // Per side: wall time, then the latencies of the sessions' first calls (placement
+    // included) and of their later calls.
+    let mut times: [(Duration, Vec<Duration>, Vec<Duration>); 2] = Default::default();
+    let mut spread = std::collections::BTreeMap::<String, usize>::new();
+    for round in 0..rounds {
+        for (side, front) in [&one, &three].into_iter().enumerate() {
+            let t = Instant::now();
+            let latencies = runtime.block_on(spread_round(front, round, sessions, calls));
+            times[side].0 += t.elapsed();
+            for session in latencies {
+                let (first, later) = session.split_first().expect("a call");
+                times[side].1.push(*first);
+                times[side].2.extend_from_slice(later);
+            }
+        }
+        for s in 0..sessions {
+            let owner = format!("r{round}-s{s}");
+            let node = three.placement(Some(&owner)).expect("placed").node;
+            *spread.entry(node).or_default() += 1;
+        }
+    }
+    runtime.block_on(async {
+        one.shutdown().await;
+        three.shutdown().await;
+    });
+    let all = (sessions * calls * rounds) as f64;
+    let throughput = |side: usize| all / times[side].0.as_secs_f64();
+    let latency = |side: usize, first: bool, later: bool| {
+        let mut all = Vec::new();
+        if first {
+            all.extend_from_slice(&times[side].1);
+        }
+        if later {
+            all.extend_from_slice(&times[side].2);
+        }
+        ms(p99(all))
+    };
+    report.compare(
+        &format!(
+            "{sessions} pool sessions × {calls} `bash` `true` at once, throughput on 3 nodes ÷ on 1 node (one NATS server, loopback)"
+        ),
+        throughput(1),
+        throughput(0),
+        "calls/s",
+    );
+    report.compare(
+        "the same, 99th-percentile latency of a call on 3 nodes ÷ on 1 node",
+        latency(1, true, true),
+        latency(0, true, true),
+        "ms",
+    );
+    report.compare(
+        "the same, of a session's first call (its placement) alone",
+        latency(1, true, false),
+        latency(0, true, false),
+        "ms",
+    );
+    report.compare(
+        "the same, of the later calls alone",
+        latency(1, false, true),
+        latency(0, false, true),
+        "ms",
+    );
+    let spread: Vec<String> = spread
+        .iter()
+        .map(|(node, n)| format!("{node} {n}"))
+        .collect();
+    report.note(
+        "the same, sessions placed on each of the 3 nodes",
+        spread.join(", "),
+    );
+}
+
+/// One round of [`pool_spread`]: `sessions` new sessions calling at once, `calls` each in turn;
+/// each session's calls' latencies in order (a call is its `resolve` and its `run`, as a tool
+/// call makes them).
+async fn spread_round(
+    front: &std::sync::Arc<dsh_host::executor::pool::PoolExecutor>,
+    round: usize,
+    sessions: usize,
+    calls: usize,
+) -> Vec<Vec<Duration>> {
+    use dsh_host::executor::{Executor, Request};
+
+    let tasks: Vec<_> = (0..sessions)
+        .map(|s| {
+            let front = front.clone();
+            let owner = format!("r{round}-s{s}");
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(calls);
+                for _ in 0..calls {
+                    let t = Instant::now();
+                    let request = Request {
+                        command: "true".to_string(),
+                        workdir: None,
+                        timeout_ms: None,
+                        owner: Some(owner.clone()),
+                    };
+                    // `resolve` waits for its answer: off the runtime's workers.
+                    let resolver = front.clone();
+                    let spec = tokio::task::spawn_blocking(move || resolver.resolve(request))
+                        .await
+                        .expect("resolve ran")
+                        .expect("the pool resolves `true`");
+                    let result = front
+                        .run(spec, tokio_util::sync::CancellationToken::new())
+                        .await
+                        .expect("the pool runs `true`");
+                    latencies.push(t.elapsed());
+                    assert_eq!(result.exit_code, Some(0), "{result:?}");
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(sessions);
+    for task in tasks {
+        latencies.push(task.await.expect("a session's calls"));
+    }
+    latencies
 }
 
 fn run_call(cache: &Path, command: &str) {

@@ -74,7 +74,8 @@ pub enum Command {
         #[command(flatten)]
         http: HttpArgs,
     },
-    /// Report how this machine contains commands and where the host keeps its files.
+    /// Report how this machine contains commands and where the host keeps its files; with
+    /// --executor nats://URL, the pool's live nodes instead (exit 1 when none is).
     Doctor,
     /// The executor on its own, for other hosts (`--executor-command`).
     Executor {
@@ -973,6 +974,9 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         let grace = Duration::from_secs_f64(reconnect_grace_ms / 1000.0);
         return serve_executor(&cli.common, grace).await;
     }
+    if let (Command::Doctor, Some(urls)) = (&cli.command, &cli.common.executor) {
+        return pool_doctor(&cli.common, urls).await;
+    }
     let cwd = cli.common.session_cwd()?;
     let BuiltHost {
         host,
@@ -1063,6 +1067,73 @@ fn policy_report(files: &[PathBuf]) -> Result<String, CliError> {
         ));
     }
     Ok(out)
+}
+
+/// `dsh-host doctor --executor nats://URL`: the pool's live nodes as their heartbeats show them
+/// (read once; nothing is placed), then the permission rules in force here. NATS out of reach,
+/// or no live node, is an error naming the servers.
+async fn pool_doctor(common: &CommonArgs, urls: &str) -> Result<i32, CliError> {
+    common.check_no_executor_flags("executor")?;
+    let options = common.pool_options("executor", urls)?;
+    let nodes = dsh_executor::pool::survey::live_nodes(&options)
+        .await
+        .map_err(anyhow::Error::from)?;
+    let mut report = pool_report(&options, &nodes);
+    report.push_str(&policy_report(&common.policy)?);
+    print_out(&report);
+    Ok(0)
+}
+
+/// The doctor's lines on a pool: its servers and timing, then each live node by id, with its
+/// epoch, version, load, sessions, limits and sandbox.
+fn pool_report(options: &PoolOptions, nodes: &[dsh_executor::pool::survey::LiveNode]) -> String {
+    let mut out = format!(
+        "executor: the pool of executor nodes at {}\n  (prefix {}, heartbeat every {} ms, \
+         lease {} ms; each node's containment and files are its own: run `dsh-host doctor` on \
+         the node)\nlive nodes: {}\n",
+        options.urls.join(","),
+        options.prefix,
+        options.heartbeat.as_millis(),
+        options.lease.as_millis(),
+        nodes.len()
+    );
+    for live in nodes {
+        let beat = &live.heartbeat;
+        let limits = &beat.limits;
+        out.push_str(&format!(
+            "node {}: epoch {}, {}, load {}, sessions {}, last heartbeat {} ms ago\n  limits: \
+             timeout {} ms by default, {} ms at most; {} bytes of each stream kept; grace {} ms\n",
+            beat.node,
+            beat.epoch,
+            beat.server,
+            beat.load,
+            beat.sessions,
+            live.age.as_millis(),
+            limits.default_timeout_ms,
+            limits.max_timeout_ms,
+            limits.max_output_bytes,
+            limits.grace_ms
+        ));
+        match &limits.sandbox {
+            None => {
+                out.push_str("  sandbox: off (commands have the node's user's full authority)\n")
+            }
+            Some(sandbox) => {
+                let writable = if sandbox.writable.is_empty() {
+                    "none".to_string()
+                } else {
+                    sandbox.writable.join(", ")
+                };
+                out.push_str(&format!(
+                    "  sandbox: {}, network {}; writable roots: {writable}; {} denied reads\n",
+                    sandbox.mode,
+                    sandbox.network,
+                    sandbox.denied_reads.len()
+                ));
+            }
+        }
+    }
+    out
 }
 
 fn doctor_report(local: &LocalExecutor, env: &EnvPolicy) -> String {

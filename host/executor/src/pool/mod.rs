@@ -14,6 +14,7 @@
 pub mod front;
 pub mod node;
 mod store;
+pub mod survey;
 
 use std::path::PathBuf;
 use std::time::Duration;
