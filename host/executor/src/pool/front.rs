@@ -571,17 +571,37 @@ impl Front {
                 .collect()
         };
         candidates.sort();
-        let mut subjects: Vec<String> = candidates
+        let mut subjects: Vec<(Option<String>, String)> = candidates
             .iter()
-            .map(|(_, _, node, epoch)| format!("{}.place", self.options.node_base(node, epoch)))
+            .map(|(_, _, node, epoch)| {
+                let subject = format!("{}.place", self.options.node_base(node, epoch));
+                (Some(node.clone()), subject)
+            })
             .collect();
-        subjects.push(self.options.place_any());
+        subjects.push((None, self.options.place_any()));
         let mut last = "no executor node of the pool answered".to_string();
-        for subject in subjects {
+        for (node, subject) in subjects {
+            // Counted on the node asked before its answer, so that placements made at the same
+            // time do not all pick the same node; moved if another node holds the session.
+            let asked = node.inspect(|node| {
+                *lock(&self.state)
+                    .placed_since
+                    .entry(node.clone())
+                    .or_default() += 1;
+            });
+            let uncount = |node: &Option<String>| {
+                if let Some(node) = node
+                    && let Some(n) = lock(&self.state).placed_since.get_mut(node)
+                {
+                    *n = n.saturating_sub(1);
+                }
+            };
             let request = async_nats::Request::new()
                 .payload(body.clone().into())
                 .timeout(Some(QUICK_ATTEMPT));
-            let answer = match self.client.send_request(subject, request).await {
+            let answer = self.client.send_request(subject, request).await;
+            uncount(&asked);
+            let answer = match answer {
                 Ok(message) => message,
                 Err(err) => {
                     last = format!("placement: {err}");
