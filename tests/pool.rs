@@ -215,6 +215,18 @@ async fn no_more_events(events: &mut UnboundedReceiver<Task>) {
     assert!(matches!(more, Err(_) | Ok(None)), "another event: {more:?}");
 }
 
+/// A background `sleep 60` in `owner`'s session, and its pid once it runs.
+async fn start_sleeper(pool: &Pool, exec: &dyn Executor, owner: &str) -> (Task, i32) {
+    let pid_file = pool.dir.path().join(format!("sleeper-{owner}.pid"));
+    let command = format!(
+        "echo $$ > {}; exec sleep 60",
+        quoted(&pid_file.display().to_string())
+    );
+    let task = exec.start(spec(exec, owner, &command)).await.unwrap();
+    wait_until("the task wrote its pid", || lines(&pid_file).len() == 1).await;
+    (task, lines(&pid_file)[0].parse().unwrap())
+}
+
 fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .map(|s| s.lines().map(str::to_string).collect())
@@ -361,20 +373,7 @@ async fn a_stopped_node_is_declared_dead_and_kills_its_orphans_when_continued() 
     let mut pool = Pool::start(1, 2);
     let (front, mut events) = pool.front().await;
     let home = node_of(&pool, front.as_ref(), "s").await;
-    let pid_file = pool.dir.path().join("task.pid");
-    let task = front
-        .start(spec(
-            front.as_ref(),
-            "s",
-            &format!(
-                "echo $$ > {}; exec sleep 60",
-                quoted(&pid_file.display().to_string())
-            ),
-        ))
-        .await
-        .unwrap();
-    wait_until("the task wrote its pid", || lines(&pid_file).len() == 1).await;
-    let task_pid: i32 = lines(&pid_file)[0].parse().unwrap();
+    let (task, task_pid) = start_sleeper(&pool, front.as_ref(), "s").await;
     pool.signal(home, "-STOP");
     let stopped = Instant::now();
     let ended = next_event(&mut events).await;
@@ -512,26 +511,13 @@ async fn the_same_request_id_twice_starts_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_front_that_comes_back_within_the_grace_finds_its_session_and_after_it_nothing_runs() {
     let pool = Pool::start(1, 2);
-    let pid_file = pool.dir.path().join("task.pid");
-    let home = {
+    let (home, task_pid) = {
         let (front, _events) = pool.front().await;
         let home = node_of(&pool, front.as_ref(), "s").await;
-        front
-            .start(spec(
-                front.as_ref(),
-                "s",
-                &format!(
-                    "echo $$ > {}; exec sleep 60",
-                    quoted(&pid_file.display().to_string())
-                ),
-            ))
-            .await
-            .unwrap();
-        wait_until("the task wrote its pid", || lines(&pid_file).len() == 1).await;
-        home
+        let (_, task_pid) = start_sleeper(&pool, front.as_ref(), "s").await;
+        (home, task_pid)
         // The front goes away without a word (dropped, not shut down).
     };
-    let task_pid: i32 = lines(&pid_file)[0].parse().unwrap();
     // Back within the grace: the same session, on the same node, its task still running.
     tokio::time::sleep(Duration::from_millis(SESSION_GRACE_MS / 2)).await;
     {

@@ -1013,6 +1013,30 @@ impl Front {
     }
 }
 
+impl PoolExecutor {
+    /// `method` (`kill`, `get`) of task `id`, asked of its node while it runs there; `None`
+    /// when it has ended as far as this front knows (or its node is gone).
+    fn ask_running<T: DeserializeOwned + Send + 'static>(
+        &self,
+        id: &str,
+        method: &'static str,
+    ) -> Result<Option<T>, ExecError> {
+        let Some((session, placement, remote, task, _)) = self.front.view(id) else {
+            return Err(ExecError::UnknownTask(id.to_string()));
+        };
+        if task.state != TaskState::Running || !self.front.live(&placement) {
+            return Ok(None);
+        }
+        let front = self.front.clone();
+        let outcome = self.wait(async move {
+            front
+                .call::<Outcome<T>>(&session, method, wire::TaskParams { task: remote }, None)
+                .await
+        })?;
+        Result::from(outcome.map_err(Failure::other)?).map(Some)
+    }
+}
+
 impl Executor for PoolExecutor {
     fn limits(&self) -> Limits {
         self.front.limits.clone()
@@ -1174,19 +1198,7 @@ impl Executor for PoolExecutor {
     }
 
     fn kill(&self, id: &str) -> Result<bool, ExecError> {
-        let Some((session, placement, remote, task, _)) = self.front.view(id) else {
-            return Err(ExecError::UnknownTask(id.to_string()));
-        };
-        if task.state != TaskState::Running || !self.front.live(&placement) {
-            return Ok(false);
-        }
-        let front = self.front.clone();
-        let outcome = self.wait(async move {
-            front
-                .call::<Outcome<bool>>(&session, "kill", wire::TaskParams { task: remote }, None)
-                .await
-        })?;
-        Result::from(outcome.map_err(Failure::other)?)
+        Ok(self.ask_running::<bool>(id, "kill")?.unwrap_or(false))
     }
 
     fn owner_of(&self, id: &str) -> Option<String> {
@@ -1196,25 +1208,23 @@ impl Executor for PoolExecutor {
     }
 
     fn get(&self, id: &str) -> Result<Task, ExecError> {
-        let Some((session, placement, remote, task, _)) = self.front.view(id) else {
-            return Err(ExecError::UnknownTask(id.to_string()));
+        let Some(remote) = self.ask_running::<Task>(id, "get")? else {
+            return self
+                .front
+                .view(id)
+                .map(|(_, _, _, task, _)| task)
+                .ok_or_else(|| ExecError::UnknownTask(id.to_string()));
         };
-        if task.state != TaskState::Running || !self.front.live(&placement) {
-            return Ok(task);
-        }
-        let front = self.front.clone();
-        let outcome = self.wait(async move {
-            front
-                .call::<Outcome<Task>>(&session, "get", wire::TaskParams { task: remote }, None)
-                .await
-        })?;
-        let remote: Task = Result::from(outcome.map_err(Failure::other)?)?;
+        let owner = self
+            .front
+            .view(id)
+            .and_then(|(_, _, _, task, _)| task.owner);
         let mut state = lock(&self.front.state);
         let Some(view) = state.tasks.get_mut(id) else {
             return Err(ExecError::UnknownTask(id.to_string()));
         };
         if view.task.state == TaskState::Running {
-            view.task = front_task(&remote, id, task.owner);
+            view.task = front_task(&remote, id, owner);
         }
         Ok(view.task.clone())
     }
