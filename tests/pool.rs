@@ -299,8 +299,18 @@ async fn a_node_killed_mid_run_and_mid_background_reports_each_once_and_nothing_
         tokio::spawn(async move { front.run(spec, CancellationToken::new()).await })
     };
     wait_until("both commands started", || lines(&marks).len() == 2).await;
+    let later = spec(front.as_ref(), "s", &format!("echo later >> {m}"));
     pool.signal(home, "-KILL");
     let _ = pool.nodes[home].as_mut().unwrap().wait();
+    // Asked of the dead node before its lease ran out: nobody listens, so it did not start.
+    let err = front
+        .run(later, CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ExecError::SpawnFailed(m) if m.contains("did not start")),
+        "{err:?}"
+    );
 
     let ended = next_event(&mut events).await;
     assert_eq!(

@@ -47,6 +47,9 @@ const QUICK_ATTEMPT: Duration = Duration::from_secs(5);
 /// How long an operation answered at once is asked again before it fails.
 const QUICK_TOTAL: Duration = Duration::from_secs(30);
 
+/// Dead nodes a front names in its placement requests.
+const DEAD_REMEMBERED: usize = 64;
+
 /// Ended tasks kept for `get`, `list` and `owner_of`.
 const KEPT_TASKS: usize = 4096;
 
@@ -87,6 +90,8 @@ struct State {
     placed_since: HashMap<String, usize>,
     /// The front lost its connection since the last look at the leases.
     blind: bool,
+    /// Nodes found dead, newest last (a few): placement requests name them.
+    dead: VecDeque<Placement>,
     /// Placed sessions.
     sessions: HashMap<String, PlacedSession>,
     /// Each session's owner token, as its callers gave it.
@@ -504,6 +509,19 @@ impl Front {
         let mut lost = Vec::new();
         {
             let mut state = lock(&self.state);
+            if state
+                .nodes
+                .get(node)
+                .is_some_and(|(beat, _)| beat.epoch == epoch)
+            {
+                state.nodes.remove(node);
+            }
+            if !state.dead.contains(&gone) {
+                state.dead.push_back(gone.clone());
+                while state.dead.len() > DEAD_REMEMBERED {
+                    state.dead.pop_front();
+                }
+            }
             state.sessions.retain(|_, placed| {
                 let keep = placed.placement != gone;
                 if !keep {
@@ -548,8 +566,10 @@ impl Front {
         if let Some(placed) = lock(&self.state).sessions.get(session) {
             return Ok(placed.placement.clone());
         }
+        let dead = lock(&self.state).dead.iter().cloned().collect();
         let body = serde_json::to_vec(&PlaceRequest {
             session: session.to_string(),
+            dead,
         })
         .map_err(|err| Failure::NotSent(err.to_string()))?;
         // The least loaded live node first (its running commands, then its sessions, those

@@ -151,6 +151,11 @@ struct Keepalive {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct PlaceRequest {
     session: String,
+    /// Nodes (with their epochs) the asking front found dead (nobody answered on their
+    /// subjects), although their heartbeats may not have expired yet: a session held by one of
+    /// them is taken over.
+    #[serde(default)]
+    dead: Vec<Placement>,
 }
 
 /// A name usable as one subject token and one key: letters, digits, `-` and `_`.

@@ -280,7 +280,7 @@ impl Node {
             Ok(p) if !valid_name(&p.session) => {
                 Err(format!("an invalid session id {:?}", p.session))
             }
-            Ok(p) => self.claim(&p.session).await,
+            Ok(p) => self.claim(&p.session, &p.dead).await,
         };
         let body = match answer {
             Ok(placement) => serde_json::json!({ "ok": placement }),
@@ -290,7 +290,7 @@ impl Node {
     }
 
     /// Takes `session` unless a live node holds it: the placement the front is to use.
-    async fn claim(&self, session: &str) -> Result<Placement, String> {
+    async fn claim(&self, session: &str, dead: &[Placement]) -> Result<Placement, String> {
         let mine = self.mine();
         if lock(&self.sessions).contains_key(session) {
             return Ok(mine);
@@ -317,7 +317,9 @@ impl Node {
                     self.adopt(session);
                     return Ok(mine);
                 }
-                Some(holder) if self.alive(&holder).await => return Ok(holder),
+                Some(holder) if !dead.contains(&holder) && self.alive(&holder).await => {
+                    return Ok(holder);
+                }
                 // Its node is dead: the session is taken over, if nobody else did first.
                 _ => {
                     if self
