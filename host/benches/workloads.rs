@@ -753,6 +753,13 @@ fn nats_floors(url: &str, requests: usize) -> (Duration, Duration) {
                 }
             }
         });
+        // A flush does not wait for the server to have the subscription: the first requests
+        // may find no responder yet.
+        let ready = Instant::now() + Duration::from_secs(10);
+        while requester.request("bench.echo", "x".into()).await.is_err() {
+            assert!(Instant::now() < ready, "the echo never answered");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let mut times = Vec::with_capacity(requests);
         for _ in 0..requests {
             let t = Instant::now();

@@ -98,7 +98,6 @@ pub async fn serve_node(
         last_beat: Mutex::new(Instant::now()),
         options,
     });
-    node.beat().await?;
     let metadata = HashMap::from([
         ("node".to_string(), node.options.node_id.clone()),
         ("epoch".to_string(), epoch.clone()),
@@ -130,6 +129,10 @@ pub async fn serve_node(
     )
     .await?;
     let mut rpc = endpoint("rpc", format!("{base}.rpc"), None).await?;
+    // Fronts use a node once they see its heartbeat: by then it listens (a request to a node
+    // nobody listens for makes a front take that node for dead).
+    let _ = client.flush().await;
+    node.beat().await?;
     tracing::info!(node = %node.options.node_id, %epoch, "executor node joined the pool");
 
     let mut ticks = tokio::time::interval(node.options.pool.heartbeat);
