@@ -37,7 +37,7 @@ const LEASE_MS: u64 = 1500;
 /// How long a node keeps a session no front holds.
 const SESSION_GRACE_MS: u64 = 2000;
 /// The lease of the failover test: longer than a JetStream leader election takes.
-const FAILOVER_LEASE_MS: u64 = 6000;
+const FAILOVER_LEASE_MS: u64 = 10_000;
 /// Generous bound for anything that should be "prompt".
 const PROMPT: Duration = Duration::from_secs(20);
 
