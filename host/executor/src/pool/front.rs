@@ -805,6 +805,14 @@ impl Front {
                     replaced = true;
                     self.session_gone(session, &placement);
                 }
+                // Its node is gone and nothing was acted on: an operation that starts no
+                // command is asked of the session's new node (a `run` or `start` says it did
+                // not start).
+                Err(Failure::NotSent(_))
+                    if deadline.is_none() && !replaced && !self.live(&placement) =>
+                {
+                    replaced = true;
+                }
                 answer => return answer.and_then(decode),
             }
         }
