@@ -175,12 +175,16 @@ pub async fn serve_node(
         session.core.abort_runs();
     }
     node.executor.shutdown().await;
-    let _ = service.stop().await;
-    if result.is_ok() {
-        // A clean leave: fronts see the node gone at once, not a lease later.
-        let _ = node.buckets.nodes.delete(&node.options.node_id).await;
-    }
-    let _ = client.flush().await;
+    // NATS may be out of reach (the reason the lease ran out): leaving it is bounded.
+    let leave = async {
+        let _ = service.stop().await;
+        if result.is_ok() {
+            // A clean leave: fronts see the node gone at once, not a lease later.
+            let _ = node.buckets.nodes.delete(&node.options.node_id).await;
+        }
+        let _ = client.flush().await;
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), leave).await;
     result
 }
 
