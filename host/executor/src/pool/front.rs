@@ -87,7 +87,7 @@ struct State {
     /// Live nodes as last seen: node id → its heartbeat and when it was seen.
     nodes: HashMap<String, (Heartbeat, Instant)>,
     /// Sessions this front placed on each node since its last heartbeat (which counts them).
-    placed_since: HashMap<String, usize>,
+    placed_since: HashMap<String, Vec<Instant>>,
     /// The front lost its connection since the last look at the leases.
     blind: bool,
     /// Nodes found dead, newest last (a few): placement requests name them.
@@ -403,7 +403,13 @@ impl Front {
         let Ok(beat) = serde_json::from_slice::<Heartbeat>(&entry.value) else {
             return;
         };
-        state.placed_since.remove(&entry.key);
+        // A node's heartbeat counts its sessions: this front's placements on it stop counting
+        // once they are surely in one (two heartbeats), not at the next heartbeat, which may
+        // have been written before them.
+        let counted = self.options.heartbeat * 2;
+        if let Some(placed) = state.placed_since.get_mut(&entry.key) {
+            placed.retain(|at| at.elapsed() < counted);
+        }
         state
             .nodes
             .insert(entry.key.clone(), (beat.clone(), Instant::now()));
@@ -580,7 +586,7 @@ impl Front {
                 .nodes
                 .values()
                 .map(|(beat, _)| {
-                    let recent = state.placed_since.get(&beat.node).copied().unwrap_or(0);
+                    let recent = state.placed_since.get(&beat.node).map_or(0, Vec::len);
                     (
                         beat.load,
                         beat.sessions + recent,
@@ -604,16 +610,17 @@ impl Front {
             // Counted on the node asked before its answer, so that placements made at the same
             // time do not all pick the same node; moved if another node holds the session.
             let asked = node.inspect(|node| {
-                *lock(&self.state)
+                lock(&self.state)
                     .placed_since
                     .entry(node.clone())
-                    .or_default() += 1;
+                    .or_default()
+                    .push(Instant::now());
             });
             let uncount = |node: &Option<String>| {
                 if let Some(node) = node
-                    && let Some(n) = lock(&self.state).placed_since.get_mut(node)
+                    && let Some(placed) = lock(&self.state).placed_since.get_mut(node)
                 {
-                    *n = n.saturating_sub(1);
+                    placed.pop();
                 }
             };
             let request = async_nats::Request::new()
@@ -639,10 +646,11 @@ impl Front {
                 .get("ok")
                 .and_then(|ok| serde_json::from_value::<Placement>(ok.clone()).ok())
             {
-                *lock(&self.state)
+                lock(&self.state)
                     .placed_since
                     .entry(placement.node.clone())
-                    .or_default() += 1;
+                    .or_default()
+                    .push(Instant::now());
                 self.clone().follow(session, placement.clone()).await;
                 return Ok(placement);
             }
