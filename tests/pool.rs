@@ -299,18 +299,16 @@ async fn a_node_killed_mid_run_and_mid_background_reports_each_once_and_nothing_
         tokio::spawn(async move { front.run(spec, CancellationToken::new()).await })
     };
     wait_until("both commands started", || lines(&marks).len() == 2).await;
-    let later = spec(front.as_ref(), "s", &format!("echo later >> {m}"));
+    let later = spec(front.as_ref(), "s", &format!("echo later >> {m}; pwd"));
     pool.signal(home, "-KILL");
     let _ = pool.nodes[home].as_mut().unwrap().wait();
-    // Asked of the dead node before its lease ran out: nobody listens, so it did not start.
-    let err = front
+    // Asked of the dead node before its lease ran out: nobody listens, so it did not start
+    // there, and it runs on the session's new node.
+    let later = front
         .run(later, CancellationToken::new())
         .await
-        .unwrap_err();
-    assert!(
-        matches!(&err, ExecError::SpawnFailed(m) if m.contains("did not start")),
-        "{err:?}"
-    );
+        .expect("run on the other node");
+    assert_eq!(pool.node_named(&later.stdout.text), 1 - home);
 
     let ended = next_event(&mut events).await;
     assert_eq!(
@@ -337,7 +335,17 @@ async fn a_node_killed_mid_run_and_mid_background_reports_each_once_and_nothing_
     // Neither command was run again, here or anywhere.
     let mut seen = lines(&marks);
     seen.sort();
-    assert_eq!(seen, ["background", "run"]);
+    assert_eq!(seen, ["background", "later", "run"]);
+    // With no node left to take the session, a command did not start.
+    let last = spec(front.as_ref(), "s", &format!("echo last >> {m}"));
+    pool.signal(1 - home, "-KILL");
+    let _ = pool.nodes[1 - home].as_mut().unwrap().wait();
+    let err = front.run(last, CancellationToken::new()).await.unwrap_err();
+    assert!(
+        matches!(&err, ExecError::SpawnFailed(m) if m.contains("did not start")),
+        "{err:?}"
+    );
+    assert_eq!(lines(&marks).len(), 3, "the last command ran");
     front.shutdown().await;
 }
 
@@ -637,4 +645,128 @@ async fn an_mcp_front_on_three_servers_and_three_nodes_tells_the_model_of_a_lost
     );
     drop(mcp.stdin.take());
     let _ = mcp.child.wait();
+}
+
+/// A request of a placed session is resolved by the front as the session's node would (its
+/// heartbeat says how), without asking the node: the same spec, the same refusals, and an
+/// answer while the node is stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placed_session_is_resolved_as_its_node_would_without_asking_it() {
+    // A lease longer than the test: the stopped node is never taken for dead.
+    let pool = Pool::with_lease(1, 1, 120_000);
+    let (front, _events) = pool.front().await;
+    let request =
+        |owner: &str, command: &str, workdir: Option<&str>, timeout_ms: Option<f64>| Request {
+            command: command.to_string(),
+            workdir: workdir.map(str::to_string),
+            timeout_ms,
+            owner: Some(owner.to_string()),
+        };
+    let long = "x".repeat(1024 * 1024 + 1);
+    let cases = [
+        ("true", None, None),
+        ("true", Some("/tmp"), Some(1500.0)),
+        ("true", None, Some(1e12)),
+        ("true", None, Some(-1.0)),
+    ];
+    // Placed now; every later request of this session is resolved at the front.
+    assert_eq!(run(front.as_ref(), "placed", "true").await, "");
+    for (i, (command, workdir, timeout)) in cases.iter().enumerate() {
+        // The first request of a new session is placed and resolved by its node.
+        let fresh = format!("fresh-{i}");
+        let by_node = front.resolve(request(&fresh, command, *workdir, *timeout));
+        let by_front = front.resolve(request("placed", command, *workdir, *timeout));
+        let without_owner = |r: Result<Spec, ExecError>| r.map(|s| Spec { owner: None, ..s });
+        assert_eq!(
+            format!("{:?}", without_owner(by_front)),
+            format!("{:?}", without_owner(by_node)),
+            "case {i}"
+        );
+    }
+    assert_eq!(
+        spec(front.as_ref(), "placed", "true").workdir,
+        pool.node_dir(0).display().to_string()
+    );
+    // Refused as a local executor refuses them (on the way to a node, JSON has no NaN, and a
+    // command of the node's limit is more than a NATS message carries).
+    for (command, timeout) in [("true", Some(f64::NAN)), (long.as_str(), None)] {
+        assert!(matches!(
+            front.resolve(request("placed", command, None, timeout)),
+            Err(ExecError::InvalidRequest(_))
+        ));
+    }
+    // Stopped, the node answers nothing; its placed session still resolves.
+    pool.signal(0, "-STOP");
+    let resolved = front.resolve(request("placed", "echo hi", None, Some(2000.0)));
+    pool.signal(0, "-CONT");
+    let resolved = resolved.expect("resolved without the node");
+    assert_eq!(resolved.timeout_ms, 2000.0);
+    assert_eq!(resolved.owner.as_deref(), Some("placed"));
+    assert_eq!(run(front.as_ref(), "placed", "echo after").await, "after\n");
+    front.shutdown().await;
+}
+
+/// A session that ended is forgotten: by the front at once (nothing it kept for it grows with
+/// the sessions a long-lived front serves), by its node after the session grace; the other
+/// sessions, and the same owner coming back, carry on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_session_is_forgotten_by_the_front_then_by_its_node() {
+    let pool = Pool::start(1, 1);
+    let (front, mut events) = pool.front().await;
+    assert_eq!(run(front.as_ref(), "kept", "echo k").await, "k\n");
+    let (task, task_pid) = start_sleeper(&pool, front.as_ref(), "ended").await;
+    assert_eq!(front.sessions_held(), 2);
+    wait_until("the node counts both sessions", || {
+        front.nodes().first().is_some_and(|beat| beat.sessions == 2)
+    })
+    .await;
+    // As the host ends a session: its running tasks killed, then the executor told.
+    assert!(front.kill(&task.id).unwrap());
+    assert_eq!(next_event(&mut events).await.id, task.id);
+    front.end_session("ended");
+    assert_eq!(front.sessions_held(), 1);
+    assert!(front.placement(Some("ended")).is_none());
+    assert!(
+        matches!(front.get(&task.id), Err(ExecError::UnknownTask(_))),
+        "an ended session's task is still kept"
+    );
+    wait_until("the node forgot the ended session", || {
+        front.nodes().first().is_some_and(|beat| beat.sessions == 1)
+    })
+    .await;
+    assert!(!procs::alive(task_pid));
+    assert_eq!(run(front.as_ref(), "kept", "echo still").await, "still\n");
+    assert_eq!(run(front.as_ref(), "ended", "echo anew").await, "anew\n");
+    assert_eq!(front.sessions_held(), 2);
+    front.shutdown().await;
+}
+
+/// The host tells the pool when an agent session ends (dropped), so a front serving many
+/// sessions one after another keeps nothing for those that ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_session_that_ends_is_forgotten_by_the_pool_front() {
+    let pool = Pool::start(1, 1);
+    let (front, events) = pool.front().await;
+    let mut options = dsh_host::HostOptions::new();
+    options.cache_dir = Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache"));
+    let host = dsh_host::ToolHost::new(options, front.clone(), events)
+        .await
+        .expect("the host loads");
+    for round in 0..3 {
+        let session = host.open_session(None);
+        let arguments = json!({"command": format!("echo {round}"), "description": "Echo"});
+        let result = host
+            .call(
+                "bash",
+                &arguments.to_string(),
+                &session.caller(),
+                CancellationToken::new(),
+            )
+            .await;
+        assert_eq!(result.text, format!("{round}\n"));
+        assert_eq!(front.sessions_held(), 1);
+        drop(session);
+        assert_eq!(front.sessions_held(), 0, "round {round}");
+    }
+    host.shutdown().await;
 }

@@ -423,6 +423,14 @@ impl Executor for PolicyExecutor {
         self.inner.resolve(req)
     }
 
+    fn resolution(&self) -> Option<dsh_executor::Resolution> {
+        self.inner.resolution()
+    }
+
+    fn end_session(&self, owner: &str) {
+        self.inner.end_session(owner);
+    }
+
     fn run(
         &self,
         spec: Spec,

@@ -96,6 +96,69 @@ pub struct Request {
     pub owner: Option<String>,
 }
 
+/// Everything [`Executor::resolve`] takes from an executor that resolves with nothing but its
+/// settings: a pool's front resolves a request for a node with the node's own and gets the
+/// spec the node would make, without asking it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Resolution {
+    /// [`Config::default_timeout_ms`].
+    pub default_timeout_ms: f64,
+    /// [`Config::max_timeout_ms`].
+    pub max_timeout_ms: f64,
+    /// [`Config::max_command_bytes`].
+    pub max_command_bytes: u64,
+    /// The working directory of a request without one.
+    pub workdir: String,
+}
+
+impl Resolution {
+    /// The spec `req` resolves to.
+    pub fn resolve(&self, req: Request) -> Result<Spec, ExecError> {
+        resolve_request(
+            req,
+            self.default_timeout_ms,
+            self.max_timeout_ms,
+            self.max_command_bytes,
+            || Ok(self.workdir.clone()),
+        )
+    }
+}
+
+/// Applies the defaults and caps [`Executor::resolve`] describes; `default_workdir` is asked
+/// only for a request without a workdir.
+pub(crate) fn resolve_request(
+    req: Request,
+    default_timeout_ms: f64,
+    max_timeout_ms: f64,
+    max_command_bytes: u64,
+    default_workdir: impl FnOnce() -> Result<String, ExecError>,
+) -> Result<Spec, ExecError> {
+    bash::long_command::check(&req.command, max_command_bytes)?;
+    let timeout_ms =
+        effective_timeout(req.timeout_ms.unwrap_or(default_timeout_ms), max_timeout_ms)?;
+    let workdir = match req.workdir {
+        Some(dir) => dir,
+        None => default_workdir()?,
+    };
+    Ok(Spec {
+        command: req.command,
+        workdir,
+        timeout_ms,
+        owner: req.owner,
+    })
+}
+
+/// The timeout a command runs with: `requested`, at most `max`; one that is not finite and
+/// > 0 is refused.
+pub(crate) fn effective_timeout(requested: f64, max: f64) -> Result<f64, ExecError> {
+    if !requested.is_finite() || requested <= 0.0 {
+        return Err(ExecError::InvalidRequest(format!(
+            "invalid timeoutMs: expected a positive number, got {requested}"
+        )));
+    }
+    Ok(requested.min(max))
+}
+
 /// A request with defaults and caps applied: exactly what [`Executor::run`] or
 /// [`Executor::start`] will run.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -560,6 +623,11 @@ pub trait Executor: Send + Sync + 'static {
     /// cwd) and the effective timeout (min(requested or default, maximum)). A requested timeout
     /// that is not finite and > 0 is [`ExecError::InvalidRequest`].
     fn resolve(&self, req: Request) -> Result<Spec, ExecError>;
+    /// What `resolve` takes, when it depends on nothing but these and the request (it then
+    /// equals [`Resolution::resolve`]); `None` otherwise.
+    fn resolution(&self) -> Option<Resolution> {
+        None
+    }
     /// Foreground run. Cancelling `abort` kills the command; the result then has `aborted` set
     /// (or the call fails with [`ExecError::Aborted`] when it was cancelled before starting).
     /// With [`Config::yield_after_ms`], a command still running then returns early as a task
@@ -597,6 +665,11 @@ pub trait Executor: Send + Sync + 'static {
     fn get(&self, id: &str) -> Result<Task, ExecError>;
     /// Every retained task, oldest first.
     fn list(&self) -> Vec<Task>;
+    /// The session of `owner` ended (its running tasks were killed): nothing more is asked in
+    /// its name, and what the executor keeps for it alone may go.
+    fn end_session(&self, owner: &str) {
+        let _ = owner;
+    }
     /// Kill every running task and wait until each has ended. No task-done event is sent after
     /// shutdown began.
     fn shutdown(&self) -> BoxFuture<'_, ()>;

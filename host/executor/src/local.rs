@@ -247,12 +247,18 @@ impl LocalExecutor {
     }
 
     fn timeout_ms(&self, requested: f64) -> Result<f64, ExecError> {
-        if !requested.is_finite() || requested <= 0.0 {
-            return Err(ExecError::InvalidRequest(format!(
-                "invalid timeoutMs: expected a positive number, got {requested}"
-            )));
+        crate::effective_timeout(requested, self.shared.config.max_timeout_ms)
+    }
+
+    /// The working directory of a request without one: the configured cwd, else the host's.
+    fn default_workdir(&self) -> Result<String, ExecError> {
+        match &self.shared.config.cwd {
+            Some(cwd) => Ok(cwd.to_string_lossy().into_owned()),
+            None => Ok(std::env::current_dir()
+                .map_err(|err| bash::workdir::unusable(".", &err))?
+                .to_string_lossy()
+                .into_owned()),
         }
-        Ok(requested.min(self.shared.config.max_timeout_ms))
     }
 
     /// [`Executor::run`] with the shell program as a parameter, so tests can make spawning fail.
@@ -466,21 +472,22 @@ impl Executor for LocalExecutor {
 
     fn resolve(&self, req: Request) -> Result<Spec, ExecError> {
         let config = &self.shared.config;
-        self.check_command(&req.command)?;
-        let timeout_ms = self.timeout_ms(req.timeout_ms.unwrap_or(config.default_timeout_ms))?;
-        let workdir = match (req.workdir, &config.cwd) {
-            (Some(dir), _) => dir,
-            (None, Some(cwd)) => cwd.to_string_lossy().into_owned(),
-            (None, None) => std::env::current_dir()
-                .map_err(|err| bash::workdir::unusable(".", &err))?
-                .to_string_lossy()
-                .into_owned(),
-        };
-        Ok(Spec {
-            command: req.command,
-            workdir,
-            timeout_ms,
-            owner: req.owner,
+        crate::resolve_request(
+            req,
+            config.default_timeout_ms,
+            config.max_timeout_ms,
+            config.max_command_bytes,
+            || self.default_workdir(),
+        )
+    }
+
+    fn resolution(&self) -> Option<crate::Resolution> {
+        let config = &self.shared.config;
+        Some(crate::Resolution {
+            default_timeout_ms: config.default_timeout_ms,
+            max_timeout_ms: config.max_timeout_ms,
+            max_command_bytes: config.max_command_bytes,
+            workdir: self.default_workdir().ok()?,
         })
     }
 

@@ -417,6 +417,7 @@ fn kill_tasks_of(executor: &dyn Executor, owner: &str) {
             }
         }
     }
+    executor.end_session(owner);
 }
 
 fn new_engine() -> anyhow::Result<Engine> {

@@ -94,8 +94,8 @@ struct State {
     dead: VecDeque<Placement>,
     /// Placed sessions.
     sessions: HashMap<String, PlacedSession>,
-    /// Each session's owner token, as its callers gave it.
-    owners: HashMap<String, Option<String>>,
+    /// What the front knows of each session it serves.
+    owners: HashMap<String, Served>,
     /// Tasks by the front's id.
     tasks: HashMap<String, TaskView>,
     /// (node, epoch, the node's task id) → the front's id.
@@ -105,6 +105,16 @@ struct State {
     ended: VecDeque<String>,
     /// Calls in flight, by node and epoch: a dead node's are told.
     in_flight: HashMap<u64, (Placement, CancellationToken)>,
+}
+
+/// A session the front serves.
+#[derive(Default)]
+struct Served {
+    /// Its owner token, as its callers gave it (a task-done event names only the session).
+    owner: Option<String>,
+    /// The default working directory its last request without one was resolved to: a spec
+    /// with it that is run on another node (the session moved) runs in that node's default.
+    default_workdir: Option<String>,
 }
 
 struct PlacedSession {
@@ -224,11 +234,21 @@ impl PoolExecutor {
     /// The node holding the session of `owner` (the front's own session for `None`), if it is
     /// placed.
     pub fn placement(&self, owner: Option<&str>) -> Option<Placement> {
-        let session = self.front.session_of(owner);
+        let session = owner.map_or_else(|| self.front.own_session.clone(), session_of_token);
         lock(&self.front.state)
             .sessions
             .get(&session)
             .map(|placed| placed.placement.clone())
+    }
+
+    /// How many sessions this front holds on the pool's nodes (placed, or with a task or an
+    /// owner remembered): the state it keeps grows with them.
+    pub fn sessions_held(&self) -> usize {
+        let state = lock(&self.front.state);
+        let mut held: std::collections::HashSet<&String> = state.sessions.keys().collect();
+        held.extend(state.owners.keys());
+        held.extend(state.tasks.values().map(|view| &view.session));
+        held.len()
     }
 
     fn wait<T: Send + 'static>(
@@ -338,8 +358,111 @@ impl Front {
         lock(&self.state)
             .owners
             .entry(session.clone())
-            .or_insert_with(|| owner.map(str::to_string));
+            .or_insert_with(|| Served {
+                owner: owner.map(str::to_string),
+                default_workdir: None,
+            });
         session
+    }
+
+    /// What a `run` or `start` of `spec` sends: its session, a new request id, and the spec
+    /// with the session as its owner; with the owner token its caller gave.
+    fn starting(&self, spec: Spec) -> (String, Option<String>, wire::StartParams) {
+        let owner = spec.owner.clone();
+        let session = self.session_of(owner.as_deref());
+        let params = wire::StartParams {
+            request_id: self.request_id(),
+            spec: Spec {
+                owner: Some(session.clone()),
+                ..spec
+            },
+        };
+        (session, owner, params)
+    }
+
+    /// `method` (`run` or `start`) of `session`, asked again of the same node until `deadline`;
+    /// with the session's placement once answered (which its task is named under).
+    async fn call_placed<T: DeserializeOwned>(
+        self: Arc<Self>,
+        session: String,
+        method: &'static str,
+        params: wire::StartParams,
+        deadline: Duration,
+    ) -> (Result<T, Failure>, Placement) {
+        let answer = self
+            .call::<T>(&session, method, params, Some(deadline))
+            .await;
+        (answer, self_placement(&self, &session))
+    }
+
+    /// `session`'s last request without a workdir was resolved to `workdir`.
+    fn defaulted(&self, session: &str, workdir: &str) {
+        if let Some(served) = lock(&self.state).owners.get_mut(session) {
+            served.default_workdir = Some(workdir.to_string());
+        }
+    }
+
+    /// A `run` or `start` of `session` about to be asked of its node: a spec whose workdir is
+    /// the default it was resolved with, for a node the session has since left, is given this
+    /// node's default instead (the old one may not exist here).
+    fn rebase(&self, session: &str, params: &mut Value) {
+        let Some(here) = self.resolution_for(session).map(|r| r.workdir) else {
+            return;
+        };
+        let Some(workdir) = params
+            .get_mut("spec")
+            .and_then(|spec| spec.get_mut("workdir"))
+        else {
+            return;
+        };
+        let mut state = lock(&self.state);
+        let Some(served) = state.owners.get_mut(session) else {
+            return;
+        };
+        if let Some(before) = &served.default_workdir
+            && *before != here
+            && workdir.as_str() == Some(before.as_str())
+        {
+            *workdir = Value::String(here.clone());
+            served.default_workdir = Some(here);
+        }
+    }
+
+    /// How `session`'s node resolves requests, when it is placed on a live node that told it.
+    fn resolution_for(&self, session: &str) -> Option<crate::Resolution> {
+        let state = lock(&self.state);
+        let placement = &state.sessions.get(session)?.placement;
+        let (beat, _) = state.nodes.get(&placement.node)?;
+        if beat.epoch != placement.epoch {
+            return None;
+        }
+        beat.resolution.clone()
+    }
+
+    /// The session of `owner` ended: what this front kept for it is dropped, and its node,
+    /// no longer told that it is held, forgets it after the session grace.
+    fn end_session(&self, owner: &str) {
+        let session = session_of_token(owner);
+        let mut state = lock(&self.state);
+        state.owners.remove(&session);
+        if let Some(placed) = state.sessions.remove(&session) {
+            placed.events.cancel();
+        }
+        let ended: Vec<String> = state
+            .tasks
+            .iter()
+            .filter(|(_, view)| view.session == session)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ended {
+            if let Some(view) = state.tasks.remove(&id) {
+                state
+                    .names
+                    .remove(&(view.placement.node, view.placement.epoch, view.remote));
+            }
+        }
+        let State { ended, tasks, .. } = &mut *state;
+        ended.retain(|id| tasks.contains_key(id));
     }
 
     fn request_id(&self) -> String {
@@ -796,11 +919,14 @@ impl Front {
         params: impl Serialize,
         deadline: Option<Duration>,
     ) -> Result<T, Failure> {
-        let params =
+        let mut params =
             serde_json::to_value(params).map_err(|err| Failure::NotSent(err.to_string()))?;
         let mut replaced = false;
         loop {
             let placement = self.placed(session).await?;
+            if deadline.is_some() {
+                self.rebase(session, &mut params);
+            }
             match self
                 .ask(session, &placement, method, &params, deadline)
                 .await
@@ -813,12 +939,11 @@ impl Front {
                     replaced = true;
                     self.session_gone(session, &placement);
                 }
-                // Its node is gone and nothing was acted on: an operation that starts no
-                // command is asked of the session's new node (a `run` or `start` says it did
-                // not start).
-                Err(Failure::NotSent(_))
-                    if deadline.is_none() && !replaced && !self.live(&placement) =>
-                {
+                // Its node is gone and nobody received the call: it is asked of the session's
+                // new node, once, with the same request id (a command the gone node had
+                // claimed is refused there unstarted). Where no node takes the session, a
+                // `run` or `start` did not start.
+                Err(Failure::NotSent(_)) if !replaced && !self.live(&placement) => {
                     replaced = true;
                 }
                 answer => return answer.and_then(decode),
@@ -988,7 +1113,7 @@ impl State {
         }
         self.next_task += 1;
         let id = format!("bash-{}", self.next_task);
-        let owner = self.owners.get(session).cloned().flatten();
+        let owner = self.owners.get(session).and_then(|s| s.owner.clone());
         self.names.insert(key, id.clone());
         self.tasks.insert(
             id.clone(),
@@ -1082,16 +1207,30 @@ impl Executor for PoolExecutor {
         let front = self.front.clone();
         let owner = req.owner.clone();
         let session = front.session_of(owner.as_deref());
+        // Resolved here as the session's node would, when its heartbeat says how: a request
+        // less per call. The node checks the command and the timeout again when it runs.
+        let defaulted = req.workdir.is_none();
+        if let Some(resolution) = front.resolution_for(&session) {
+            let spec = resolution.resolve(req)?;
+            if defaulted {
+                front.defaulted(&session, &spec.workdir);
+            }
+            return Ok(spec);
+        }
         let request = Request {
             owner: Some(session.clone()),
             ..req
         };
+        let session_id = session.clone();
         let outcome = self.wait(async move {
             front
                 .call::<Outcome<Spec>>(&session, "resolve", wire::ResolveParams { request }, None)
                 .await
         })?;
         let spec: Spec = Result::from(outcome.map_err(Failure::other)?)?;
+        if defaulted {
+            self.front.defaulted(&session_id, &spec.workdir);
+        }
         Ok(Spec { owner, ..spec })
     }
 
@@ -1105,36 +1244,22 @@ impl Executor for PoolExecutor {
                 return Err(ExecError::Aborted);
             }
             let front = self.front.clone();
-            let owner = spec.owner.clone();
-            let session = front.session_of(owner.as_deref());
-            let request_id = front.request_id();
             let deadline =
                 Duration::from_secs_f64((spec.timeout_ms + front.limits.grace_ms) / 1000.0)
                     + Duration::from_secs(30);
-            let params = wire::StartParams {
-                request_id: request_id.clone(),
-                spec: Spec {
-                    owner: Some(session.clone()),
-                    ..spec
-                },
-            };
-            let call = {
-                let front = front.clone();
-                let session = session.clone();
-                async move {
-                    let answer = front
-                        .call::<Outcome<RunResult>>(&session, "run", params, Some(deadline))
-                        .await;
-                    let placement = self_placement(&front, &session);
-                    (answer, placement)
-                }
-            };
-            let handle = self.runtime.as_ref().map(|rt| rt.spawn(call));
-            let Some(mut handle) = handle else {
+            let (session, owner, params) = front.starting(spec);
+            let request_id = params.request_id.clone();
+            let Some(runtime) = &self.runtime else {
                 return Err(ExecError::Internal(
                     "the pool client is shut down".to_string(),
                 ));
             };
+            let mut handle = runtime.spawn(front.clone().call_placed::<Outcome<RunResult>>(
+                session.clone(),
+                "run",
+                params,
+                deadline,
+            ));
             let joined = tokio::select! {
                 joined = &mut handle => joined,
                 () = abort.cancelled() => {
@@ -1166,30 +1291,13 @@ impl Executor for PoolExecutor {
     fn start(&self, spec: Spec) -> BoxFuture<'_, Result<Task, ExecError>> {
         Box::pin(async move {
             let front = self.front.clone();
-            let owner = spec.owner.clone();
-            let session = front.session_of(owner.as_deref());
-            let params = wire::StartParams {
-                request_id: front.request_id(),
-                spec: Spec {
-                    owner: Some(session.clone()),
-                    ..spec
-                },
-            };
-            let call = {
-                let front = front.clone();
-                let session = session.clone();
-                async move {
-                    let answer = front
-                        .call::<Outcome<Task>>(
-                            &session,
-                            "start",
-                            params,
-                            Some(Duration::from_secs(60)),
-                        )
-                        .await;
-                    (answer, self_placement(&front, &session))
-                }
-            };
+            let (session, owner, params) = front.starting(spec);
+            let call = front.clone().call_placed::<Outcome<Task>>(
+                session.clone(),
+                "start",
+                params,
+                Duration::from_secs(60),
+            );
             let (answer, placement) = self.spawned(call).await?;
             let outcome = answer.map_err(Failure::starting)?;
             let task: Task = Result::from(outcome)?;
@@ -1235,6 +1343,10 @@ impl Executor for PoolExecutor {
 
     fn kill(&self, id: &str) -> Result<bool, ExecError> {
         Ok(self.ask_running::<bool>(id, "kill")?.unwrap_or(false))
+    }
+
+    fn end_session(&self, owner: &str) {
+        self.front.end_session(owner);
     }
 
     fn owner_of(&self, id: &str) -> Option<String> {

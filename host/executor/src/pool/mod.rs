@@ -129,6 +129,10 @@ pub struct Heartbeat {
     pub sessions: usize,
     /// Its executor's limits.
     pub limits: crate::Limits,
+    /// What its executor resolves requests with, when that is all it takes: fronts then
+    /// resolve its sessions' requests themselves rather than ask it.
+    #[serde(default)]
+    pub resolution: Option<crate::Resolution>,
 }
 
 /// A session's placement: the value of its key in the sessions bucket, and the answer to a

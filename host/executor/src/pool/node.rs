@@ -233,6 +233,7 @@ impl Node {
             load: load + running,
             sessions,
             limits: self.executor.limits(),
+            resolution: self.executor.resolution(),
         };
         let value = serde_json::to_vec(&beat).map_err(|err| err.to_string())?;
         let put = self.buckets.nodes.put(&self.options.node_id, value.into());
