@@ -138,58 +138,8 @@ struct TaskView {
     offsets: Offsets,
 }
 
-/// Why a call got no answer.
-#[derive(Debug, Clone)]
-enum Failure {
-    /// Provably never acted on: nobody was listening, or the node refused it unstarted.
-    NotSent(String),
-    /// Sent, and its node was lost (or never answered) before answering.
-    Lost(String),
-    /// The node answered with a protocol error.
-    Protocol(RpcError),
-}
-
-impl Failure {
-    fn starting(self) -> ExecError {
-        match self {
-            Failure::NotSent(reason) => ExecError::SpawnFailed(format!(
-                "the executor pool did not take the command ({reason}); the command did not start"
-            )),
-            Failure::Lost(reason) => ExecError::Internal(format!(
-                "the executor node was lost ({reason}) while the command was in flight; it may \
-                 or may not have run"
-            )),
-            Failure::Protocol(error) => ExecError::Internal(format!(
-                "the executor node failed the call ({}); the command may or may not have run",
-                error.message
-            )),
-        }
-    }
-
-    fn other(self) -> ExecError {
-        match self {
-            Failure::NotSent(reason) => {
-                ExecError::Internal(format!("the executor pool was not reached ({reason})"))
-            }
-            Failure::Lost(reason) => {
-                ExecError::Internal(format!("the executor node is gone ({reason})"))
-            }
-            Failure::Protocol(error) => ExecError::Internal(format!(
-                "the executor node failed the call: {}",
-                error.message
-            )),
-        }
-    }
-}
-
-fn decode<T: DeserializeOwned>(value: Value) -> Result<T, Failure> {
-    serde_json::from_value(value).map_err(|err| {
-        Failure::Protocol(RpcError::new(
-            wire::code::INVALID_PARAMS,
-            format!("an answer that does not decode: {err}"),
-        ))
-    })
-}
+/// Why a call got no answer, in the pool's words.
+type Failure = crate::service::failure::Failure<crate::service::failure::Pool>;
 
 /// The pool's session id of an owner token: the same on every front, and no token on the wire.
 fn session_of_token(token: &str) -> String {
@@ -844,7 +794,7 @@ impl Front {
         if let Ok(events) = self
             .ask(session, &placement, "events", &params, None)
             .await
-            .and_then(decode::<Vec<wire::Event>>)
+            .and_then(Failure::decode::<Vec<wire::Event>>)
         {
             for event in events {
                 self.event(session, &placement, event).await;
@@ -946,7 +896,7 @@ impl Front {
                 Err(Failure::NotSent(_)) if !replaced && !self.live(&placement) => {
                     replaced = true;
                 }
-                answer => return answer.and_then(decode),
+                answer => return answer.and_then(Failure::decode),
             }
         }
     }

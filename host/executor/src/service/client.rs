@@ -30,7 +30,7 @@ use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
-use super::wire::{self, Offsets, Outcome, RpcError};
+use super::wire::{self, Offsets, Outcome};
 use crate::{
     BoxFuture, ExecError, Executor, Limits, Read, Request, RunResult, Spec, Task, TaskState,
 };
@@ -195,63 +195,11 @@ impl Waiter {
 
 type Reply = Result<Value, Failure>;
 
-/// Why a call got no answer.
-#[derive(Debug, Clone)]
-enum Failure {
-    /// The request was never (completely) written: the far side cannot have acted on it.
-    NotSent(String),
-    /// It was written, and the far side went away before answering.
-    Lost(String),
-    /// The far side answered with a protocol error, or an answer that does not decode.
-    Protocol(RpcError),
-}
-
-impl Failure {
-    /// The contract-shaped error for an operation that may start a command.
-    fn starting(self) -> ExecError {
-        match self {
-            Failure::NotSent(reason) => ExecError::SpawnFailed(format!(
-                "the executor service is gone ({reason}); the command did not start"
-            )),
-            Failure::Lost(reason) => ExecError::Internal(format!(
-                "the executor service was lost ({reason}) while the command was in flight; it \
-                 may or may not have run"
-            )),
-            Failure::Protocol(error) => ExecError::Internal(format!(
-                "the executor service failed the call ({}); the command may or may not have run",
-                error.message
-            )),
-        }
-    }
-
-    /// The error for an operation that starts nothing.
-    fn other(self) -> ExecError {
-        match self {
-            Failure::NotSent(reason) => {
-                ExecError::Internal(format!("the executor service was not reached ({reason})"))
-            }
-            Failure::Lost(reason) => {
-                ExecError::Internal(format!("the executor service is gone ({reason})"))
-            }
-            Failure::Protocol(error) => ExecError::Internal(format!(
-                "the executor service failed the call: {}",
-                error.message
-            )),
-        }
-    }
-}
+/// Why a call got no answer, in the service's words.
+type Failure = super::failure::Failure<super::failure::Service>;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn decode<T: DeserializeOwned>(value: Value) -> Result<T, Failure> {
-    serde_json::from_value(value).map_err(|err| {
-        Failure::Protocol(RpcError::new(
-            wire::code::INVALID_PARAMS,
-            format!("an answer that does not decode: {err}"),
-        ))
-    })
 }
 
 impl RemoteExecutor {
@@ -501,7 +449,7 @@ impl Inner {
             .and_then(|()| stdin.flush())
             .map_err(|err| Failure::NotSent(format!("cannot write to it: {err}")))
             .and_then(|()| match rx.recv_timeout(timeout) {
-                Ok(reply) => reply.and_then(decode::<wire::Welcome>),
+                Ok(reply) => reply.and_then(Failure::decode::<wire::Welcome>),
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                     Err(Failure::Lost(TIMED_OUT.to_string()))
                 }
@@ -655,7 +603,7 @@ impl Inner {
             }
             std::sync::mpsc::RecvTimeoutError::Disconnected => self.loss(),
         })?;
-        decode(reply?)
+        Failure::decode(reply?)
     }
 
     async fn call_async<T: DeserializeOwned>(
@@ -668,7 +616,7 @@ impl Inner {
         // A caller that stops waiting takes its request off the books.
         let _forget = ForgetOnDrop { inner: self, id };
         let reply = rx.await.map_err(|_| self.loss())?;
-        decode(reply?)
+        Failure::decode(reply?)
     }
 
     fn loss(&self) -> Failure {

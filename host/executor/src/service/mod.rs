@@ -7,6 +7,7 @@
 //! again, and task-done events carry a sequence number so none is passed on twice.
 
 pub mod client;
+pub(crate) mod failure;
 pub mod resume;
 pub mod serve;
 pub(crate) mod session;
