@@ -378,6 +378,17 @@ pub struct CommonArgs {
     /// A NATS credentials file (JWT and seed) for the pool's servers.
     #[arg(long, global = true, value_name = "FILE")]
     pub nats_creds: Option<PathBuf>,
+    /// PEM root certificates to trust for the pool's servers (`tls://…`) instead of the
+    /// system's. Any --nats-tls-… flag makes TLS required.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub nats_tls_ca: Option<PathBuf>,
+    /// A PEM client certificate for pool servers that verify their clients (with
+    /// --nats-tls-key).
+    #[arg(long, global = true, value_name = "FILE", requires = "nats_tls_key")]
+    pub nats_tls_cert: Option<PathBuf>,
+    /// The PEM private key of --nats-tls-cert.
+    #[arg(long, global = true, value_name = "FILE", requires = "nats_tls_cert")]
+    pub nats_tls_key: Option<PathBuf>,
     /// How often a pool node writes its heartbeat, in milliseconds (every node and front of a
     /// pool uses the same).
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "MS", value_parser = positive_ms)]
@@ -562,8 +573,12 @@ impl CommonArgs {
         let mut options = PoolOptions {
             urls,
             creds: self.nats_creds.clone(),
+            tls_ca: self.nats_tls_ca.clone(),
+            tls_cert: self.nats_tls_cert.clone(),
+            tls_key: self.nats_tls_key.clone(),
             ..PoolOptions::default()
         };
+        options.check_tls().map_err(CliError::Usage)?;
         if let Some(ms) = self.nats_heartbeat_ms {
             options.heartbeat = Duration::from_secs_f64(ms.min(3_600_000.0) / 1000.0);
         }

@@ -104,10 +104,10 @@ impl Server {
         self.dir.join("server.log")
     }
 
-    /// Writes the config: JetStream with its store in the server's directory and, when `routes`
-    /// is not empty, clustered with routes to those cluster ports (its own among them: the server
-    /// skips it).
-    fn write_config(&self, cluster_name: &str, routes: &[u16]) {
+    /// Writes the config: JetStream with its store in the server's directory, `extra` (more
+    /// settings: TLS, accounts) and, when `routes` is not empty, clustered with routes to those
+    /// cluster ports (its own among them: the server skips it).
+    fn write_config(&self, cluster_name: &str, routes: &[u16], extra: &str) {
         let mut config = format!(
             "server_name: \"{name}\"\n\
              listen: \"127.0.0.1:{client}\"\n\
@@ -120,6 +120,8 @@ impl Server {
             log = self.log_path().display(),
             store = self.dir.join("store").display(),
         );
+        config.push_str(extra);
+        config.push('\n');
         if !routes.is_empty() {
             let routes: Vec<String> = routes
                 .iter()
@@ -267,10 +269,16 @@ impl Cluster {
     /// sees all of them. Fails the test, with the servers' log tails, when they do not become
     /// ready within 30 s.
     pub fn start(n: usize) -> Cluster {
+        Cluster::start_configured(n, "")
+    }
+
+    /// [`Cluster::start`] with `extra` added to every server's config (a `tls {}` block, an
+    /// operator and its accounts, …).
+    pub fn start_configured(n: usize, extra: &str) -> Cluster {
         assert!(n >= 1, "a cluster has at least one server");
         let mut attempt = 1;
         loop {
-            let mut cluster = Cluster::spawn(n);
+            let mut cluster = Cluster::spawn(n, extra);
             match cluster.wait_ready((0..n).collect()) {
                 Ok(()) => return cluster,
                 Err(failure) if attempt < START_ATTEMPTS && cluster.lost_a_port() => {
@@ -285,7 +293,7 @@ impl Cluster {
     }
 
     /// Writes the configs of `n` servers on fresh ports and starts them.
-    fn spawn(n: usize) -> Cluster {
+    fn spawn(n: usize, extra: &str) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("nats-cluster-")
             .tempdir()
@@ -319,7 +327,7 @@ impl Cluster {
             Vec::new()
         };
         for server in &mut servers {
-            server.write_config(&name, &routes);
+            server.write_config(&name, &routes, extra);
             server.spawn();
         }
         Cluster {
@@ -351,6 +359,11 @@ impl Cluster {
     /// `nats://127.0.0.1:PORT` of server `i`.
     pub fn url(&self, i: usize) -> String {
         format!("nats://127.0.0.1:{}", self.servers[i].client_port)
+    }
+
+    /// Server `i`'s client port.
+    pub fn port(&self, i: usize) -> u16 {
+        self.servers[i].client_port
     }
 
     /// The cluster's tempdir: a directory `n<i>` per server (config, store, log).

@@ -80,6 +80,8 @@ struct Front {
     state: Mutex<State>,
     task_done: UnboundedSender<Task>,
     stop: CancellationToken,
+    /// What the NATS server last refused this client (a permissions violation).
+    refusals: super::Refusals,
 }
 
 #[derive(Default)]
@@ -161,8 +163,15 @@ impl PoolExecutor {
             .enable_all()
             .build()
             .map_err(|err| format!("cannot start the pool client's runtime: {err}"))?;
-        let made = wait_on(runtime.handle(), Front::connect(options, task_done))?;
-        let front = made?;
+        let made = wait_on(runtime.handle(), Front::connect(options, task_done)).and_then(|m| m);
+        let front = match made {
+            Ok(front) => front,
+            Err(err) => {
+                // Dropping a runtime blocks, which panics in an async context (the CLI's).
+                runtime.shutdown_background();
+                return Err(err);
+            }
+        };
         runtime.spawn(front.clone().watch_nodes());
         Ok(Arc::new(PoolExecutor {
             runtime: Some(runtime),
@@ -256,7 +265,7 @@ impl Front {
         options: PoolOptions,
         task_done: UnboundedSender<Task>,
     ) -> Result<Arc<Front>, String> {
-        let client = options.connect("dsh-host front").await?;
+        let (client, refusals) = options.connect("dsh-host front").await?;
         let js = async_nats::jetstream::new(client.clone());
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         let (buckets, beat) = loop {
@@ -298,6 +307,7 @@ impl Front {
             state: Mutex::new(state),
             task_done,
             stop: CancellationToken::new(),
+            refusals,
             options,
         }))
     }
@@ -699,12 +709,20 @@ impl Front {
             let request = async_nats::Request::new()
                 .payload(body.clone().into())
                 .timeout(Some(QUICK_ATTEMPT));
-            let answer = self.client.send_request(subject, request).await;
+            let answer = self.client.send_request(subject.clone(), request).await;
             uncount(&asked);
             let answer = match answer {
                 Ok(message) => message,
                 Err(err) => {
                     last = format!("placement: {err}");
+                    // Unanswered because the server did not let this client ask.
+                    if let Some(refused) = self
+                        .refusals
+                        .last()
+                        .filter(|refused| refused.contains(&format!("\"{subject}\"")))
+                    {
+                        last.push_str(&format!("; the NATS server refused: {refused}"));
+                    }
                     continue;
                 }
             };

@@ -35,6 +35,14 @@ pub struct PoolOptions {
     pub urls: Vec<String>,
     /// A NATS credentials file (JWT and seed), if the servers ask for one.
     pub creds: Option<PathBuf>,
+    /// PEM root certificates to trust for the servers' TLS certificates, instead of the
+    /// system's roots (`--nats-tls-ca`). Any TLS setting makes TLS required.
+    pub tls_ca: Option<PathBuf>,
+    /// A PEM client certificate (chain), for servers that verify clients (`--nats-tls-cert`);
+    /// it goes with [`PoolOptions::tls_key`].
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of [`PoolOptions::tls_cert`] (`--nats-tls-key`).
+    pub tls_key: Option<PathBuf>,
     /// The first token of every subject and the start of every bucket name.
     pub prefix: String,
     /// How often a node writes its heartbeat.
@@ -55,6 +63,9 @@ impl Default for PoolOptions {
         PoolOptions {
             urls: vec!["nats://127.0.0.1:4222".to_string()],
             creds: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
             prefix: "dsh".to_string(),
             heartbeat: Duration::from_millis(1000),
             lease: Duration::from_millis(5000),
@@ -89,28 +100,174 @@ impl PoolOptions {
         format!("{}.node.{node}.{epoch}", self.prefix)
     }
 
-    /// Connects to the servers (with the credentials, if any).
-    async fn connect(&self, name: &str) -> Result<async_nats::Client, String> {
+    /// Whether the TLS files make sense: each readable PEM holding what it should, and a
+    /// client certificate with its key. The error names the flag.
+    pub fn check_tls(&self) -> Result<(), String> {
+        use async_nats::rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+        let certificates = |flag: &str, path: &PathBuf| -> Result<(), String> {
+            std::fs::metadata(path)
+                .map_err(|err| format!("--{flag} {}: cannot read it: {err}", path.display()))?;
+            let certs = CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|err| format!("--{flag} {}: not a PEM file: {err}", path.display()))?;
+            if certs.is_empty() {
+                return Err(format!(
+                    "--{flag} {}: holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+                    path.display()
+                ));
+            }
+            Ok(())
+        };
+        if let Some(ca) = &self.tls_ca {
+            certificates("nats-tls-ca", ca)?;
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (None, None) => {}
+            (Some(_), None) => {
+                return Err(
+                    "--nats-tls-cert: a client certificate needs its private key (--nats-tls-key)"
+                        .to_string(),
+                );
+            }
+            (None, Some(_)) => {
+                return Err(
+                    "--nats-tls-key: a private key needs its client certificate (--nats-tls-cert)"
+                        .to_string(),
+                );
+            }
+            (Some(cert), Some(key)) => {
+                certificates("nats-tls-cert", cert)?;
+                std::fs::metadata(key).map_err(|err| {
+                    format!("--nats-tls-key {}: cannot read it: {err}", key.display())
+                })?;
+                PrivateKeyDer::from_pem_file(key).map_err(|err| {
+                    format!(
+                        "--nats-tls-key {}: holds no PEM private key: {err}",
+                        key.display()
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether any TLS setting is given (then TLS is required, whatever the URLs' scheme).
+    fn tls(&self) -> bool {
+        self.tls_ca.is_some() || self.tls_cert.is_some() || self.tls_key.is_some()
+    }
+
+    /// The client's settings: name, credentials, TLS; the server's errors (permissions
+    /// violations) go to `refusals`.
+    async fn connect_options(
+        &self,
+        name: &str,
+        refusals: &Refusals,
+    ) -> Result<async_nats::ConnectOptions, String> {
+        let refusals = refusals.clone();
         let mut options = async_nats::ConnectOptions::new()
             .name(name)
+            .event_callback(move |event| {
+                let refusals = refusals.clone();
+                async move {
+                    if let async_nats::Event::ServerError(err) = event {
+                        tracing::warn!(%err, "the NATS server refused");
+                        *lock_refusal(&refusals.0) = Some(err.to_string());
+                    }
+                }
+            })
             .connection_timeout(Duration::from_secs(5))
             // The first URL is the preferred server; the others (and those the cluster
             // announces) are where it fails over.
-            .retain_servers_order()
-            .retry_on_initial_connect();
+            .retain_servers_order();
         if let Some(creds) = &self.creds {
             options = options.credentials_file(creds).await.map_err(|err| {
                 format!(
-                    "cannot read the NATS credentials file {}: {err}",
+                    "--nats-creds {}: cannot read the NATS credentials file: {err}",
                     creds.display()
                 )
             })?;
         }
-        let client = options
+        if self.tls() {
+            options = options.require_tls(true);
+        }
+        if let Some(ca) = &self.tls_ca {
+            options = options.add_root_certificates(ca.clone());
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            options = options.add_client_certificate(cert.clone(), key.clone());
+        }
+        Ok(options)
+    }
+
+    /// Connects to the servers (with the credentials and TLS settings, if any). A server that
+    /// answers and refuses the client (its TLS certificate is not trusted, or it does not trust
+    /// the client's, or the credentials are wrong or missing) is an error naming why; servers
+    /// that do not answer yet are waited for in the background, as they come up.
+    async fn connect(&self, name: &str) -> Result<(async_nats::Client, Refusals), String> {
+        self.check_tls()?;
+        let urls = self.urls.join(",");
+        let refusals = Refusals::default();
+        match self
+            .connect_options(name, &refusals)
+            .await?
             .connect(self.urls.clone())
             .await
-            .map_err(|err| format!("cannot connect to NATS at {}: {err}", self.urls.join(",")))?;
-        Ok(client)
+        {
+            Ok(client) => return Ok((client, refusals)),
+            Err(err) => {
+                if let Some(hint) = refusal(&err) {
+                    return Err(format!(
+                        "NATS at {urls} refused the connection: {err} ({hint})"
+                    ));
+                }
+            }
+        }
+        let client = self
+            .connect_options(name, &refusals)
+            .await?
+            .retry_on_initial_connect()
+            .connect(self.urls.clone())
+            .await
+            .map_err(|err| format!("cannot connect to NATS at {urls}: {err}"))?;
+        Ok((client, refusals))
+    }
+}
+
+/// The last error a NATS server sent a client (a permissions violation: a publish or
+/// subscription its user may not make), which a request that went unanswered because of it
+/// can name.
+#[derive(Clone, Default)]
+pub(crate) struct Refusals(std::sync::Arc<std::sync::Mutex<Option<String>>>);
+
+impl Refusals {
+    /// The last refusal, if any.
+    pub(crate) fn last(&self) -> Option<String> {
+        lock_refusal(&self.0).clone()
+    }
+}
+
+fn lock_refusal(
+    slot: &std::sync::Mutex<Option<String>>,
+) -> std::sync::MutexGuard<'_, Option<String>> {
+    slot.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether a failed connection is a refusal that trying again cannot mend, with what to check:
+/// TLS (a certificate not trusted either way: rustls errors come as invalid data) or
+/// authentication.
+fn refusal(err: &async_nats::ConnectError) -> Option<&'static str> {
+    use async_nats::ConnectErrorKind;
+    const TLS: &str = "check --nats-tls-ca (the CA of the servers' certificates) and \
+                       --nats-tls-cert/--nats-tls-key (a client certificate they trust)";
+    const AUTH: &str = "check --nats-creds: the servers do not accept these credentials";
+    match err.kind() {
+        ConnectErrorKind::Tls => Some(TLS),
+        ConnectErrorKind::Authentication | ConnectErrorKind::AuthorizationViolation => Some(AUTH),
+        ConnectErrorKind::Io => {
+            let io = std::error::Error::source(err)?.downcast_ref::<std::io::Error>()?;
+            (io.kind() == std::io::ErrorKind::InvalidData).then_some(TLS)
+        }
+        _ => None,
     }
 }
 

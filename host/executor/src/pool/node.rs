@@ -79,7 +79,7 @@ pub async fn serve_node(
             options.node_id
         ));
     }
-    let client = options
+    let (client, refusals) = options
         .pool
         .connect(&format!("dsh-host node {}", options.node_id))
         .await?;
@@ -132,7 +132,11 @@ pub async fn serve_node(
     // Fronts use a node once they see its heartbeat: by then it listens (a request to a node
     // nobody listens for makes a front take that node for dead).
     let _ = client.flush().await;
-    node.beat().await?;
+    node.beat().await.map_err(|err| match refusals.last() {
+        // Its subscriptions or its heartbeat not permitted: say so, not only the timeout.
+        Some(refused) => format!("{err} (the NATS server refused: {refused})"),
+        None => err,
+    })?;
     tracing::info!(node = %node.options.node_id, %epoch, "executor node joined the pool");
 
     let mut ticks = tokio::time::interval(node.options.pool.heartbeat);

@@ -60,7 +60,7 @@ pub async fn live_nodes(options: &PoolOptions) -> Result<Vec<LiveNode>, SurveyEr
         urls: urls.clone(),
         reason,
     };
-    let client = options
+    let (client, _refusals) = options
         .connect("dsh-host doctor")
         .await
         .map_err(&unreachable)?;
