@@ -203,6 +203,25 @@ async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Waits until the NATS server has dropped the subscriptions of `placement`'s node.
+async fn until_nobody_listens(pool: &Pool, placement: &dsh_host::executor::pool::Placement) {
+    let client = async_nats::connect(pool.cluster.url(0)).await.unwrap();
+    let subject = format!("dsh.node.{}.{}.place", placement.node, placement.epoch);
+    let deadline = Instant::now() + PROMPT;
+    loop {
+        let request = async_nats::Request::new()
+            .payload("{}".into())
+            .timeout(Some(Duration::from_millis(200)));
+        match client.send_request(subject.clone(), request).await {
+            Err(err) if err.kind() == async_nats::client::RequestErrorKind::NoResponders => {
+                return;
+            }
+            _ => assert!(Instant::now() < deadline, "the node still listens"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn next_event(events: &mut UnboundedReceiver<Task>) -> Task {
     tokio::time::timeout(PROMPT, events.recv())
         .await
@@ -300,8 +319,12 @@ async fn a_node_killed_mid_run_and_mid_background_reports_each_once_and_nothing_
     };
     wait_until("both commands started", || lines(&marks).len() == 2).await;
     let later = spec(front.as_ref(), "s", &format!("echo later >> {m}; pwd"));
+    let placed = front.placement(Some("s")).unwrap();
     pool.signal(home, "-KILL");
     let _ = pool.nodes[home].as_mut().unwrap().wait();
+    // Until its server has seen the connection close, a message to the node is delivered to
+    // it (and its fate is unknown).
+    until_nobody_listens(&pool, &placed).await;
     // Asked of the dead node before its lease ran out: nobody listens, so it did not start
     // there, and it runs on the session's new node.
     let later = front

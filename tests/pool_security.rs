@@ -618,6 +618,8 @@ struct Secured {
     node: PathBuf,
     front: PathBuf,
     denied: PathBuf,
+    /// May place sessions but not call the nodes.
+    placing: PathBuf,
     listener: PathBuf,
     marks: PathBuf,
 }
@@ -634,6 +636,12 @@ impl Secured {
         let front = operator.user("front", &front_publish, FRONT_SUBSCRIBES);
         // Connects and reads the heartbeats as a front does, may not publish on `dsh.>`.
         let denied = operator.user("front-denied", FRONT_READS, FRONT_SUBSCRIBES);
+        let placing_publish: Vec<&str> = FRONT_CALLS[..2]
+            .iter()
+            .chain(FRONT_READS)
+            .copied()
+            .collect();
+        let placing = operator.user("front-placing", &placing_publish, FRONT_SUBSCRIBES);
         let listener = operator.user("listener", &[], &[">"]);
         account_ready(&url, &node);
         let mut nodes = Nodes::new(&dir.path().join("nodes"));
@@ -646,6 +654,7 @@ impl Secured {
             node,
             front,
             denied,
+            placing,
             listener,
             marks,
             dir,
@@ -951,6 +960,26 @@ fn credentials_let_a_node_and_a_front_work_and_a_front_denied_the_subjects_start
         lines(&pool.marks),
         ["permitted-1"],
         "a denied front ran a command"
+    );
+
+    // May place a session but not call its node: the call is refused by the server, so it
+    // reached nobody, and the front says so at once (it does not wait for an answer that
+    // cannot come, and then call the command's fate unknown).
+    let out = call(
+        &pool.url,
+        &["--nats-creds", path_str(&pool.placing)],
+        &pool.mark("placing"),
+    );
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        said.contains("the executor pool was not reached")
+            && said.contains("Permissions Violation for Publish to \"dsh.node.n0."),
+        "{said}"
+    );
+    assert_eq!(
+        lines(&pool.marks),
+        ["permitted-1"],
+        "a placing front ran a command"
     );
 
     // No credentials at all: refused at connect, naming the flag.

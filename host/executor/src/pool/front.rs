@@ -709,20 +709,21 @@ impl Front {
             let request = async_nats::Request::new()
                 .payload(body.clone().into())
                 .timeout(Some(QUICK_ATTEMPT));
-            let answer = self.client.send_request(subject.clone(), request).await;
+            // The server may not let this client ask: then nobody was asked.
+            let refused = self.refusals.refused(&subject);
+            let answer = tokio::select! {
+                answer = self.client.send_request(subject.clone(), request) => answer,
+                refused = refused => {
+                    uncount(&asked);
+                    last = format!("placement: the NATS server refused: {refused}");
+                    continue;
+                }
+            };
             uncount(&asked);
             let answer = match answer {
                 Ok(message) => message,
                 Err(err) => {
                     last = format!("placement: {err}");
-                    // Unanswered because the server did not let this client ask.
-                    if let Some(refused) = self
-                        .refusals
-                        .last()
-                        .filter(|refused| refused.contains(&format!("\"{subject}\"")))
-                    {
-                        last.push_str(&format!("; the NATS server refused: {refused}"));
-                    }
                     continue;
                 }
             };
@@ -942,6 +943,9 @@ impl Front {
         let total = deadline.unwrap_or(QUICK_TOTAL);
         let until = Instant::now() + total;
         let mut sent = false;
+        // A publish the server refuses reached nobody.
+        let refused = self.refusals.refused(&subject);
+        tokio::pin!(refused);
         loop {
             let mut headers = async_nats::HeaderMap::new();
             headers.insert(SESSION_HEADER, session);
@@ -961,6 +965,10 @@ impl Front {
                     return Err(Failure::Lost(format!("node {} is dead", placement.node)));
                 }
                 answer = self.client.send_request(subject.clone(), request) => answer,
+                refused = &mut refused => {
+                    let why = format!("the NATS server refused: {refused}");
+                    return Err(if sent { Failure::Lost(why) } else { Failure::NotSent(why) });
+                }
             };
             match answer {
                 Ok(message) => return reply(&message.payload),

@@ -171,7 +171,7 @@ impl PoolOptions {
                 async move {
                     if let async_nats::Event::ServerError(err) = event {
                         tracing::warn!(%err, "the NATS server refused");
-                        *lock_refusal(&refusals.0) = Some(err.to_string());
+                        refusals.record(err.to_string());
                     }
                 }
             })
@@ -236,20 +236,46 @@ impl PoolOptions {
 /// The last error a NATS server sent a client (a permissions violation: a publish or
 /// subscription its user may not make), which a request that went unanswered because of it
 /// can name.
-#[derive(Clone, Default)]
-pub(crate) struct Refusals(std::sync::Arc<std::sync::Mutex<Option<String>>>);
+#[derive(Clone)]
+pub(crate) struct Refusals(std::sync::Arc<tokio::sync::watch::Sender<Option<String>>>);
 
-impl Refusals {
-    /// The last refusal, if any.
-    pub(crate) fn last(&self) -> Option<String> {
-        lock_refusal(&self.0).clone()
+impl Default for Refusals {
+    fn default() -> Self {
+        Refusals(std::sync::Arc::new(tokio::sync::watch::channel(None).0))
     }
 }
 
-fn lock_refusal(
-    slot: &std::sync::Mutex<Option<String>>,
-) -> std::sync::MutexGuard<'_, Option<String>> {
-    slot.lock().unwrap_or_else(|e| e.into_inner())
+impl Refusals {
+    fn record(&self, refusal: String) {
+        self.0.send_replace(Some(refusal));
+    }
+
+    /// The last refusal, if any.
+    pub(crate) fn last(&self) -> Option<String> {
+        self.0.borrow().clone()
+    }
+
+    /// Resolves, with the server's words, once the server refuses a publish to `subject` made
+    /// from now on: that message reached nobody. (A server says nothing else of a refused
+    /// publish; a request would wait for its answer until it timed out.)
+    pub(crate) fn refused(
+        &self,
+        subject: &str,
+    ) -> impl std::future::Future<Output = String> + Send + 'static {
+        let mut changes = self.0.subscribe();
+        let needle = format!("Publish to \"{subject}\"");
+        async move {
+            loop {
+                if changes.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                let refused = changes.borrow_and_update().clone();
+                if let Some(refused) = refused.filter(|r| r.contains(&needle)) {
+                    return refused;
+                }
+            }
+        }
+    }
 }
 
 /// Whether a failed connection is a refusal that trying again cannot mend, with what to check:
