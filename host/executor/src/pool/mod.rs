@@ -213,7 +213,13 @@ impl PoolOptions {
             .connect(self.urls.clone())
             .await
         {
-            Ok(client) => return Ok((client, refusals)),
+            Ok(client) => {
+                let info = client.server_info();
+                if let Err(why) = supported_server(&info.version) {
+                    return Err(format!("NATS at {urls}: {why}"));
+                }
+                return Ok((client, refusals));
+            }
             Err(err) => {
                 if let Some(hint) = refusal(&err) {
                     return Err(format!(
@@ -231,6 +237,28 @@ impl PoolOptions {
             .map_err(|err| format!("cannot connect to NATS at {urls}: {err}"))?;
         Ok((client, refusals))
     }
+}
+
+/// The oldest NATS server the pool works with: the client's JetStream calls read fields older
+/// servers do not send (an account's reserved storage, since 2.10).
+const OLDEST_SERVER: (u64, u64) = (2, 10);
+
+/// Whether a server of `version` (as its INFO says it) can serve the pool; why not otherwise.
+fn supported_server(version: &str) -> Result<(), String> {
+    let mut parts = version.split(['.', '-']).map(|part| part.parse::<u64>());
+    let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next()) else {
+        // Not a version this check understands: the server is taken at its word.
+        return Ok(());
+    };
+    if (major, minor) < OLDEST_SERVER {
+        let (want_major, want_minor) = OLDEST_SERVER;
+        return Err(format!(
+            "nats-server {version} is older than {want_major}.{want_minor}, the oldest the \
+             executor pool works with (its key-value buckets); run nats-server \
+             {want_major}.{want_minor} or later"
+        ));
+    }
+    Ok(())
 }
 
 /// The last error a NATS server sent a client (a permissions violation: a publish or
@@ -352,4 +380,31 @@ pub fn valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::supported_server;
+
+    #[test]
+    fn servers_older_than_2_10_are_refused_saying_why() {
+        for old in ["2.9.10", "2.2.0", "1.4.1"] {
+            let why = supported_server(old).unwrap_err();
+            assert!(
+                why.contains(old) && why.contains("older than 2.10"),
+                "{why}"
+            );
+        }
+        for fine in [
+            "2.10.0",
+            "2.10.22",
+            "2.15.1",
+            "3.0.0",
+            "2.11.0-beta.1",
+            "",
+            "dev",
+        ] {
+            assert_eq!(supported_server(fine), Ok(()), "{fine}");
+        }
+    }
 }
