@@ -9,16 +9,20 @@
 
 #[path = "support/exec.rs"]
 mod exec;
+#[path = "support/line.rs"]
+mod line;
 #[path = "support/procs.rs"]
 mod procs;
+#[path = "support/wait.rs"]
+mod wait;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dsh_host::executor::{ExecError, Executor, RemoteExecutor, Task, TaskState};
+use line::Line;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio_util::sync::CancellationToken;
@@ -141,12 +145,8 @@ fn numbers(n: usize) -> String {
     (1..=n).map(|i| format!("{i}\n")).collect()
 }
 
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PROMPT;
-    while !done() {
-        assert!(Instant::now() < deadline, "not in time: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+async fn wait_until(what: &str, done: impl FnMut() -> bool) {
+    wait::until(what, PROMPT, done).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -305,79 +305,16 @@ async fn past_the_grace_the_far_side_kills_its_tasks_and_the_host_reports_each_o
 // On the wire
 // ---------------------------------------------------------------------------------------------
 
-/// A connection to `dsh-host executor serve --stdio`, spoken to line by line.
-struct Line {
-    child: std::process::Child,
-    stdin: Option<std::process::ChildStdin>,
-    lines: std::sync::mpsc::Receiver<Value>,
-    next_id: u64,
-}
-
-impl Line {
-    fn open(runtime: &Path, flags: &[&str]) -> Line {
-        let mut child = Command::new(BIN)
-            .args(["executor", "serve", "--stdio"])
-            .args(flags)
-            .env("XDG_RUNTIME_DIR", runtime)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
-                    return;
-                }
-            }
-        });
-        Line {
-            stdin: child.stdin.take(),
-            child,
-            lines,
-            next_id: 0,
-        }
-    }
-
-    /// Sends a request and returns its answer (notifications before it are skipped).
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        self.next_id += 1;
-        let line =
-            json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-        loop {
-            let msg = self.lines.recv_timeout(PROMPT).expect("an answer in time");
-            if msg.get("method").is_none() {
-                assert_eq!(msg["id"], self.next_id, "{msg}");
-                return msg;
-            }
-        }
-    }
-
-    /// Whether the server closed this connection's output within a moment.
-    fn closed(&self) -> bool {
-        loop {
-            match self.lines.recv_timeout(PROMPT) {
-                Ok(msg) if msg.get("method").is_some() => continue,
-                Ok(msg) => panic!("an unexpected answer: {msg}"),
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return true,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return false,
-            }
-        }
-    }
-}
-
 #[test]
 fn a_new_connection_naming_the_session_takes_it_over_and_the_old_one_is_closed() {
     let dir = tempfile::tempdir().unwrap();
     let mut first = Line::open(dir.path(), &["--reconnect-grace-ms=20000"]);
     let welcome = first.request("hello", json!({"protocol": 1, "client": "first"}));
     let session = welcome["result"]["session"].as_str().unwrap().to_string();
+    let key = welcome["result"]["resume_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(welcome["result"]["reconnect_grace_ms"], 20000.0);
     assert_eq!(welcome["result"]["max_line_bytes"], 512 * 1024 * 1024);
     let started = first.request(
@@ -390,7 +327,7 @@ fn a_new_connection_naming_the_session_takes_it_over_and_the_old_one_is_closed()
     let mut second = Line::open(dir.path(), &[]);
     let resumed = second.request(
         "hello",
-        json!({"protocol": 1, "client": "second", "session": session}),
+        json!({"protocol": 1, "client": "second", "session": session, "resume_key": key}),
     );
     assert_eq!(resumed["result"]["session"], session.as_str(), "{resumed}");
     assert!(first.closed(), "the first connection was closed");
@@ -439,4 +376,300 @@ fn a_hello_naming_an_unknown_session_is_refused_and_the_connection_serves_on() {
     assert_eq!(welcome["result"]["reconnect_grace_ms"], 0.0, "{welcome}");
     drop(line.stdin.take());
     assert!(line.child.wait().unwrap().success());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands hostile to the sessions directory
+// ---------------------------------------------------------------------------------------------
+
+/// A listening socket of the attacker's (this user's, as the session's commands are): what it
+/// is sent goes to the file `heard`. With `forward_to`, it passes each connection on to that
+/// socket both ways (a man in the middle), recording what it passes towards it.
+struct Listener {
+    child: std::process::Child,
+    heard: PathBuf,
+}
+
+impl Listener {
+    fn start(socket: &Path, heard: &Path, forward_to: Option<&Path>) -> Listener {
+        let script = r#"
+import socket, sys, threading
+listening = socket.socket(socket.AF_UNIX)
+listening.bind(sys.argv[1])
+listening.listen(8)
+open(sys.argv[1] + ".ready", "w").close()
+def pump(a, b, log):
+    while True:
+        try:
+            data = a.recv(65536)
+        except OSError:
+            data = b""
+        if log is not None:
+            with open(sys.argv[2], "ab") as f:
+                f.write(data or b"(closed)")
+        if not data:
+            try:
+                b.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            return
+        b.sendall(data)
+while True:
+    c, _ = listening.accept()
+    if len(sys.argv) > 3:
+        far = socket.socket(socket.AF_UNIX)
+        far.connect(sys.argv[3])
+        threading.Thread(target=pump, args=(c, far, True), daemon=True).start()
+        threading.Thread(target=pump, args=(far, c, None), daemon=True).start()
+    else:
+        c.settimeout(2)
+        try:
+            data = c.recv(65536)
+        except OSError:
+            data = b""
+        with open(sys.argv[2], "ab") as f:
+            f.write(data or b"(connected)")
+        c.close()
+"#;
+        let mut command = Command::new("/usr/bin/python3");
+        command.args(["-c", script]).arg(socket).arg(heard);
+        if let Some(to) = forward_to {
+            command.arg(to);
+        }
+        let child = command.spawn().unwrap();
+        let ready = PathBuf::from(format!("{}.ready", socket.display()));
+        let deadline = Instant::now() + PROMPT;
+        while !ready.exists() {
+            assert!(Instant::now() < deadline, "the attacker's socket listens");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Listener {
+            child,
+            heard: heard.to_path_buf(),
+        }
+    }
+
+    /// What the attacker's socket was sent.
+    fn heard(&self) -> String {
+        std::fs::read_to_string(&self.heard).unwrap_or_default()
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A command of the session removes its session's socket, or puts a regular file, a directory,
+/// a symlink to a socket of the attacker's, or the attacker's own socket in its place (the real
+/// one moved aside, with or without the attacker passing connections on to it): the connection
+/// serves on; once it is lost, the new connection is refused cleanly (the session is gone for
+/// it), the attacker's socket is never sent the hello (nor so the resume key), and the server
+/// ends at the end of its grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_replaces_its_sessions_socket_leaves_its_connection_serving_and_a_new_one_refused()
+ {
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Attacker {
+        /// Listens at `evil.sock`.
+        Aside,
+        /// Listens under the session's own name once the command moved the real socket aside.
+        InPlace,
+        /// The same, passing every connection on to the real socket.
+        InTheMiddle,
+    }
+    for (poison, attacker) in [
+        ("rm -f \"$s\"", Attacker::Aside),
+        ("rm -f \"$s\"; echo junk > \"$s\"", Attacker::Aside),
+        ("rm -f \"$s\"; mkdir \"$s\"", Attacker::Aside),
+        ("rm -f \"$s\"; ln -s \"$EVIL\" \"$s\"", Attacker::Aside),
+        ("mv \"$s\" \"$s.moved\"", Attacker::InPlace),
+        ("mv \"$s\" \"$s.moved\"", Attacker::InTheMiddle),
+    ] {
+        let case = format!("{poison} ({attacker:?})");
+        let far = Far::new(2_000);
+        let evil = far.path("evil.sock");
+        let heard = far.path("heard");
+        let server = far.server_pid();
+        let sockets = far.session_sockets();
+        assert_eq!(sockets.len(), 1, "{case}");
+        let sessions = far.path("run/dsh-host/executor-sessions");
+        let socket = sessions.join(&sockets[0]);
+        let mut listener =
+            (attacker == Attacker::Aside).then(|| Listener::start(&evil, &heard, None));
+        let command = format!(
+            "export EVIL={evil}; for s in {sessions}/*.sock; do {poison}; done; ls -l {sessions}",
+            evil = quoted(&evil.display().to_string()),
+            sessions = quoted(&sessions.display().to_string()),
+        );
+        exec::run(far.exec.as_ref(), &command).await;
+        let moved = PathBuf::from(format!("{}.moved", socket.display()));
+        match attacker {
+            Attacker::Aside => {}
+            Attacker::InPlace => listener = Some(Listener::start(&socket, &heard, None)),
+            Attacker::InTheMiddle => {
+                listener = Some(Listener::start(&socket, &heard, Some(&moved)));
+            }
+        }
+        // The connection serves on.
+        assert_eq!(
+            exec::run(far.exec.as_ref(), "echo after").await.stdout.text,
+            "after\n",
+            "{case}"
+        );
+        let later = exec::spec(far.exec.as_ref(), "echo later");
+        far.drop_connection();
+        let lost_at = Instant::now();
+        let err = far
+            .exec
+            .run(later, CancellationToken::new())
+            .await
+            .unwrap_err();
+        let heard = listener.as_ref().map(Listener::heard).unwrap_or_default();
+        assert!(
+            !heard.contains("hello") && !heard.contains("resume_key"),
+            "{case}: the attacker's socket was sent the hello: {heard}"
+        );
+        if attacker == Attacker::Aside {
+            // Not under the session's name itself: never connected to.
+            assert_eq!(heard, "", "{case}: the attacker's socket was connected to");
+        }
+        // Written to the lost connection or not yet (either may be told): refused, not lost
+        // for want of an answer.
+        assert!(
+            matches!(&err, ExecError::SpawnFailed(m) | ExecError::Internal(m)
+                if m.contains("its session is gone (no session")),
+            "{case}: {err:?}"
+        );
+        assert!(
+            lost_at.elapsed() < Duration::from_secs(10),
+            "{case}: refused only after {:?}",
+            lost_at.elapsed()
+        );
+        // Ground truth: the server ended once its grace ran out (no connection took the
+        // session up), and nothing more reached the attacker's socket.
+        wait_until("the server exited", || !procs::alive(server)).await;
+        let after = listener.as_ref().map(Listener::heard).unwrap_or_default();
+        assert!(!after.contains("hello"), "{case}: {after}");
+        far.exec.shutdown().await;
+    }
+}
+
+/// A command fills the sessions directory with junk named like sessions (regular files, a
+/// directory, a FIFO, symlinks to the attacker's socket and to `/dev/null`): hellos naming them
+/// are refused cleanly (no such session) and the attacker's socket hears nothing; the session's
+/// own socket still takes a lost connection up, and a run in flight is answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn junk_named_like_sessions_is_never_relayed_to_and_the_session_is_still_taken_up() {
+    let far = Far::new(20_000);
+    let evil = far.path("evil.sock");
+    let listener = Listener::start(&evil, &far.path("heard"), None);
+    let sessions = far.path("run/dsh-host/executor-sessions");
+    let junk = [
+        ("aaaaaaaaaaaaaaaaaaaaaaa1", "echo junk > \"$d/$n.sock\""),
+        ("aaaaaaaaaaaaaaaaaaaaaaa2", "mkdir \"$d/$n.sock\""),
+        ("aaaaaaaaaaaaaaaaaaaaaaa3", "mkfifo \"$d/$n.sock\""),
+        ("aaaaaaaaaaaaaaaaaaaaaaa4", "ln -s \"$EVIL\" \"$d/$n.sock\""),
+        ("aaaaaaaaaaaaaaaaaaaaaaa5", "ln -s /dev/null \"$d/$n.sock\""),
+    ];
+    let mut command = format!(
+        "export EVIL={evil} d={sessions}",
+        evil = quoted(&evil.display().to_string()),
+        sessions = quoted(&sessions.display().to_string()),
+    );
+    for (name, make) in junk {
+        command += &format!("\nn={name}; {make}");
+        // And a hello naming it, through the relay, as a reconnecting client would say it.
+        command += &format!(
+            "\nprintf '%s\\n' '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"hello\",\"params\":\
+             {{\"protocol\":1,\"session\":\"{name}\",\"resume_key\":\"{key}\"}}}}' | timeout 20 \
+             {bin} executor serve --stdio",
+            key = "0".repeat(64),
+            bin = quoted(BIN),
+        );
+    }
+    let out = exec::run(far.exec.as_ref(), &command).await;
+    let refusals = out
+        .stdout
+        .text
+        .lines()
+        .filter(|line| line.contains("\"code\":-32005"))
+        .count();
+    assert_eq!(refusals, junk.len(), "{out:?}");
+    assert_eq!(far.session_sockets().len(), 1 + junk.len());
+
+    // The session is still taken up through its own socket.
+    let runs = far.path("runs");
+    let in_flight = {
+        let exec = far.exec.clone();
+        let spec = exec::spec(
+            exec.as_ref(),
+            &format!(
+                "echo start >> {runs}; sleep 1; echo out",
+                runs = quoted(&runs.display().to_string())
+            ),
+        );
+        tokio::spawn(async move { exec.run(spec, CancellationToken::new()).await })
+    };
+    wait_until("the command started", || lines_of(&runs) == 1).await;
+    far.drop_connection();
+    let result = tokio::time::timeout(PROMPT, in_flight)
+        .await
+        .expect("the run is answered")
+        .unwrap()
+        .expect("the run succeeds");
+    assert_eq!(result.stdout.text, "out\n");
+    assert_eq!(lines_of(&runs), 1, "it ran once");
+    assert_eq!(far.connections(), 2);
+    assert_eq!(listener.heard(), "", "the attacker's socket was sent this");
+    far.exec.shutdown().await;
+}
+
+/// A client that never acknowledges a task-done event, while many background tasks end, is
+/// still answered at once; the events kept for it are at most the protocol's bound (checked
+/// at the bound itself by the session's unit tests).
+#[test]
+fn events_never_acknowledged_do_not_hold_up_the_next_command() {
+    const TASKS: usize = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let mut line = Line::open(dir.path(), &["--reconnect-grace-ms=20000"]);
+    line.request("hello", json!({"protocol": 1, "client": "flood"}));
+    for i in 0..TASKS {
+        let started = line.request(
+            "start",
+            json!({"request_id": format!("t{i}"), "spec": {"command": "true",
+                "workdir": dir.path(), "timeout_ms": 60000.0, "owner": null}}),
+        );
+        assert!(started["result"]["ok"]["id"].is_string(), "{started}");
+    }
+    let deadline = Instant::now() + PROMPT;
+    let events = loop {
+        let events = line.request("events", json!({"cursor": 0}));
+        let events = events["result"].as_array().unwrap().clone();
+        if events.len() == TASKS || Instant::now() > deadline {
+            break events;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        events.len(),
+        TASKS,
+        "every event is kept until acknowledged"
+    );
+    let asked = Instant::now();
+    let ran = line.request(
+        "run",
+        json!({"request_id": "next", "spec": {"command": "echo next", "workdir": dir.path(),
+            "timeout_ms": 60000.0, "owner": null}}),
+    );
+    assert_eq!(ran["result"]["ok"]["stdout"]["text"], "next\n", "{ran}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(line.request("shutdown", Value::Null)["result"], Value::Null);
+    assert!(line.end().success());
 }

@@ -16,6 +16,8 @@ mod nested_cargo;
 mod procs;
 #[path = "support/provision.rs"]
 mod provision;
+#[path = "support/wait.rs"]
+mod wait;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -195,12 +197,8 @@ async fn node_of(pool: &Pool, exec: &dyn Executor, owner: &str) -> usize {
     pool.node_named(&run(exec, owner, "pwd").await)
 }
 
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PROMPT;
-    while !done() {
-        assert!(Instant::now() < deadline, "not in time: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+async fn wait_until(what: &str, done: impl FnMut() -> bool) {
+    wait::until(what, PROMPT, done).await
 }
 
 /// Waits until the NATS server has dropped the subscriptions of `placement`'s node.

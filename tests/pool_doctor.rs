@@ -8,10 +8,12 @@ mod nats;
 mod nested_cargo;
 #[path = "support/provision.rs"]
 mod provision;
+#[path = "support/wait.rs"]
+mod wait;
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -61,8 +63,8 @@ fn text(bytes: &[u8]) -> String {
 async fn heartbeats(url: &str, want: usize) -> Vec<Value> {
     let client = async_nats::connect(url).await.unwrap();
     let js = async_nats::jetstream::new(client);
-    let deadline = Instant::now() + PROMPT;
-    loop {
+    let (js, what) = (&js, format!("{want} heartbeats"));
+    wait::until_some(&what, PROMPT, || async move {
         let mut beats = Vec::new();
         if let Ok(store) = js.get_key_value("dsh-nodes").await {
             for node in ["n0", "n1"] {
@@ -71,12 +73,9 @@ async fn heartbeats(url: &str, want: usize) -> Vec<Value> {
                 }
             }
         }
-        if beats.len() == want {
-            return beats;
-        }
-        assert!(Instant::now() < deadline, "not in time: {want} heartbeats");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (beats.len() == want).then_some(beats)
+    })
+    .await
 }
 
 /// Nodes, killed when the test ends however it ends.

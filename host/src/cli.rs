@@ -611,6 +611,16 @@ impl CommonArgs {
     /// The sandbox these flags ask for; the configuration file is among the denied reads.
     fn sandbox_config(&self) -> SandboxConfig {
         let mut deny_read = self.sandbox_deny_read.clone();
+        // The host's runtime directory as this process finds it (whichever fallback that is):
+        // the sessions kept for reconnection have their sockets there.
+        let mut hide = Vec::new();
+        if self.sandbox != SandboxArg::Off {
+            let runtime = crate::engine::runtime_dir();
+            // Made now if missing, so that the namespace tier hides it from every command: one
+            // made later would not be hidden (only denied).
+            let _ = crate::engine::open_private_dir(&runtime);
+            hide.push(runtime);
+        }
         if let Some(file) = &self.config
             && let Ok(file) = std::path::absolute(file)
         {
@@ -629,6 +639,7 @@ impl CommonArgs {
             },
             allow_write: self.sandbox_allow_write.clone(),
             deny_read,
+            hide,
             tier: match self.sandbox_tier {
                 SandboxTierArg::Auto => TierPreference::Auto,
                 SandboxTierArg::Namespaces => TierPreference::Namespaces,
@@ -931,8 +942,8 @@ fn host_name() -> String {
 }
 
 /// Where executor sessions kept for reconnection have their sockets: `$XDG_RUNTIME_DIR/dsh-host`
-/// (else the cache directory, else a per-user directory in the system temp dir), then
-/// `executor-sessions`. The first two are among a sandbox's denied reads.
+/// (else the cache directory, else a per-user directory in `/var/tmp` or the system temp dir),
+/// then `executor-sessions`. Whichever it is, a sandbox denies reading it.
 fn session_dir_path() -> PathBuf {
     crate::engine::runtime_dir().join("executor-sessions")
 }

@@ -70,7 +70,10 @@ pub fn default_cache_dir() -> Option<PathBuf> {
 }
 
 /// The host's per-user runtime directory: `$XDG_RUNTIME_DIR/dsh-host`, else the cache directory,
-/// else `dsh-host-<uid>` in the system temp dir.
+/// else `dsh-host-<uid>` in `/var/tmp` (the system temp dir where `/var/tmp` is not writable).
+/// A sandbox denies reading it; not in `/tmp` where that can be helped, as a denied path in `/tmp`
+/// would make files new in `/tmp` unreadable to the command that made them (Landlock grants
+/// reads entry by entry in a denied path's ancestors).
 pub(crate) fn runtime_dir() -> PathBuf {
     let runtime = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
@@ -78,7 +81,11 @@ pub(crate) fn runtime_dir() -> PathBuf {
         .map(|p| p.join("dsh-host"));
     runtime.or_else(default_cache_dir).unwrap_or_else(|| {
         let uid = rustix::process::geteuid().as_raw();
-        std::env::temp_dir().join(format!("dsh-host-{uid}"))
+        let base = [PathBuf::from("/var/tmp"), std::env::temp_dir()]
+            .into_iter()
+            .find(|dir| rustix::fs::access(dir, rustix::fs::Access::WRITE_OK).is_ok())
+            .unwrap_or_else(std::env::temp_dir);
+        base.join(format!("dsh-host-{uid}"))
     })
 }
 

@@ -863,8 +863,8 @@ fn checked_token(token: &str, what: &str) -> anyhow::Result<String> {
 }
 
 /// Write a generated token to a new file only its user may read, in `$XDG_RUNTIME_DIR/dsh-host`
-/// (else the cache directory, else a per-user directory in the system temp dir), created
-/// through the checked directory's descriptor like the cache's files.
+/// (else the cache directory, else a per-user directory in `/var/tmp` or the system temp dir),
+/// created through the checked directory's descriptor like the cache's files.
 fn write_token_file(secret: &str) -> anyhow::Result<PathBuf> {
     let dir = crate::engine::runtime_dir();
     let dir_fd = crate::engine::open_private_dir(&dir).map_err(|e| {

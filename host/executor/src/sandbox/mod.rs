@@ -96,6 +96,12 @@ pub struct SandboxConfig {
     pub deny_read: Vec<PathBuf>,
     /// `--sandbox-tier`.
     pub tier: TierPreference,
+    /// Directories of the host's own sockets (its executor sessions'), which no command may
+    /// reach: denied reads in both tiers, and in the namespace tier hidden under an empty,
+    /// read-only directory, so that a command can neither list them nor connect to a socket in
+    /// them (Landlock controls connecting to a socket by path only from ABI 9). One holding a
+    /// writable root is only denied.
+    pub hide: Vec<PathBuf>,
 }
 
 /// The sandbox in force.
@@ -115,6 +121,9 @@ pub struct Sandbox {
     pub deny_read: Vec<PathBuf>,
     /// Where each command's private temporary directory is made.
     pub tmp_base: PathBuf,
+    /// Directories hidden from commands in the namespace tier ([`SandboxConfig::hide`]), also
+    /// among `deny_read`.
+    pub hide: Vec<PathBuf>,
     /// The Landlock ABI of the kernel.
     pub landlock_abi: u32,
 }
@@ -268,9 +277,9 @@ impl Sandbox {
             ));
         }
         let mut deny_read: Vec<PathBuf> = homes.iter().flat_map(|h| default_denied(h)).collect();
-        // The host's own runtime files (its generated HTTP token among them). Not the fallback
-        // under the temporary directory: a denied path there would make files new in it
-        // unreadable to the command that made them (see `landlock::ReadGrants`).
+        // The host's own runtime files (its generated HTTP token, its executor sessions'
+        // sockets). The dsh-host binary names its fallback (the cache directory, or a directory
+        // in `/var/tmp`) itself, among `config.deny_read`.
         if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
             deny_read.push(PathBuf::from(runtime).join("dsh-host"));
         }
@@ -283,6 +292,31 @@ impl Sandbox {
             }
             deny_read.push(path.clone());
         }
+        let mut hide = Vec::new();
+        for path in &config.hide {
+            if !path.is_absolute() {
+                return Err(SandboxError(format!(
+                    "a directory to hide, {}: expected an absolute path",
+                    path.display()
+                )));
+            }
+            deny_read.push(path.clone());
+            // Not one holding the working directory, a writable root or a home (or `/`): the
+            // commands' work would go with it.
+            let real = landlock::resolve(path).unwrap_or_else(|| path.clone());
+            let cwd = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
+            let holds = |dir: &Path| dir.starts_with(&real);
+            if real.parent().is_some()
+                && !holds(&cwd)
+                && !writable.iter().any(|root| holds(root))
+                && !homes.iter().any(|home| holds(home))
+            {
+                hide.push(path.clone());
+            }
+        }
+        // One rule a path (the host may name its runtime directory twice).
+        let mut seen = std::collections::HashSet::new();
+        deny_read.retain(|path| seen.insert(path.clone()));
         // Made last, once nothing can refuse the sandbox any more (a refusal leaves nothing).
         let (tmp_parent, tmp_base) = tmp_base(&writable)?;
         // Other commands' private temporary directories, of this host and of others.
@@ -294,6 +328,7 @@ impl Sandbox {
             writable,
             deny_read,
             tmp_base,
+            hide,
             landlock_abi: abi,
         }))
     }
@@ -307,6 +342,7 @@ impl Sandbox {
             writable: self.writable.clone(),
             deny_read: self.deny_read.clone(),
             tmp_base: self.tmp_base.clone(),
+            hide: self.hide.clone(),
         }
     }
 }

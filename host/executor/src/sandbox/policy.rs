@@ -47,6 +47,8 @@ pub(crate) struct Policy {
     pub(crate) writable: Vec<PathBuf>,
     pub(crate) deny_read: Vec<PathBuf>,
     pub(crate) tmp_base: PathBuf,
+    /// Directories hidden in the namespace tier.
+    pub(crate) hide: Vec<PathBuf>,
 }
 
 impl Policy {
@@ -71,6 +73,7 @@ impl Policy {
             &self.writable,
             &self.deny_read,
             &vec![self.tmp_base.clone()],
+            &self.hide,
         ] {
             out.extend_from_slice(&(list.len() as u32).to_ne_bytes());
             for path in list {
@@ -117,7 +120,7 @@ impl Policy {
             Ok(u32::from_ne_bytes(head.try_into().expect("4 bytes")) as usize)
         };
         let mut lists = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..4 {
             let count = u32_at(&mut rest)?;
             let mut list = Vec::new();
             for _ in 0..count {
@@ -134,9 +137,10 @@ impl Policy {
         if !rest.is_empty() {
             return Err(bad("trailing bytes after a sandbox policy"));
         }
-        let mut tmp = lists.pop().expect("three lists");
-        let deny_read = lists.pop().expect("three lists");
-        let writable = lists.pop().expect("three lists");
+        let hide = lists.pop().expect("four lists");
+        let mut tmp = lists.pop().expect("four lists");
+        let deny_read = lists.pop().expect("four lists");
+        let writable = lists.pop().expect("four lists");
         let tmp_base = tmp
             .pop()
             .filter(|_| tmp.is_empty())
@@ -148,6 +152,7 @@ impl Policy {
             writable,
             deny_read,
             tmp_base,
+            hide,
         }))
     }
 }
@@ -165,6 +170,7 @@ mod tests {
             writable: vec!["/w".into(), "/tmp".into()],
             deny_read: vec!["/root/.ssh".into()],
             tmp_base: "/var/tmp/x".into(),
+            hide: vec!["/run/user/0/dsh-host".into()],
         };
         let bytes = policy.encode();
         assert_eq!(Policy::decode(&bytes).unwrap(), Some(policy));

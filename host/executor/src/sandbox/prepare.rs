@@ -178,11 +178,13 @@ impl Confined {
                 .filter(|p| writable.iter().any(|root| p.starts_with(root)))
                 .collect();
             namespaces::bind_read_only(&denied_inside)?;
-            let agent: Vec<PathBuf> = std::env::var_os("SSH_AUTH_SOCK")
+            // The agent's socket, and the host's own (its executor sessions').
+            let sockets: Vec<PathBuf> = std::env::var_os("SSH_AUTH_SOCK")
                 .map(PathBuf::from)
                 .into_iter()
+                .chain(policy.hide.iter().cloned())
                 .collect();
-            namespaces::hide_sockets(&agent)?;
+            namespaces::hide_sockets(&sockets)?;
         }
         // SAFETY: as above.
         unsafe { std::env::remove_var("SSH_AUTH_SOCK") };

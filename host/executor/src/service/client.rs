@@ -109,8 +109,18 @@ struct Inner {
     state: Mutex<State>,
     task_done: UnboundedSender<Task>,
     limits: Mutex<Option<Limits>>,
-    /// The far side's session and how long it waits for a new connection (zero: it does not).
-    session: Mutex<Option<(String, Duration)>>,
+    /// The far side's session kept for a new connection: its name, its resume key and how long
+    /// it waits.
+    session: Mutex<Option<Resumable>>,
+}
+
+/// What a new connection needs to take the far side's session over.
+#[derive(Clone)]
+struct Resumable {
+    session: String,
+    /// The secret from hello's answer (absent from a server that predates it).
+    key: Option<String>,
+    grace: Duration,
 }
 
 /// One run of the command: its input, and the process to stop and reap.
@@ -248,7 +258,11 @@ impl RemoteExecutor {
         if welcome.reconnect_grace_ms > 0.0 {
             let grace =
                 Duration::from_secs_f64(welcome.reconnect_grace_ms.min(86_400_000.0) / 1000.0);
-            *lock(&inner.session) = Some((welcome.session, grace));
+            *lock(&inner.session) = Some(Resumable {
+                session: welcome.session,
+                key: welcome.resume_key,
+                grace,
+            });
         }
         Ok(Arc::new(RemoteExecutor { inner }))
     }
@@ -393,7 +407,7 @@ impl Inner {
     /// command, if any, is stopped first.
     fn dial(
         self: Arc<Self>,
-        session: Option<String>,
+        session: Option<(String, Option<String>)>,
         timeout: Duration,
     ) -> Result<wire::Welcome, Dial> {
         let previous = {
@@ -426,10 +440,12 @@ impl Inner {
             stop(child);
             return Err(Dial::Spawn(err));
         }
+        let (session, resume_key) = session.unzip();
         let hello = wire::Hello {
             protocol: wire::PROTOCOL_VERSION,
             client: format!("dsh-executor {}", env!("CARGO_PKG_VERSION")),
             session,
+            resume_key: resume_key.flatten(),
         };
         // Written straight to the new connection, which is not the current one yet: a hello
         // is never sent again on another.
@@ -719,7 +735,9 @@ impl Inner {
             }
             link.writer = None;
         }
-        let grace = lock(&self.session).as_ref().map(|(_, grace)| *grace);
+        let grace = lock(&self.session)
+            .as_ref()
+            .map(|resumable| resumable.grace);
         let connected = lock(&self.limits).is_some();
         let mut state = lock(&self.state);
         let Some(grace) =
@@ -747,7 +765,7 @@ impl Inner {
     /// every request without an answer, and asks for the events missed.
     fn reconnect(self: Arc<Self>, reason: String, grace: Duration) {
         let deadline = std::time::Instant::now() + grace;
-        let Some((session, _)) = lock(&self.session).clone() else {
+        let Some(Resumable { session, key, .. }) = lock(&self.session).clone() else {
             return self.lose(reason);
         };
         let mut backoff = RECONNECT_BACKOFF;
@@ -760,13 +778,14 @@ impl Inner {
                      last attempt: {last}"
                 ));
             }
-            match self
-                .clone()
-                .dial(Some(session.clone()), left.min(HELLO_TIMEOUT))
-            {
+            match self.clone().dial(
+                Some((session.clone(), key.clone())),
+                left.min(HELLO_TIMEOUT),
+            ) {
                 Ok(_) => break,
                 Err(Dial::Failed(Failure::Protocol(error)))
-                    if error.code == wire::code::UNKNOWN_SESSION =>
+                    if error.code == wire::code::UNKNOWN_SESSION
+                        || error.code == wire::code::RESUME_REFUSED =>
                 {
                     return self.lose(format!("{reason}; its session is gone ({})", error.message));
                 }

@@ -66,9 +66,16 @@ where
             ));
         }
     };
+    // The credential a new connection needs to take the session over: apart from its name,
+    // which is on disk (the socket's), told only to the client in hello's answer.
+    let resume_key = match rendezvous {
+        Some(_) => Some(super::resume::new_resume_key()?),
+        None => None,
+    };
     let server = Arc::new(Server {
         core: Arc::new(Session::new(executor)),
         session,
+        resume_key,
         options,
         next_connection: AtomicU64::new(1),
         current: Mutex::new(None),
@@ -91,7 +98,7 @@ where
         tokio::select! {
             Some(ended) = ended.recv() => {
                 let Ended { connection, error } = ended;
-                if !server.lost(connection) {
+                if !server.lost(connection, first.id) {
                     continue;
                 }
                 if let Some(err) = error
@@ -283,6 +290,8 @@ async fn write_lines<W: AsyncWrite + Unpin>(
 struct Server {
     core: Arc<Session>,
     session: String,
+    /// What a `hello` naming the session must carry (a session kept for reconnection has one).
+    resume_key: Option<String>,
     options: ServeOptions,
     next_connection: AtomicU64,
     /// The connection that said hello last: answers to it, events to it.
@@ -355,9 +364,11 @@ impl Server {
         connection
     }
 
-    /// Connection `id` ended. True when the session has no connection now (it was the
-    /// current one, or none had taken the session).
-    fn lost(&self, id: u64) -> bool {
+    /// Connection `id` ended. True when that leaves the session without a connection: it was
+    /// the current one, or it was the first (`first`, the server's own) and none had taken the
+    /// session. A connection through the session's socket that never had the session (its hello
+    /// refused, or never said) changes nothing by ending.
+    fn lost(&self, id: u64, first: u64) -> bool {
         let mut current = lock(&self.current);
         match current.as_ref() {
             Some(connection) if connection.id == id => {
@@ -366,7 +377,7 @@ impl Server {
                 true
             }
             Some(_) => false,
-            None => true,
+            None => id == first,
         }
     }
 
@@ -399,6 +410,11 @@ impl Server {
                 error,
             } => return answer(from.as_ref(), &id, Err(error)),
         };
+        // A relay asks the session's server to prove itself before it passes a key on.
+        if method == "prove" && from.resumed && !from.greeted.load(Ordering::Acquire) {
+            let result = self.prove(session::params(params));
+            return answer(from.as_ref(), &id, result);
+        }
         if method != "hello" && !from.greeted.load(Ordering::Acquire) {
             let error = RpcError::new(
                 code::HELLO_FIRST,
@@ -462,6 +478,26 @@ impl Server {
                     ),
                 ));
             }
+            // Refused without a change: the connection that has the session keeps it.
+            Some(session)
+                if self.resume_key.as_deref().is_some_and(|key| {
+                    !super::resume::same_key(key, hello.resume_key.as_deref().unwrap_or(""))
+                }) =>
+            {
+                tracing::warn!(%session, "a hello without the session's resume key (or with another) was refused");
+                return Err(RpcError::new(
+                    code::RESUME_REFUSED,
+                    format!(
+                        "session {session:?} is not taken over: the hello's resume_key is {}; \
+                         only the client the session's first hello was answered to has it",
+                        if hello.resume_key.is_some() {
+                            "not the session's"
+                        } else {
+                            "missing"
+                        }
+                    ),
+                ));
+            }
             None if from.resumed => {
                 return Err(RpcError::new(
                     code::INVALID_PARAMS,
@@ -477,10 +513,35 @@ impl Server {
             protocol: wire::PROTOCOL_VERSION,
             server: self.options.server.clone(),
             session: self.session.clone(),
+            resume_key: self.resume_key.clone(),
             limits: self.core.executor().limits(),
             remembered_requests: wire::REMEMBERED_REQUESTS,
             max_line_bytes: wire::MAX_LINE_BYTES,
             reconnect_grace_ms: self.options.reconnect_grace.as_secs_f64() * 1000.0,
+        }))
+    }
+
+    /// `prove`: this server's process id and the proof, under the session's resume key, of the
+    /// relay's nonce and that id ([`super::resume::proof`]).
+    fn prove(&self, params: Result<wire::ProveParams, RpcError>) -> Result<Value, RpcError> {
+        let params = params?;
+        let Some(key) = &self.resume_key else {
+            return Err(RpcError::new(
+                code::METHOD_NOT_FOUND,
+                "prove: this session is not kept for reconnection",
+            ));
+        };
+        let nonce = &params.nonce;
+        if !(32..=128).contains(&nonce.len()) || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(RpcError::new(
+                code::INVALID_PARAMS,
+                "prove: the nonce is 32 to 128 hexadecimal digits",
+            ));
+        }
+        let pid = std::process::id();
+        Ok(wire::to_value(wire::Proof {
+            pid,
+            proof: super::resume::proof(key, nonce, pid),
         }))
     }
 

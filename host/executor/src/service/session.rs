@@ -123,6 +123,24 @@ struct EventLog {
     unacked: VecDeque<wire::Event>,
 }
 
+impl EventLog {
+    /// Numbers an event and keeps it until acknowledged: at most [`wire::UNACKED_EVENTS`], the
+    /// oldest dropped past it (a client that never acknowledges cannot grow the server).
+    fn record(&mut self, task: Task) -> wire::Event {
+        self.next += 1;
+        let event = wire::Event {
+            seq: self.next,
+            task,
+        };
+        self.unacked.push_back(event.clone());
+        if self.unacked.len() > wire::UNACKED_EVENTS {
+            self.unacked.pop_front();
+            tracing::warn!("the executor client acknowledges no events; the oldest is dropped");
+        }
+        event
+    }
+}
+
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic elsewhere leaves the tables consistent (each update is one step).
     mutex.lock().unwrap_or_else(|e| e.into_inner())
@@ -360,18 +378,7 @@ impl Session {
 
     /// Numbers a task-done event and keeps it until acknowledged.
     pub(crate) fn record(&self, task: Task) -> wire::Event {
-        let mut log = lock(&self.log);
-        log.next += 1;
-        let event = wire::Event {
-            seq: log.next,
-            task,
-        };
-        log.unacked.push_back(event.clone());
-        if log.unacked.len() > wire::UNACKED_EVENTS {
-            log.unacked.pop_front();
-            tracing::warn!("the executor client acknowledges no events; the oldest is dropped");
-        }
-        event
+        lock(&self.log).record(task)
     }
 
     /// Stops every foreground run in flight, as an abort stops it (a foreground run is not the
@@ -382,5 +389,41 @@ impl Session {
                 abort.cancel();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(n: usize) -> Task {
+        Task {
+            id: format!("bash-{n}"),
+            command: "true".to_string(),
+            owner: None,
+            state: crate::TaskState::Completed,
+            exit_code: Some(0),
+            signal: None,
+        }
+    }
+
+    #[test]
+    fn events_never_acknowledged_are_kept_up_to_the_bound_newest_first_kept() {
+        let mut log = EventLog::default();
+        let flood = wire::UNACKED_EVENTS + 1000;
+        for n in 1..=flood {
+            assert_eq!(log.record(task(n)).seq, n as u64);
+            assert!(
+                log.unacked.len() <= wire::UNACKED_EVENTS,
+                "after {n} events"
+            );
+        }
+        assert_eq!(log.unacked.len(), wire::UNACKED_EVENTS);
+        // The newest are kept, in order.
+        assert_eq!(
+            log.unacked.front().map(|e| e.seq),
+            Some((flood - wire::UNACKED_EVENTS + 1) as u64)
+        );
+        assert_eq!(log.unacked.back().map(|e| e.seq), Some(flood as u64));
     }
 }

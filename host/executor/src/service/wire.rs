@@ -45,6 +45,10 @@ pub mod code {
     /// `hello` named a session this machine does not have (it ended, or its reconnect grace
     /// ran out): there is nothing to resume.
     pub const UNKNOWN_SESSION: i64 = -32005;
+    /// `hello` named this session without its resume key, or with another: only the client
+    /// the session's first `hello` was answered to may take it over. The connection that has
+    /// the session keeps it.
+    pub const RESUME_REFUSED: i64 = -32006;
 }
 
 /// What an executor operation answered: the JSON-RPC `result` of every executor method. The
@@ -89,6 +93,10 @@ pub struct Hello {
     /// for a new connection naming it); `None` starts a new one.
     #[serde(default)]
     pub session: Option<String>,
+    /// The session's resume key, from the answer to the `hello` that started it: needed with
+    /// `session`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_key: Option<String>,
 }
 
 /// `hello`'s answer.
@@ -98,8 +106,14 @@ pub struct Welcome {
     pub protocol: u32,
     /// The server's name and version.
     pub server: String,
-    /// This server session's id (random), for a later reconnection to name.
+    /// This server session's id (random), for a later reconnection to name. Not a secret: it
+    /// names the session's socket.
     pub session: String,
+    /// The secret a later reconnection's `hello` must carry with `session` (256 random bits, in
+    /// hexadecimal; kept in the server's memory only), given when the session outlives its
+    /// connection (`reconnect_grace_ms` above 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_key: Option<String>,
     /// The executor's limits, which never change during a session.
     pub limits: crate::Limits,
     /// How many completed request ids the server remembers ([`REMEMBERED_REQUESTS`]).
@@ -115,6 +129,24 @@ pub struct Welcome {
 
 fn max_line_bytes() -> usize {
     MAX_LINE_BYTES
+}
+
+/// `prove`'s parameters: asked by a relay of the session's server, on a connection through the
+/// session's socket, before it passes on a `hello` that carries the resume key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProveParams {
+    /// The relay's random challenge (hexadecimal, 32 to 128 digits).
+    pub nonce: String,
+}
+
+/// `prove`'s answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Proof {
+    /// The session's server's process id: the socket's peer, for a relay that reached the server.
+    pub pid: u32,
+    /// HMAC-SHA256 under the resume key of the nonce and the process id, in hexadecimal
+    /// ([`super::resume::proof`]).
+    pub proof: String,
 }
 
 /// `resolve`'s parameters.
