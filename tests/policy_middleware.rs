@@ -69,6 +69,7 @@ fn task(spec: &inner::Spec) -> inner::Task {
         state: inner::TaskState::Running,
         exit_code: None,
         signal: None,
+        relocated: None,
     }
 }
 
@@ -116,6 +117,7 @@ impl inner::Host for Host {
             leftover_processes: 0,
             yielded: None,
             denials: no_denials(),
+            relocated: None,
         })
     }
     fn start(&mut self, spec: inner::Spec) -> Result<inner::Task, inner::ExecutorError> {

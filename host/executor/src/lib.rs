@@ -149,6 +149,37 @@ pub struct RunResult {
     pub yielded: Option<Yielded>,
     /// What the sandbox denied the command (or, for a yielded one, denied it so far).
     pub denials: Denials,
+    /// The caller's session moved to another node before this command ran: set once, on the
+    /// first result of the session after the move, by an executor that spreads sessions over
+    /// nodes ([`pool::PoolExecutor`]); never by one that runs commands itself or a client of one
+    /// remote executor. Absent on the wire when unset, so older peers decode it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relocated: Option<Relocation>,
+}
+
+/// A session placed anew on another node (or its node under a new epoch).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Relocation {
+    /// The node the session's earlier commands ran on.
+    pub from_node: String,
+    /// The node it runs on now.
+    pub to_node: String,
+    /// Why it left `from_node`.
+    pub reason: RelocationReason,
+}
+
+/// Why a session left its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RelocationReason {
+    /// The node was taken for dead: its heartbeat stopped, or nobody answered on its subject.
+    NodeLost,
+    /// The node left the pool.
+    NodeLeft,
+    /// The node started again under a new epoch, which keeps nothing of its sessions.
+    NodeRestarted,
+    /// The node no longer held the session.
+    SessionDropped,
 }
 
 /// A foreground command handed over to the task table while it runs.
@@ -194,6 +225,10 @@ pub struct Task {
     pub exit_code: Option<i32>,
     /// The signal's name, once the leader died of one.
     pub signal: Option<String>,
+    /// Set only on [`Executor::start`]'s answer, as [`RunResult::relocated`]: the caller's
+    /// session moved to another node before the task started. Absent on the wire when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relocated: Option<Relocation>,
 }
 
 /// New output of one stream since the previous read.

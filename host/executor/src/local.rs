@@ -318,6 +318,7 @@ impl LocalExecutor {
             leftover_processes: outcome.leftovers,
             yielded: None,
             denials: denials.since(Cursor::default()).0,
+            relocated: None,
         })
     }
 
@@ -365,6 +366,7 @@ impl LocalExecutor {
             leftover_processes: 0,
             yielded: Some(Yielded { task, after_ms }),
             denials: denied,
+            relocated: None,
         })
     }
 
