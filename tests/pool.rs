@@ -367,7 +367,12 @@ async fn a_session_placed_anew_is_told_once_with_its_next_result_and_no_other_se
     // fails, which `a_node_killed_mid_run_…` covers.)
     let dead = |i: usize| {
         let front = front.clone();
-        move || front.nodes().iter().all(|beat| beat.node != format!("n{i}"))
+        move || {
+            front
+                .nodes()
+                .iter()
+                .all(|beat| beat.node != format!("n{i}"))
+        }
     };
     pool.signal(a, "-KILL");
     let _ = pool.nodes[a].as_mut().unwrap().wait();

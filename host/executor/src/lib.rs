@@ -636,3 +636,65 @@ pub trait Executor: Send + Sync + 'static {
     /// shutdown began.
     fn shutdown(&self) -> BoxFuture<'_, ()>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A move is left out of the executor protocol when unset, so that a peer written before
+    /// it reads the same messages, and reads as unset when a peer leaves it out.
+    #[test]
+    fn a_relocation_is_absent_on_the_wire_when_unset_and_unset_when_absent() {
+        let task = Task {
+            id: "bash-1".into(),
+            command: "true".into(),
+            owner: None,
+            state: TaskState::Running,
+            exit_code: None,
+            signal: None,
+            relocated: None,
+        };
+        let result = RunResult {
+            exit_code: Some(0),
+            signal: None,
+            timed_out: false,
+            aborted: false,
+            timeout_ms: 1000.0,
+            stdout: StreamOutput::default(),
+            stderr: StreamOutput::default(),
+            leftover_processes: 0,
+            yielded: Some(Yielded {
+                task: task.clone(),
+                after_ms: 10.0,
+            }),
+            denials: Denials::default(),
+            relocated: None,
+        };
+        let wire = serde_json::to_value(&result).unwrap();
+        assert!(wire.get("relocated").is_none(), "{wire}");
+        assert!(wire["yielded"]["task"].get("relocated").is_none(), "{wire}");
+        assert_eq!(serde_json::from_value::<RunResult>(wire).unwrap(), result);
+
+        let moved = Relocation {
+            from_node: "n0".into(),
+            to_node: "n1".into(),
+            reason: RelocationReason::NodeLost,
+        };
+        let told = RunResult {
+            relocated: Some(moved.clone()),
+            ..result
+        };
+        let wire = serde_json::to_value(&told).unwrap();
+        assert_eq!(
+            wire["relocated"],
+            serde_json::json!({"from_node": "n0", "to_node": "n1", "reason": "node_lost"})
+        );
+        assert_eq!(serde_json::from_value::<RunResult>(wire).unwrap(), told);
+        let started = Task {
+            relocated: Some(moved),
+            ..task
+        };
+        let wire = serde_json::to_value(&started).unwrap();
+        assert_eq!(serde_json::from_value::<Task>(wire).unwrap(), started);
+    }
+}
