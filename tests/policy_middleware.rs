@@ -46,6 +46,8 @@ struct Host {
     asked: Vec<approval::Question>,
     ran: Vec<inner::Spec>,
     started: Vec<inner::Spec>,
+    /// What `run` and `start` answer of a move of the session to another node.
+    relocated: Option<inner::Relocation>,
 }
 
 impl Host {
@@ -56,6 +58,7 @@ impl Host {
             answer,
             asked: Vec::new(),
             ran: Vec::new(),
+            relocated: None,
             started: Vec::new(),
         }
     }
@@ -69,6 +72,7 @@ fn task(spec: &inner::Spec) -> inner::Task {
         state: inner::TaskState::Running,
         exit_code: None,
         signal: None,
+        relocated: None,
     }
 }
 
@@ -116,10 +120,14 @@ impl inner::Host for Host {
             leftover_processes: 0,
             yielded: None,
             denials: no_denials(),
+            relocated: self.relocated.clone(),
         })
     }
     fn start(&mut self, spec: inner::Spec) -> Result<inner::Task, inner::ExecutorError> {
-        let t = task(&spec);
+        let t = inner::Task {
+            relocated: self.relocated.clone(),
+            ..task(&spec)
+        };
         self.started.push(spec);
         Ok(t)
     }
@@ -491,4 +499,29 @@ fn the_other_operations_pass_through() {
     assert_eq!(ex.call_owner_of(&mut store, "bash-7").unwrap(), None);
     assert!(ex.call_list_tasks(&mut store).unwrap().is_empty());
     assert!(store.data().asked.is_empty() && store.data().ran.is_empty());
+}
+
+#[test]
+fn a_move_of_the_session_passes_through_run_and_start() {
+    let middleware = Middleware::load();
+    let mut host = Host::new(vec![file("p.toml", ASKING)], approval::Answer::Once);
+    host.relocated = Some(inner::Relocation {
+        from_node: "n0".into(),
+        to_node: "n1".into(),
+        reason: inner::RelocationReason::NodeRestarted,
+    });
+    let (mut store, instance) = middleware.instance(host);
+    let ex = instance.dsh_bash_bash_executor();
+    let moved = Some(outer::Relocation {
+        from_node: "n0".into(),
+        to_node: "n1".into(),
+        reason: outer::RelocationReason::NodeRestarted,
+    });
+    let ran = ex.call_run(&mut store, &spec("echo hi")).unwrap().unwrap();
+    assert_eq!(ran.relocated, moved);
+    let started = ex
+        .call_start(&mut store, &spec("echo hi"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(started.relocated, moved);
 }

@@ -25,7 +25,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dsh_host::executor::pool::{PoolExecutor, PoolOptions};
-use dsh_host::executor::{ExecError, Executor, Request, Spec, Task, TaskState};
+use dsh_host::executor::{
+    ExecError, Executor, Relocation, RelocationReason, Request, RunResult, Spec, Task, TaskState,
+};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
@@ -185,11 +187,13 @@ fn spec(exec: &dyn Executor, owner: &str, command: &str) -> Spec {
 }
 
 async fn run(exec: &dyn Executor, owner: &str, command: &str) -> String {
-    let result = exec
-        .run(spec(exec, owner, command), CancellationToken::new())
+    run_result(exec, owner, command).await.stdout.text
+}
+
+async fn run_result(exec: &dyn Executor, owner: &str, command: &str) -> RunResult {
+    exec.run(spec(exec, owner, command), CancellationToken::new())
         .await
-        .expect("the run succeeds");
-    result.stdout.text
+        .expect("the run succeeds")
 }
 
 /// The node holding `owner`'s session, by its `pwd`.
@@ -367,6 +371,86 @@ async fn a_node_killed_mid_run_and_mid_background_reports_each_once_and_nothing_
         "{err:?}"
     );
     assert_eq!(lines(&marks).len(), 3, "the last command ran");
+    front.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_placed_anew_is_told_once_with_its_next_result_and_no_other_session_is() {
+    let mut pool = Pool::start(1, 3);
+    let (front, _events) = pool.front().await;
+    let exec = front.as_ref();
+    let mut homes = Vec::new();
+    for owner in ["a", "b", "c"] {
+        let first = run_result(exec, owner, "pwd").await;
+        assert_eq!(first.relocated, None, "a first placement is no move");
+        homes.push(pool.node_named(&first.stdout.text));
+    }
+    let [a, b, c] = homes[..] else { unreachable!() };
+    assert!(
+        a != b && b != c && a != c,
+        "one session per node: {homes:?}"
+    );
+
+    // a's node dies: a's next result (a foreground run) carries the move, and only that one.
+    // (Asked once the front knows, so that no call is in flight to the dead node: such a call
+    // fails, which `a_node_killed_mid_run_…` covers.)
+    let dead = |i: usize| {
+        let front = front.clone();
+        move || {
+            front
+                .nodes()
+                .iter()
+                .all(|beat| beat.node != format!("n{i}"))
+        }
+    };
+    pool.signal(a, "-KILL");
+    let _ = pool.nodes[a].as_mut().unwrap().wait();
+    wait_until("the front took a's node for dead", dead(a)).await;
+    let told = run_result(exec, "a", "pwd").await;
+    let now = pool.node_named(&told.stdout.text);
+    assert_ne!(now, a);
+    assert_eq!(
+        told.relocated,
+        Some(Relocation {
+            from_node: format!("n{a}"),
+            to_node: format!("n{now}"),
+            reason: RelocationReason::NodeLost,
+        })
+    );
+    for _ in 0..2 {
+        let again = run_result(exec, "a", "pwd").await;
+        assert_eq!(
+            (pool.node_named(&again.stdout.text), again.relocated),
+            (now, None)
+        );
+    }
+    // Sessions whose node lives on are never told.
+    for (owner, home) in [("b", b), ("c", c)] {
+        let r = run_result(exec, owner, "pwd").await;
+        assert_eq!((pool.node_named(&r.stdout.text), r.relocated), (home, None));
+    }
+
+    // c's node dies too: c's next call starts a background task, whose answer carries the move;
+    // its later results and task records do not.
+    pool.signal(c, "-KILL");
+    let _ = pool.nodes[c].as_mut().unwrap().wait();
+    wait_until("the front took c's node for dead", dead(c)).await;
+    let task = exec.start(spec(exec, "c", "true")).await.unwrap();
+    let placed = front.placement(Some("c")).expect("c is placed").node;
+    assert_eq!(placed, format!("n{b}"), "the one node left");
+    assert_eq!(
+        task.relocated,
+        Some(Relocation {
+            from_node: format!("n{c}"),
+            to_node: placed,
+            reason: RelocationReason::NodeLost,
+        })
+    );
+    assert_eq!(exec.get(&task.id).unwrap().relocated, None);
+    let r = run_result(exec, "c", "pwd").await;
+    assert_eq!((pool.node_named(&r.stdout.text), r.relocated), (b, None));
+    let r = run_result(exec, "b", "pwd").await;
+    assert_eq!((pool.node_named(&r.stdout.text), r.relocated), (b, None));
     front.shutdown().await;
 }
 
@@ -656,8 +740,22 @@ async fn an_mcp_front_on_three_servers_and_three_nodes_tells_the_model_of_a_lost
         ),
         "{next}"
     );
-    let elsewhere = next.lines().next().unwrap();
-    assert_ne!(pool.node_named(elsewhere), home, "{next}");
+    let elsewhere = pool.node_named(next.lines().next().unwrap());
+    assert_ne!(elsewhere, home, "{next}");
+    // The result's last line (before the notice) says the session moved, once.
+    let moved = format!(
+        "[executor: node n{home} was lost; this session now runs on node n{elsewhere}, where \
+         files written by earlier commands may be missing]"
+    );
+    assert_eq!(next.matches("[executor: ").count(), 1, "{next}");
+    let dir = pool.node_dir(elsewhere).display().to_string();
+    assert!(next.starts_with(&format!("{dir}\n{moved}\n")), "{next}");
+    let after = mcp_call(
+        &mut mcp,
+        "bash",
+        json!({"command": "pwd", "description": "Where still"}),
+    );
+    assert_eq!(after, format!("{dir}\n"), "told once");
     let output = mcp_call(&mut mcp, "bash_output", json!({"task_id": "bash-1"}));
     assert_eq!(
         output,

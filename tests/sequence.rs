@@ -4109,6 +4109,7 @@ fn self_check_task_checkers_catch_broken_sequences() {
         state,
         exit_code,
         signal: signal.map(str::to_string),
+        relocated: None,
     };
     let done = task(TaskState::Completed, Some(0), None);
     assert_eq!(

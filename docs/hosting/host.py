@@ -25,9 +25,9 @@ import time
 import wasmtime
 from wasmtime.component import Component, Linker, Record, Variant
 
-EXECUTOR = "dsh:bash/bash-executor@0.6.0"
-AGENT = "dsh:bash/agent@0.6.0"
-TOOLS = "dsh:bash/tools@0.6.0"
+EXECUTOR = "dsh:bash/bash-executor@0.7.0"
+AGENT = "dsh:bash/agent@0.7.0"
+TOOLS = "dsh:bash/tools@0.7.0"
 
 # f64 fields must be Python floats: an int there fails the call. No sandbox: `sandbox` is none.
 LIMITS = {"default-timeout-ms": 120_000.0, "max-timeout-ms": 600_000.0, "max-output-bytes": 64_000, "grace-ms": 3_000.0, "sandbox": None}
@@ -145,6 +145,7 @@ class Executor:
             leftover_processes=0,
             yielded=None,
             denials=no_denials(),
+            relocated=None,
         )
 
     def tail(self, path):
@@ -161,7 +162,7 @@ class Executor:
             proc, files = self.spawn(spec.command, spec.workdir)
         except ExecutorError as e:
             return e.variant
-        task = {"id": f"bash-{len(self.tasks) + 1}", "command": spec.command, "owner": spec.owner, "state": "running", "exit_code": None, "signal": None}
+        task = {"id": f"bash-{len(self.tasks) + 1}", "command": spec.command, "owner": spec.owner, "state": "running", "exit_code": None, "signal": None, "relocated": None}
         self.tasks.append([task, proc, files, [0, 0]])
         return record(**task)
 

@@ -90,6 +90,7 @@ fn executor() -> FakeExecutor {
         state,
         exit_code: (state == TaskState::Completed).then_some(0),
         signal: None,
+        relocated: None,
     };
     let delta = |text: &str| StreamDelta {
         text: text.into(),

@@ -15,8 +15,8 @@ use exports::dsh::bash::tools as wit_tools;
 use crate::dispatch;
 use crate::world::{
     Agent, Caller, Denial, DenialReason, Denials, DeniedAccess, ExecError, Executor, InjectError,
-    Limits, Read, Request, RunResult, SandboxMode, SandboxNetwork, SandboxPolicy, Source, Spec,
-    StreamDelta, StreamOutput, Task, TaskState, Yielded,
+    Limits, Read, Relocation, RelocationReason, Request, RunResult, SandboxMode, SandboxNetwork,
+    SandboxPolicy, Source, Spec, StreamDelta, StreamOutput, Task, TaskState, Yielded,
 };
 
 /// The exported component.
@@ -117,6 +117,7 @@ impl Executor for WitExecutor {
                     after_ms: y.after_ms,
                 }),
                 denials: denials_from_wit(r.denials),
+                relocated: r.relocated.map(relocation_from_wit),
             })
             .map_err(error_from_wit)
     }
@@ -214,6 +215,20 @@ fn task_from_wit(t: wit_exec::Task) -> Task {
         },
         exit_code: t.exit_code,
         signal: t.signal,
+        relocated: t.relocated.map(relocation_from_wit),
+    }
+}
+
+fn relocation_from_wit(r: wit_exec::Relocation) -> Relocation {
+    Relocation {
+        from_node: r.from_node,
+        to_node: r.to_node,
+        reason: match r.reason {
+            wit_exec::RelocationReason::NodeLost => RelocationReason::NodeLost,
+            wit_exec::RelocationReason::NodeLeft => RelocationReason::NodeLeft,
+            wit_exec::RelocationReason::NodeRestarted => RelocationReason::NodeRestarted,
+            wit_exec::RelocationReason::SessionDropped => RelocationReason::SessionDropped,
+        },
     }
 }
 

@@ -5,8 +5,8 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use crate::world::{
-    Agent, ExecError, Executor, InjectError, Limits, Read, Request, RunResult, Source, Spec, Task,
-    TaskState,
+    Agent, ExecError, Executor, InjectError, Limits, Read, Relocation, Request, RunResult, Source,
+    Spec, Task, TaskState,
 };
 
 /// One call into the fake executor.
@@ -29,6 +29,8 @@ pub struct FakeExecutor {
     pub run: Result<RunResult, ExecError>,
     /// When set, `start` fails with it; otherwise it returns a running `bash-1`.
     pub start_error: Option<ExecError>,
+    /// What `start`'s answer says of a move of the session to another node.
+    pub start_relocated: Option<Relocation>,
     pub reads: BTreeMap<String, Read>,
     pub kills: BTreeMap<String, bool>,
     pub owners: BTreeMap<String, String>,
@@ -50,6 +52,7 @@ impl Default for FakeExecutor {
             resolve_error: None,
             run: Ok(RunResult::default()),
             start_error: None,
+            start_relocated: None,
             reads: BTreeMap::new(),
             kills: BTreeMap::new(),
             owners: BTreeMap::new(),
@@ -108,6 +111,7 @@ impl Executor for FakeExecutor {
                 state: TaskState::Running,
                 exit_code: None,
                 signal: None,
+                relocated: self.start_relocated.clone(),
             }),
         }
     }

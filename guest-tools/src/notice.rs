@@ -54,6 +54,7 @@ mod tests {
             state,
             exit_code: code,
             signal: sig.map(str::to_string),
+            relocated: None,
         }
     }
 

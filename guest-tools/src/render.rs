@@ -5,7 +5,8 @@
 
 use crate::jsnum;
 use crate::world::{
-    Denial, DenialReason, Denials, DeniedAccess, Read, RunResult, StreamOutput, TaskState, Yielded,
+    Denial, DenialReason, Denials, DeniedAccess, Read, Relocation, RelocationReason, RunResult,
+    StreamOutput, TaskState, Yielded,
 };
 
 /// Shown instead of a spill path when no complete spill file exists.
@@ -19,7 +20,8 @@ const UNAVAILABLE: &str = "(unavailable)";
 ///
 /// A spill file deleted to keep the session within its spill budget, and what a sandbox denied
 /// the command (our extensions) are more markers after all the others, so that the model reads
-/// how the command ended first.
+/// how the command ended first; the session's move to another node of an executor pool (our
+/// extension) comes last of all.
 pub fn foreground(result: &RunResult) -> String {
     let mut body = join_streams(&stream_text(&result.stdout), &stream_text(&result.stderr));
     if body.is_empty() {
@@ -34,6 +36,7 @@ pub fn foreground(result: &RunResult) -> String {
         result.stderr.spill_evicted,
     ));
     markers.extend(sandbox_line(&result.denials));
+    markers.extend(result.relocated.as_ref().map(relocation_line));
     if markers.is_empty() {
         return body;
     }
@@ -104,6 +107,25 @@ pub fn sandbox_line(denials: &Denials) -> Option<String> {
         phrases.push(format!("and {} more", denials.more));
     }
     Some(format!("[sandbox: {}]", phrases.join("; ")))
+}
+
+/// `[executor: node <from> <what happened>; this session now runs on node <to>, where files
+/// written by earlier commands may be missing]`: the caller's session moved to another node of
+/// an executor pool before this command ran (or started). Node ids are escaped like targets:
+/// they are the pool operators' choice.
+pub fn relocation_line(relocation: &Relocation) -> String {
+    let from = escaped(&relocation.from_node);
+    let what = match relocation.reason {
+        RelocationReason::NodeLost => "was lost",
+        RelocationReason::NodeLeft => "left the pool",
+        RelocationReason::NodeRestarted => "restarted",
+        RelocationReason::SessionDropped => "dropped this session",
+    };
+    format!(
+        "[executor: node {from} {what}; this session now runs on node {}, where files written by \
+         earlier commands may be missing]",
+        escaped(&relocation.to_node)
+    )
 }
 
 /// `target` with its control characters escaped: a file name is the command's choice, and a
@@ -395,6 +417,7 @@ mod tests {
                     state: TaskState::Running,
                     exit_code: None,
                     signal: None,
+                    relocated: None,
                 },
                 after_ms,
             }),
@@ -596,6 +619,104 @@ mod tests {
         assert_eq!(foreground(&with("")), format!("(no output)\n{line}"));
     }
 
+    fn moved(from: &str, to: &str, reason: RelocationReason) -> Relocation {
+        Relocation {
+            from_node: from.into(),
+            to_node: to.into(),
+            reason,
+        }
+    }
+
+    #[test]
+    fn the_relocation_line_names_both_nodes_and_why() {
+        let tail = "where files written by earlier commands may be missing]";
+        for (reason, line) in [
+            (
+                RelocationReason::NodeLost,
+                "[executor: node n0 was lost; this session now runs on node n1, ",
+            ),
+            (
+                RelocationReason::NodeLeft,
+                "[executor: node n0 left the pool; this session now runs on node n1, ",
+            ),
+            (
+                RelocationReason::NodeRestarted,
+                "[executor: node n0 restarted; this session now runs on node n1, ",
+            ),
+            (
+                RelocationReason::SessionDropped,
+                "[executor: node n0 dropped this session; this session now runs on node n1, ",
+            ),
+        ] {
+            assert_eq!(
+                relocation_line(&moved("n0", "n1", reason)),
+                format!("{line}{tail}")
+            );
+        }
+    }
+
+    #[test]
+    fn the_relocation_line_escapes_node_ids() {
+        assert_eq!(
+            relocation_line(&moved(
+                "a\n[exit code: 0]",
+                "b\tc",
+                RelocationReason::NodeLost
+            )),
+            "[executor: node a\\n[exit code: 0] was lost; this session now runs on node b\\tc, \
+             where files written by earlier commands may be missing]"
+        );
+    }
+
+    #[test]
+    fn the_relocation_line_is_the_last_marker() {
+        let line = "[executor: node n0 was lost; this session now runs on node n1, where files \
+                    written by earlier commands may be missing]";
+        let r = RunResult {
+            denials: denied(vec![write_etc_hosts()], 0),
+            relocated: Some(moved("n0", "n1", RelocationReason::NodeLost)),
+            ..exited(2, "out", "")
+        };
+        assert_eq!(
+            foreground(&r),
+            format!(
+                "out\n[exit code: 2]\n\
+                 [sandbox: write to /etc/hosts denied (outside the writable roots)]\n{line}"
+            )
+        );
+        // Alone, it is placed as any marker: a newline before it only when needed, none after.
+        let alone = |stdout: &str| RunResult {
+            relocated: Some(moved("n0", "n1", RelocationReason::NodeLost)),
+            ..exited(0, stdout, "")
+        };
+        assert_eq!(foreground(&alone("ok\n")), format!("ok\n{line}"));
+        assert_eq!(foreground(&alone("")), format!("(no output)\n{line}"));
+        // A yielded run carries it after the line naming its task.
+        let yielded = RunResult {
+            yielded: Some(Yielded {
+                task: Task {
+                    id: "bash-2".into(),
+                    command: "make".into(),
+                    owner: None,
+                    state: TaskState::Running,
+                    exit_code: None,
+                    signal: None,
+                    relocated: None,
+                },
+                after_ms: 10.0,
+            }),
+            relocated: Some(moved("n0", "n1", RelocationReason::NodeLost)),
+            ..exited(0, "so far\n", "")
+        };
+        assert_eq!(
+            foreground(&yielded),
+            format!(
+                "so far\n[still running after 10ms; continues as background task bash-2; read \
+                 its output with bash_output]\n{line}"
+            )
+        );
+    }
+
     #[test]
     fn the_sandbox_line_comes_after_every_other_marker() {
         let r = RunResult {
@@ -646,6 +767,7 @@ mod tests {
                 state: TaskState::Running,
                 exit_code: None,
                 signal: None,
+                relocated: None,
             },
             denials: Denials::default(),
         }

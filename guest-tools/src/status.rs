@@ -37,6 +37,7 @@ mod tests {
             state,
             exit_code,
             signal: signal.map(str::to_string),
+            relocated: None,
         }
     }
 

@@ -45,6 +45,25 @@ pub struct RunResult {
     pub leftover_processes: u32,
     pub yielded: Option<Yielded>,
     pub denials: Denials,
+    /// The session moved to another node before this command ran.
+    pub relocated: Option<Relocation>,
+}
+
+/// `bash-executor.relocation-reason`: why a session left its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelocationReason {
+    NodeLost,
+    NodeLeft,
+    NodeRestarted,
+    SessionDropped,
+}
+
+/// `bash-executor.relocation`: a session placed anew; node ids as the pool's operators name them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relocation {
+    pub from_node: String,
+    pub to_node: String,
+    pub reason: RelocationReason,
 }
 
 /// `bash-executor.yielded`: the background task a foreground command continues as, after the
@@ -73,6 +92,8 @@ pub struct Task {
     pub state: TaskState,
     pub exit_code: Option<i32>,
     pub signal: Option<String>,
+    /// Only in `start`'s answer: the session moved to another node before the task started.
+    pub relocated: Option<Relocation>,
 }
 
 /// `bash-executor.stream-delta`: new output of one stream since the previous read.

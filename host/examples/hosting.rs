@@ -177,6 +177,7 @@ impl ex::Host for Host {
             leftover_processes: 0,
             yielded: None,
             denials: no_denials(),
+            relocated: None,
         })
     }
 
@@ -191,6 +192,7 @@ impl ex::Host for Host {
             state: TaskState::Running,
             exit_code: None,
             signal: None,
+            relocated: None,
         };
         state.tasks.push(Background {
             task: task.clone(),

@@ -3,9 +3,9 @@
 use super::*;
 use crate::fake::{Call, FakeAgent, FakeExecutor};
 use crate::world::{
-    Denial, DenialReason, Denials, DeniedAccess, ExecError, Limits, Read, Request, RunResult,
-    SandboxMode, SandboxNetwork, SandboxPolicy, Spec, StreamDelta, StreamOutput, TaskState,
-    ToolAnnotations,
+    Denial, DenialReason, Denials, DeniedAccess, ExecError, Limits, Read, Relocation,
+    RelocationReason, Request, RunResult, SandboxMode, SandboxNetwork, SandboxPolicy, Spec,
+    StreamDelta, StreamOutput, TaskState, ToolAnnotations,
 };
 
 fn ok(text: &str) -> ToolResult {
@@ -558,6 +558,7 @@ fn a_run_continuing_in_the_background_is_no_error_and_names_its_task() {
                     state: TaskState::Running,
                     exit_code: None,
                     signal: None,
+                    relocated: None,
                 },
                 after_ms: 50000.0,
             }),
@@ -906,6 +907,43 @@ fn background_start() {
 }
 
 #[test]
+fn a_session_moved_to_another_node_is_told_with_the_result() {
+    let moved = Some(Relocation {
+        from_node: "n0".into(),
+        to_node: "n1".into(),
+        reason: RelocationReason::NodeLost,
+    });
+    let line = "[executor: node n0 was lost; this session now runs on node n1, where files \
+                written by earlier commands may be missing]";
+    let exec = FakeExecutor {
+        run: Ok(RunResult {
+            relocated: moved.clone(),
+            ..exited(0, "hi\n")
+        }),
+        start_relocated: moved,
+        ..Default::default()
+    };
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"echo hi","description":"d"}"#,
+            &session("s1", "/w")
+        ),
+        ok(&format!("hi\n{line}"))
+    );
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"npm run dev","description":"d","run_in_background":true}"#,
+            &session("s1", "/w")
+        ),
+        ok(&format!("started background task bash-1\n{line}"))
+    );
+}
+
+#[test]
 fn run_in_background_false_runs_in_foreground() {
     let exec = FakeExecutor::default();
     assert_eq!(
@@ -952,6 +990,7 @@ fn task(id: &str, state: TaskState, exit_code: Option<i32>, signal: Option<&str>
         state,
         exit_code,
         signal: signal.map(str::to_string),
+        relocated: None,
     }
 }
 

@@ -118,7 +118,12 @@ pub fn call(exec: &dyn Executor, args: &Json, caller: &Caller) -> Result<String,
     let spec = exec.resolve(request)?;
     if matches!(args.get("run_in_background"), Some(Json::Bool(true))) {
         let task = exec.start(spec)?;
-        return Ok(format!("started background task {}", task.id));
+        let mut text = format!("started background task {}", task.id);
+        if let Some(relocation) = &task.relocated {
+            text.push('\n');
+            text.push_str(&render::relocation_line(relocation));
+        }
+        return Ok(text);
     }
     let result = exec.run(spec)?;
     if result.aborted {

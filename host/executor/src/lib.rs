@@ -212,6 +212,37 @@ pub struct RunResult {
     pub yielded: Option<Yielded>,
     /// What the sandbox denied the command (or, for a yielded one, denied it so far).
     pub denials: Denials,
+    /// The caller's session moved to another node before this command ran: set once, on the
+    /// first result of the session after the move, by an executor that spreads sessions over
+    /// nodes ([`pool::PoolExecutor`]); never by one that runs commands itself or a client of one
+    /// remote executor. Absent on the wire when unset, so older peers decode it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relocated: Option<Relocation>,
+}
+
+/// A session placed anew on another node (or its node under a new epoch).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Relocation {
+    /// The node the session's earlier commands ran on.
+    pub from_node: String,
+    /// The node it runs on now.
+    pub to_node: String,
+    /// Why it left `from_node`.
+    pub reason: RelocationReason,
+}
+
+/// Why a session left its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RelocationReason {
+    /// The node was taken for dead: its heartbeat stopped, or nobody answered on its subject.
+    NodeLost,
+    /// The node left the pool.
+    NodeLeft,
+    /// The node started again under a new epoch, which keeps nothing of its sessions.
+    NodeRestarted,
+    /// The node no longer held the session.
+    SessionDropped,
 }
 
 /// A foreground command handed over to the task table while it runs.
@@ -257,6 +288,10 @@ pub struct Task {
     pub exit_code: Option<i32>,
     /// The signal's name, once the leader died of one.
     pub signal: Option<String>,
+    /// Set only on [`Executor::start`]'s answer, as [`RunResult::relocated`]: the caller's
+    /// session moved to another node before the task started. Absent on the wire when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relocated: Option<Relocation>,
 }
 
 /// New output of one stream since the previous read.
@@ -673,4 +708,66 @@ pub trait Executor: Send + Sync + 'static {
     /// Kill every running task and wait until each has ended. No task-done event is sent after
     /// shutdown began.
     fn shutdown(&self) -> BoxFuture<'_, ()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A move is left out of the executor protocol when unset, so that a peer written before
+    /// it reads the same messages, and reads as unset when a peer leaves it out.
+    #[test]
+    fn a_relocation_is_absent_on_the_wire_when_unset_and_unset_when_absent() {
+        let task = Task {
+            id: "bash-1".into(),
+            command: "true".into(),
+            owner: None,
+            state: TaskState::Running,
+            exit_code: None,
+            signal: None,
+            relocated: None,
+        };
+        let result = RunResult {
+            exit_code: Some(0),
+            signal: None,
+            timed_out: false,
+            aborted: false,
+            timeout_ms: 1000.0,
+            stdout: StreamOutput::default(),
+            stderr: StreamOutput::default(),
+            leftover_processes: 0,
+            yielded: Some(Yielded {
+                task: task.clone(),
+                after_ms: 10.0,
+            }),
+            denials: Denials::default(),
+            relocated: None,
+        };
+        let wire = serde_json::to_value(&result).unwrap();
+        assert!(wire.get("relocated").is_none(), "{wire}");
+        assert!(wire["yielded"]["task"].get("relocated").is_none(), "{wire}");
+        assert_eq!(serde_json::from_value::<RunResult>(wire).unwrap(), result);
+
+        let moved = Relocation {
+            from_node: "n0".into(),
+            to_node: "n1".into(),
+            reason: RelocationReason::NodeLost,
+        };
+        let told = RunResult {
+            relocated: Some(moved.clone()),
+            ..result
+        };
+        let wire = serde_json::to_value(&told).unwrap();
+        assert_eq!(
+            wire["relocated"],
+            serde_json::json!({"from_node": "n0", "to_node": "n1", "reason": "node_lost"})
+        );
+        assert_eq!(serde_json::from_value::<RunResult>(wire).unwrap(), told);
+        let started = Task {
+            relocated: Some(moved),
+            ..task
+        };
+        let wire = serde_json::to_value(&started).unwrap();
+        assert_eq!(serde_json::from_value::<Task>(wire).unwrap(), started);
+    }
 }

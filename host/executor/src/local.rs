@@ -324,6 +324,7 @@ impl LocalExecutor {
             leftover_processes: outcome.leftovers,
             yielded: None,
             denials: denials.since(Cursor::default()).0,
+            relocated: None,
         })
     }
 
@@ -371,6 +372,7 @@ impl LocalExecutor {
             leftover_processes: 0,
             yielded: Some(Yielded { task, after_ms }),
             denials: denied,
+            relocated: None,
         })
     }
 

@@ -15,7 +15,7 @@ wasmtime::component::bindgen!({
 pub mod approval_host {
     wasmtime::component::bindgen!({
         path: "../wit",
-        inline: "package dsh:host; world approval-host { import dsh:bash/approval@0.6.0; }",
+        inline: "package dsh:host; world approval-host { import dsh:bash/approval@0.7.0; }",
         world: "dsh:host/approval-host",
         imports: { default: async | trappable },
     });
@@ -84,6 +84,28 @@ impl From<ex::RunResult> for wit_ex::RunResult {
             leftover_processes: r.leftover_processes,
             yielded: r.yielded.map(Into::into),
             denials: r.denials.into(),
+            relocated: r.relocated.map(Into::into),
+        }
+    }
+}
+
+impl From<ex::Relocation> for wit_ex::Relocation {
+    fn from(r: ex::Relocation) -> Self {
+        Self {
+            from_node: r.from_node,
+            to_node: r.to_node,
+            reason: r.reason.into(),
+        }
+    }
+}
+
+impl From<ex::RelocationReason> for wit_ex::RelocationReason {
+    fn from(r: ex::RelocationReason) -> Self {
+        match r {
+            ex::RelocationReason::NodeLost => Self::NodeLost,
+            ex::RelocationReason::NodeLeft => Self::NodeLeft,
+            ex::RelocationReason::NodeRestarted => Self::NodeRestarted,
+            ex::RelocationReason::SessionDropped => Self::SessionDropped,
         }
     }
 }
@@ -117,6 +139,7 @@ impl From<ex::Task> for wit_ex::Task {
             state: t.state.into(),
             exit_code: t.exit_code,
             signal: t.signal,
+            relocated: t.relocated.map(Into::into),
         }
     }
 }

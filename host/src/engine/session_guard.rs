@@ -282,6 +282,7 @@ mod tests {
                 state: dsh_executor::TaskState::Running,
                 exit_code: None,
                 signal: None,
+                relocated: None,
             })
         }
 
@@ -327,6 +328,7 @@ mod tests {
                     after_ms: 100.0,
                 }),
                 denials: Default::default(),
+                relocated: None,
             };
             Box::pin(async move { Ok(result) })
         }

@@ -1,5 +1,5 @@
 //! The permission rules of `dsh-policy` as an executor middleware component: it imports
-//! `dsh:bash/bash-executor@0.6.0` (the real executor) and `dsh:bash/approval@0.6.0` (the rules,
+//! `dsh:bash/bash-executor@0.7.0` (the real executor) and `dsh:bash/approval@0.7.0` (the rules,
 //! the session's grants and the person to ask), and exports `bash-executor`, so that a
 //! composition puts it in front of the tools component's executor import without rebuilding the
 //! tools (world `dsh:bash/policy-middleware`):
@@ -176,6 +176,7 @@ mod component {
                     after_ms: y.after_ms,
                 }),
                 denials: denials(r.denials),
+                relocated: r.relocated.map(relocation),
             })
         }
 
@@ -262,6 +263,20 @@ mod component {
             },
             exit_code: t.exit_code,
             signal: t.signal,
+            relocated: t.relocated.map(relocation),
+        }
+    }
+
+    fn relocation(r: inner::Relocation) -> outer::Relocation {
+        outer::Relocation {
+            from_node: r.from_node,
+            to_node: r.to_node,
+            reason: match r.reason {
+                inner::RelocationReason::NodeLost => outer::RelocationReason::NodeLost,
+                inner::RelocationReason::NodeLeft => outer::RelocationReason::NodeLeft,
+                inner::RelocationReason::NodeRestarted => outer::RelocationReason::NodeRestarted,
+                inner::RelocationReason::SessionDropped => outer::RelocationReason::SessionDropped,
+            },
         }
     }
 

@@ -40,6 +40,8 @@ def task(t: Task) -> Record:
         state=t["state"],
         exit_code=t["exit_code"],
         signal=t["signal"],
+        # This package's executors run commands on one machine: a session never moves.
+        relocated=None,
     )
 
 
@@ -99,6 +101,8 @@ def run_result(r: RunResult) -> Record:
         leftover_processes=_u32(r["leftover_processes"], "leftover_processes"),
         yielded=None if y is None else record(task=task(y["task"]), after_ms=float(y["after_ms"])),
         denials=_denials(r["denials"]),
+        # This package's executors run commands on one machine: a session never moves.
+        relocated=None,
     )
 
 

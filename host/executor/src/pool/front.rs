@@ -10,7 +10,8 @@
 //! The front watches the nodes' heartbeats. A node is dead when its heartbeat is older than the
 //! lease, when it left, or when it answers with another epoch; then each of its running tasks
 //! ends once, `lost`, every call in flight to it fails saying the command may or may not have
-//! run, and its sessions are placed anew on their next call.
+//! run, and its sessions are placed anew on their next call. The first `run` or `start` result
+//! of a session placed anew says where it moved from and why ([`RunResult::relocated`]), once.
 //!
 //! The NATS client runs on a runtime of the front's own, so that the trait's synchronous
 //! operations can wait for their answers from any thread, even one of a single-threaded
@@ -35,7 +36,8 @@ use super::{Heartbeat, PlaceRequest, Placement, PoolOptions, SESSION_HEADER};
 use crate::service::session::lock;
 use crate::service::wire::{self, Offsets, Outcome, RpcError};
 use crate::{
-    BoxFuture, ExecError, Executor, Limits, Read, Request, RunResult, Spec, Task, TaskState,
+    BoxFuture, ExecError, Executor, Limits, Read, Relocation, RelocationReason, Request, RunResult,
+    Spec, Task, TaskState,
 };
 
 /// How long `connect` waits for a live node (its limits are the pool's).
@@ -107,6 +109,10 @@ struct State {
     ended: VecDeque<String>,
     /// Calls in flight, by node and epoch: a dead node's are told.
     in_flight: HashMap<u64, (Placement, CancellationToken)>,
+    /// Sessions taken off their node and not yet told: where they were and why; `to_node` is
+    /// empty until the session is placed anew. The first `run` or `start` result of the session
+    /// on its new node carries it.
+    relocated: HashMap<String, Relocation>,
 }
 
 /// A session the front serves.
@@ -206,6 +212,7 @@ impl PoolExecutor {
         let state = lock(&self.front.state);
         let mut held: std::collections::HashSet<&String> = state.sessions.keys().collect();
         held.extend(state.owners.keys());
+        held.extend(state.relocated.keys());
         held.extend(state.tasks.values().map(|view| &view.session));
         held.len()
     }
@@ -405,6 +412,7 @@ impl Front {
         let session = session_of_token(owner);
         let mut state = lock(&self.state);
         state.owners.remove(&session);
+        state.relocated.remove(&session);
         if let Some(placed) = state.sessions.remove(&session) {
             placed.events.cancel();
         }
@@ -479,7 +487,12 @@ impl Front {
             state.nodes.remove(&entry.key);
             drop(state);
             if let Some(epoch) = previous {
-                self.dead(&entry.key, &epoch, "it left the pool");
+                self.dead(
+                    &entry.key,
+                    &epoch,
+                    "it left the pool",
+                    RelocationReason::NodeLeft,
+                );
             }
             return;
         }
@@ -500,7 +513,12 @@ impl Front {
         if let Some(epoch) = previous
             && epoch != beat.epoch
         {
-            self.dead(&entry.key, &epoch, "it started again");
+            self.dead(
+                &entry.key,
+                &epoch,
+                "it started again",
+                RelocationReason::NodeRestarted,
+            );
         }
     }
 
@@ -531,6 +549,7 @@ impl Front {
             let mut state = lock(&self.state);
             if let Some(placed) = state.sessions.remove(session) {
                 placed.events.cancel();
+                state.moved(session, &placed.placement, RelocationReason::SessionDropped);
             }
             let mut ended = Vec::new();
             for (id, view) in state.tasks.iter_mut() {
@@ -584,13 +603,18 @@ impl Front {
             expired
         };
         for (node, epoch) in expired {
-            self.dead(&node, &epoch, "its heartbeat stopped");
+            self.dead(
+                &node,
+                &epoch,
+                "its heartbeat stopped",
+                RelocationReason::NodeLost,
+            );
         }
     }
 
     /// Node `node` in `epoch` is dead: its calls in flight fail, its running tasks end once,
     /// and its sessions are placed anew on their next call.
-    fn dead(&self, node: &str, epoch: &str, why: &str) {
+    fn dead(&self, node: &str, epoch: &str, why: &str, reason: RelocationReason) {
         let gone = Placement {
             node: node.to_string(),
             epoch: epoch.to_string(),
@@ -611,13 +635,18 @@ impl Front {
                     state.dead.pop_front();
                 }
             }
-            state.sessions.retain(|_, placed| {
+            let mut moved = Vec::new();
+            state.sessions.retain(|session, placed| {
                 let keep = placed.placement != gone;
                 if !keep {
                     placed.events.cancel();
+                    moved.push(session.clone());
                 }
                 keep
             });
+            for session in moved {
+                state.moved(&session, &gone, reason);
+            }
             for (_, (placement, cancel)) in state.in_flight.iter() {
                 if *placement == gone {
                     cancel.cancel();
@@ -782,6 +811,9 @@ impl Front {
                     events: events.clone(),
                 },
             );
+            if let Some(relocation) = state.relocated.get_mut(session) {
+                relocation.to_node = placement.node.clone();
+            }
         }
         let front = self.clone();
         let session_id = session.to_string();
@@ -976,7 +1008,12 @@ impl Front {
                     async_nats::client::RequestErrorKind::NoResponders => {
                         // Nobody listens on the node's subject: it is gone, and this attempt
                         // reached nobody.
-                        self.dead(&placement.node, &placement.epoch, "it does not answer");
+                        self.dead(
+                            &placement.node,
+                            &placement.epoch,
+                            "it does not answer",
+                            RelocationReason::NodeLost,
+                        );
                         let why = format!("node {} does not answer", placement.node);
                         return Err(if sent {
                             Failure::Lost(why)
@@ -1067,16 +1104,40 @@ async fn live_nodes(buckets: &Buckets, lease: Duration) -> Vec<Heartbeat> {
     live
 }
 
-/// `task` as the front shows it: its id and its caller's owner token.
+/// `task` as the front shows it: its id and its caller's owner token (and no move, which only
+/// `start`'s answer tells).
 fn front_task(task: &Task, id: &str, owner: Option<String>) -> Task {
     Task {
         id: id.to_string(),
         owner,
+        relocated: None,
         ..task.clone()
     }
 }
 
 impl State {
+    /// `session` was taken off `placement`'s node: its next result says so. A move not yet told
+    /// keeps its first node, where the commands the caller knows of ran.
+    fn moved(&mut self, session: &str, placement: &Placement, reason: RelocationReason) {
+        self.relocated
+            .entry(session.to_string())
+            .and_modify(|relocation| relocation.to_node.clear())
+            .or_insert_with(|| Relocation {
+                from_node: placement.node.clone(),
+                to_node: String::new(),
+                reason,
+            });
+    }
+
+    /// The move of `session` to `placement`'s node, taken to be told once.
+    fn relocation(&mut self, session: &str, placement: &Placement) -> Option<Relocation> {
+        let placed = self
+            .relocated
+            .get(session)
+            .is_some_and(|r| !r.to_node.is_empty() && r.to_node == placement.node);
+        placed.then(|| self.relocated.remove(session)).flatten()
+    }
+
     /// The front's id of a node's task, named now if it has none.
     fn name(&mut self, session: &str, placement: &Placement, task: &Task) -> String {
         let key = (
@@ -1260,6 +1321,10 @@ impl Executor for PoolExecutor {
             if let Some(yielded) = result.yielded.as_mut() {
                 yielded.task = front.started(&session, &placement, &yielded.task, owner);
             }
+            // An aborted call's result is not shown: the move is told with the next one.
+            if !result.aborted {
+                result.relocated = lock(&front.state).relocation(&session, &placement);
+            }
             Ok(result)
         })
     }
@@ -1277,7 +1342,9 @@ impl Executor for PoolExecutor {
             let (answer, placement) = self.spawned(call).await?;
             let outcome = answer.map_err(Failure::starting)?;
             let task: Task = Result::from(outcome)?;
-            Ok(front.started(&session, &placement, &task, owner))
+            let mut task = front.started(&session, &placement, &task, owner);
+            task.relocated = lock(&front.state).relocation(&session, &placement);
+            Ok(task)
         })
     }
 

@@ -232,6 +232,7 @@ impl Tasks {
             state: TaskState::Running,
             exit_code: None,
             signal: None,
+            relocated: None,
         };
         self.next_id += 1;
         self.records.insert(
