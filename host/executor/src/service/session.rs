@@ -404,6 +404,7 @@ mod tests {
             state: crate::TaskState::Completed,
             exit_code: Some(0),
             signal: None,
+            relocated: None,
         }
     }
 
