@@ -715,7 +715,7 @@ fn pool_call(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
     );
     let (round_trip, claim) = nats_floors(&pools.url(), scale.rounds * BLOCK);
     report.note(
-        "the same, one NATS request and its reply between two clients on loopback, alone (a pooled call makes two: `resolve` and `run`)",
+        "the same, one NATS request and its reply between two clients on loopback, alone (a pooled call makes one, `run`: a placed session's requests are resolved at the front)",
         format!("{:.3} ms", ms(round_trip)),
     );
     report.note(
