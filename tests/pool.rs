@@ -126,7 +126,14 @@ impl Pool {
 
     /// A front that sees every node live.
     async fn front(&self) -> (Arc<PoolExecutor>, UnboundedReceiver<Task>) {
-        let options = self.options();
+        self.front_with(self.options()).await
+    }
+
+    /// A front with `options` that sees every node live.
+    async fn front_with(
+        &self,
+        options: PoolOptions,
+    ) -> (Arc<PoolExecutor>, UnboundedReceiver<Task>) {
         let (tx, events) = unbounded_channel();
         let front = tokio::task::spawn_blocking(move || PoolExecutor::connect(options, tx))
             .await
@@ -888,4 +895,46 @@ async fn a_host_session_that_ends_is_forgotten_by_the_pool_front() {
         assert_eq!(front.sessions_held(), 0, "round {round}");
     }
     host.shutdown().await;
+}
+
+/// A node that answers nothing although its heartbeat has not expired (stopped, with a long
+/// lease) is dead to a front once it let the front's calls go unanswered a number of times in a
+/// row: its task ends lost, once, the session goes on on another node, and the node, continued,
+/// kills the task no front holds any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_lets_calls_go_unanswered_is_dead_before_its_lease_runs_out() {
+    let pool = Pool::with_lease(1, 2, 120_000);
+    let options = PoolOptions {
+        request_timeout: Duration::from_millis(300),
+        dead_after_timeouts: 2,
+        ..pool.options()
+    };
+    let (front, mut events) = pool.front_with(options).await;
+    let home = node_of(&pool, front.as_ref(), "s").await;
+    let (task, task_pid) = start_sleeper(&pool, front.as_ref(), "s").await;
+    pool.signal(home, "-STOP");
+    // A call that starts nothing, asked twice and unanswered twice.
+    let asked = {
+        let (front, id) = (front.clone(), task.id.clone());
+        tokio::task::spawn_blocking(move || front.get(&id))
+            .await
+            .unwrap()
+    };
+    assert!(
+        matches!(&asked, Err(ExecError::Internal(m)) if m.contains("node")),
+        "{asked:?}"
+    );
+    let ended = next_event(&mut events).await;
+    assert_eq!(
+        (ended.id.as_str(), ended.state),
+        (task.id.as_str(), TaskState::Lost)
+    );
+    assert_eq!(node_of(&pool, front.as_ref(), "s").await, 1 - home);
+    pool.signal(home, "-CONT");
+    wait_until("the continued node killed the task no front holds", || {
+        !procs::alive(task_pid)
+    })
+    .await;
+    no_more_events(&mut events).await;
+    front.shutdown().await;
 }

@@ -407,6 +407,14 @@ pub struct CommonArgs {
     /// in milliseconds; past it, the session's commands are killed.
     #[arg(long, global = true, allow_negative_numbers = true, value_name = "MS", value_parser = positive_ms)]
     pub nats_session_grace_ms: Option<f64>,
+    /// How long a pool front waits for a node's answer to a call that starts no command (and
+    /// to a placement) before it asks again, in milliseconds.
+    #[arg(long, global = true, allow_negative_numbers = true, value_name = "MS", value_parser = positive_ms)]
+    pub nats_request_timeout_ms: Option<f64>,
+    /// A pool node that lets this many calls of a front in a row go unanswered is dead to that
+    /// front, whatever its heartbeat says.
+    #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub nats_dead_after_timeouts: Option<u32>,
     /// Read these settings from a TOML file: each key is one of these flags, or of `mcp`'s,
     /// without its dashes (`timeout-ms = 120000`, `env-deny = ["*_PAT"]`, `http = "8765"`).
     /// Flags on the command line win; repeatable ones add to the file's.
@@ -593,6 +601,12 @@ impl CommonArgs {
         }
         if let Some(ms) = self.nats_session_grace_ms {
             options.session_grace = Duration::from_secs_f64(ms.min(86_400_000.0) / 1000.0);
+        }
+        if let Some(ms) = self.nats_request_timeout_ms {
+            options.request_timeout = Duration::from_secs_f64(ms.min(3_600_000.0) / 1000.0);
+        }
+        if let Some(n) = self.nats_dead_after_timeouts {
+            options.dead_after_timeouts = n;
         }
         if let Some(n) = self.nats_replicas {
             options.replicas = n as usize;

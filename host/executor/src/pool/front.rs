@@ -43,9 +43,6 @@ use crate::{
 /// How long `connect` waits for a live node (its limits are the pool's).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long one attempt of an operation answered at once may take before it is asked again.
-const QUICK_ATTEMPT: Duration = Duration::from_secs(5);
-
 /// How long an operation answered at once is asked again before it fails.
 const QUICK_TOTAL: Duration = Duration::from_secs(30);
 
@@ -107,6 +104,8 @@ struct State {
     next_task: u64,
     /// Ended tasks, oldest first.
     ended: VecDeque<String>,
+    /// Calls each node let go unanswered in a row (each timed out).
+    timeouts: HashMap<Placement, u32>,
     /// Calls in flight, by node and epoch: a dead node's are told.
     in_flight: HashMap<u64, (Placement, CancellationToken)>,
     /// Sessions taken off their node and not yet told: where they were and why; `to_node` is
@@ -629,6 +628,7 @@ impl Front {
             {
                 state.nodes.remove(node);
             }
+            state.timeouts.remove(&gone);
             if !state.dead.contains(&gone) {
                 state.dead.push_back(gone.clone());
                 while state.dead.len() > DEAD_REMEMBERED {
@@ -737,7 +737,7 @@ impl Front {
             };
             let request = async_nats::Request::new()
                 .payload(body.clone().into())
-                .timeout(Some(QUICK_ATTEMPT));
+                .timeout(Some(self.options.request_timeout));
             // The server may not let this client ask: then nobody was asked.
             let refused = self.refusals.refused(&subject);
             let answer = tokio::select! {
@@ -985,7 +985,7 @@ impl Front {
             let attempt = if deadline.is_some() {
                 left
             } else {
-                left.min(QUICK_ATTEMPT)
+                left.min(self.options.request_timeout)
             };
             let request = async_nats::Request::new()
                 .headers(headers)
@@ -1003,7 +1003,10 @@ impl Front {
                 }
             };
             match answer {
-                Ok(message) => return reply(&message.payload),
+                Ok(message) => {
+                    lock(&self.state).timeouts.remove(placement);
+                    return reply(&message.payload);
+                }
                 Err(err) => match err.kind() {
                     async_nats::client::RequestErrorKind::NoResponders => {
                         // Nobody listens on the node's subject: it is gone, and this attempt
@@ -1023,6 +1026,20 @@ impl Front {
                     }
                     async_nats::client::RequestErrorKind::TimedOut => {
                         sent = true;
+                        let unanswered = {
+                            let mut state = lock(&self.state);
+                            let count = state.timeouts.entry(placement.clone()).or_default();
+                            *count += 1;
+                            *count
+                        };
+                        if unanswered >= self.options.dead_after_timeouts {
+                            self.dead(
+                                &placement.node,
+                                &placement.epoch,
+                                &format!("it let {unanswered} calls in a row go unanswered"),
+                                RelocationReason::NodeLost,
+                            );
+                        }
                         if Instant::now() >= until || !self.live(placement) {
                             return Err(Failure::Lost(format!(
                                 "node {} did not answer in time",

@@ -56,6 +56,12 @@ pub struct PoolOptions {
     /// nodes every heartbeat which of their sessions it holds); past it, the session's
     /// commands are killed and the session is forgotten.
     pub session_grace: Duration,
+    /// How long a front waits for a node's answer to a call that starts no command (and to a
+    /// placement) before it asks again.
+    pub request_timeout: Duration,
+    /// A node that let this many calls in a row go unanswered (each timed out) is dead to the
+    /// front that asked, whatever its heartbeat says.
+    pub dead_after_timeouts: u32,
 }
 
 impl Default for PoolOptions {
@@ -71,6 +77,8 @@ impl Default for PoolOptions {
             lease: Duration::from_millis(5000),
             replicas: 1,
             session_grace: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(5),
+            dead_after_timeouts: 3,
         }
     }
 }
