@@ -8,14 +8,14 @@
 
 #[path = "support/exec.rs"]
 mod exec;
+#[path = "support/line.rs"]
+mod line;
 #[path = "support/procs.rs"]
 mod procs;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use dsh_host::executor::{
@@ -455,118 +455,7 @@ async fn a_command_of_200_kb_runs(kind: Kind) {
 // ---------------------------------------------------------------------------------------------
 
 /// `dsh-host executor serve --stdio` driven line by line.
-struct Wire {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<Value>,
-    /// Notifications that arrived while waiting for an answer.
-    notifications: Vec<Value>,
-    next_id: u64,
-}
-
-impl Wire {
-    fn start(flags: &[&str]) -> Wire {
-        let mut child = Command::new(BIN)
-            .args(["executor", "serve", "--stdio"])
-            .args(flags)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                let value = serde_json::from_str(&line).unwrap_or_else(|e| {
-                    panic!("the server wrote a line that is not JSON ({e}): {line}")
-                });
-                if tx.send(value).is_err() {
-                    return;
-                }
-            }
-        });
-        Wire {
-            stdin: child.stdin.take(),
-            child,
-            lines,
-            notifications: Vec::new(),
-            next_id: 0,
-        }
-    }
-
-    /// A connection that said hello.
-    fn greeted(flags: &[&str]) -> Wire {
-        let mut wire = Wire::start(flags);
-        let welcome = wire.request("hello", json!({"protocol": 1, "client": "test"}));
-        assert_eq!(welcome["result"]["protocol"], 1, "{welcome}");
-        wire
-    }
-
-    fn send_line(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        stdin.write_all(line.as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    /// Sends a request; returns its JSON-RPC id.
-    fn send(&mut self, method: &str, params: Value) -> u64 {
-        self.next_id += 1;
-        let id = self.next_id;
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.send_line(&line.to_string());
-        id
-    }
-
-    /// The next message that is not a notification.
-    fn next_answer(&mut self) -> Value {
-        loop {
-            let msg = match self.lines.recv_timeout(PROMPT) {
-                Ok(msg) => msg,
-                Err(RecvTimeoutError::Timeout) => panic!("no answer in time"),
-                Err(RecvTimeoutError::Disconnected) => panic!("the server closed its output"),
-            };
-            if msg.get("method").is_some() {
-                self.notifications.push(msg);
-            } else {
-                return msg;
-            }
-        }
-    }
-
-    /// The answer to request `id` (others that arrive first are an error).
-    fn answer_to(&mut self, id: u64) -> Value {
-        let msg = self.next_answer();
-        assert_eq!(msg["id"], id, "{msg}");
-        msg
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.send(method, params);
-        self.answer_to(id)
-    }
-
-    /// Waits for the `n`th task_done notification.
-    fn wait_for_events(&mut self, n: usize) {
-        let deadline = Instant::now() + PROMPT;
-        while self.notifications.len() < n {
-            assert!(Instant::now() < deadline, "{:?}", self.notifications);
-            match self.lines.recv_timeout(Duration::from_millis(50)) {
-                Ok(msg) if msg.get("method").is_some() => self.notifications.push(msg),
-                Ok(msg) => panic!("an unexpected answer: {msg}"),
-                Err(_) => {}
-            }
-        }
-    }
-
-    fn stop(mut self) {
-        drop(self.stdin.take());
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "the server ended with {status}");
-    }
-}
+use line::Line as Wire;
 
 fn spec(command: &str, dir: &Path) -> Value {
     json!({"command": command, "workdir": dir, "timeout_ms": 20000.0, "owner": "s1"})

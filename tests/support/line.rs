@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -20,10 +20,27 @@ pub struct Line {
     pub child: std::process::Child,
     pub stdin: Option<std::process::ChildStdin>,
     lines: Receiver<Value>,
+    /// Notifications that arrived while waiting for an answer.
+    pub notifications: Vec<Value>,
     next_id: u64,
 }
 
 impl Line {
+    /// `dsh-host executor serve --stdio` with `flags`.
+    pub fn start(flags: &[&str]) -> Line {
+        let mut command = Command::new(BIN);
+        command.args(["executor", "serve", "--stdio"]).args(flags);
+        Line::spawn(command)
+    }
+
+    /// [`Line::start`], and said hello.
+    pub fn greeted(flags: &[&str]) -> Line {
+        let mut line = Line::start(flags);
+        let welcome = line.request("hello", json!({"protocol": 1, "client": "test"}));
+        assert_eq!(welcome["result"]["protocol"], 1, "{welcome}");
+        line
+    }
+
     /// `dsh-host executor serve --stdio` with `flags`, its runtime directory `runtime`
     /// (`XDG_RUNTIME_DIR`).
     pub fn open(runtime: &Path, flags: &[&str]) -> Line {
@@ -48,7 +65,10 @@ impl Line {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { return };
-                if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                let value = serde_json::from_str(&line).unwrap_or_else(|e| {
+                    panic!("the server wrote a line that is not JSON ({e}): {line}")
+                });
+                if tx.send(value).is_err() {
                     return;
                 }
             }
@@ -57,8 +77,68 @@ impl Line {
             stdin: child.stdin.take(),
             child,
             lines,
+            notifications: Vec::new(),
             next_id: 0,
         }
+    }
+
+    /// Writes `line` and its newline.
+    pub fn send_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Sends a request; returns its JSON-RPC id.
+    pub fn send(&mut self, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send_line(&line.to_string());
+        id
+    }
+
+    /// The next message that is not a notification (those are kept in `notifications`).
+    pub fn next_answer(&mut self) -> Value {
+        loop {
+            let msg = match self.lines.recv_timeout(ANSWER) {
+                Ok(msg) => msg,
+                Err(RecvTimeoutError::Timeout) => panic!("no answer in time"),
+                Err(RecvTimeoutError::Disconnected) => panic!("the server closed its output"),
+            };
+            if msg.get("method").is_some() {
+                self.notifications.push(msg);
+            } else {
+                return msg;
+            }
+        }
+    }
+
+    /// The answer to request `id` (another that arrives first is an error).
+    pub fn answer_to(&mut self, id: u64) -> Value {
+        let msg = self.next_answer();
+        assert_eq!(msg["id"], id, "{msg}");
+        msg
+    }
+
+    /// Waits until `n` notifications arrived.
+    pub fn wait_for_events(&mut self, n: usize) {
+        let deadline = Instant::now() + ANSWER;
+        while self.notifications.len() < n {
+            assert!(Instant::now() < deadline, "{:?}", self.notifications);
+            match self.lines.recv_timeout(Duration::from_millis(50)) {
+                Ok(msg) if msg.get("method").is_some() => self.notifications.push(msg),
+                Ok(msg) => panic!("an unexpected answer: {msg}"),
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Ends the connection and checks the server ended well.
+    pub fn stop(self) {
+        let status = self.end();
+        assert!(status.success(), "the server ended with {status}");
     }
 
     /// Sends a request and returns its answer (notifications before it are skipped).
@@ -87,7 +167,9 @@ impl Line {
                 RecvTimeoutError::Timeout => format!("none within {within:?}"),
                 RecvTimeoutError::Disconnected => "the connection was closed".to_string(),
             })?;
-            if msg.get("method").is_none() {
+            if msg.get("method").is_some() {
+                self.notifications.push(msg);
+            } else {
                 assert_eq!(msg["id"], self.next_id, "{msg}");
                 return Ok(msg);
             }
