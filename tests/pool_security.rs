@@ -943,44 +943,31 @@ fn credentials_let_a_node_and_a_front_work_and_a_front_denied_the_subjects_start
     pool.call_ok(&pool.front, "permitted-1");
     assert_eq!(lines(&pool.marks), ["permitted-1"]);
 
-    // Connects and sees the node, may not publish on dsh.>: the call fails saying why, and
-    // nothing ran.
-    let out = call(
-        &pool.url,
-        &["--nats-creds", path_str(&pool.denied)],
-        &pool.mark("denied"),
-    );
-    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
-    assert!(
-        said.contains("the executor pool was not reached")
-            && said.contains("Permissions Violation for Publish to \"dsh.place\""),
-        "{said}"
-    );
-    assert_eq!(
-        lines(&pool.marks),
-        ["permitted-1"],
-        "a denied front ran a command"
-    );
-
-    // May place a session but not call its node: the call is refused by the server, so it
-    // reached nobody, and the front says so at once (it does not wait for an answer that
-    // cannot come, and then call the command's fate unknown).
-    let out = call(
-        &pool.url,
-        &["--nats-creds", path_str(&pool.placing)],
-        &pool.mark("placing"),
-    );
-    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
-    assert!(
-        said.contains("the executor pool was not reached")
-            && said.contains("Permissions Violation for Publish to \"dsh.node.n0."),
-        "{said}"
-    );
-    assert_eq!(
-        lines(&pool.marks),
-        ["permitted-1"],
-        "a placing front ran a command"
-    );
+    // Connects and sees the node, may not publish on dsh.>; or may place a session but not
+    // call its node. The server refuses the publish, so the call reached nobody: the front says
+    // so at once (it does not wait for an answer that cannot come, and then call the command's
+    // fate unknown), naming what was refused, and nothing ran.
+    for (creds, refused) in [
+        (&pool.denied, "\"dsh.place\""),
+        (&pool.placing, "\"dsh.node.n0."),
+    ] {
+        let out = call(
+            &pool.url,
+            &["--nats-creds", path_str(creds)],
+            &pool.mark("refused"),
+        );
+        let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(
+            said.contains("the executor pool was not reached")
+                && said.contains(&format!("Permissions Violation for Publish to {refused}")),
+            "{said}"
+        );
+        assert_eq!(
+            lines(&pool.marks),
+            ["permitted-1"],
+            "a refused front ran a command"
+        );
+    }
 
     // No credentials at all: refused at connect, naming the flag.
     // Nor are a stranger's: a user of an account the server does not know.
