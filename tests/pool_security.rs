@@ -40,6 +40,17 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// A front's call that must have succeeded; the failure shows its output and the nodes' logs.
+fn assert_succeeded(out: &Output, nodes: &Nodes) {
+    assert!(
+        out.status.success(),
+        "{}\n{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr),
+        nodes.logs()
+    );
+}
+
 fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .map(|s| s.lines().map(str::to_string).collect())
@@ -310,13 +321,7 @@ fn over_tls_a_node_and_a_front_given_the_ca_run_a_command_and_a_front_without_it
 
     // With it: the command runs on the node, once.
     let out = call(&url, &trust, &mark("trusted"));
-    assert!(
-        out.status.success(),
-        "{}\n{}\n{}",
-        text(&out.stdout),
-        text(&out.stderr),
-        nodes.logs()
-    );
+    assert_succeeded(&out, &nodes);
     assert_eq!(
         text(&out.stdout).trim(),
         dir.path().join("nodes/n0").display().to_string()
@@ -358,13 +363,7 @@ fn a_server_that_verifies_clients_takes_a_node_and_a_front_with_a_client_certifi
     assert!(lines(&marks).is_empty(), "a refused front ran a command");
 
     let out = call(&url, &with_cert, &mark("with-cert"));
-    assert!(
-        out.status.success(),
-        "{}\n{}\n{}",
-        text(&out.stdout),
-        text(&out.stderr),
-        nodes.logs()
-    );
+    assert_succeeded(&out, &nodes);
     assert_eq!(lines(&marks), ["with-cert"]);
 }
 
@@ -682,13 +681,7 @@ impl Secured {
             &["--nats-creds", path_str(creds)],
             &self.mark(what),
         );
-        assert!(
-            out.status.success(),
-            "{}\n{}\n{}",
-            text(&out.stdout),
-            text(&out.stderr),
-            self.nodes.logs()
-        );
+        assert_succeeded(&out, &self.nodes);
         assert_eq!(
             text(&out.stdout).trim(),
             self.dir.path().join("nodes/n0").display().to_string()
@@ -755,15 +748,18 @@ async fn client_of(url: &str, creds: &Path) -> (async_nats::Client, Arc<Mutex<Ve
     (client, errors)
 }
 
-async fn wait_for_error(errors: &Mutex<Vec<String>>, wanted: &str) {
+/// Waits until the server sent an error containing each of `wanted`.
+async fn wait_for_errors(errors: &Mutex<Vec<String>>, wanted: &[&str]) {
     let deadline = Instant::now() + PROMPT;
-    while !errors.lock().unwrap().iter().any(|e| e.contains(wanted)) {
-        assert!(
-            Instant::now() < deadline,
-            "no error {wanted:?} in {:?}",
-            errors.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    for wanted in wanted {
+        while !errors.lock().unwrap().iter().any(|e| e.contains(wanted)) {
+            assert!(
+                Instant::now() < deadline,
+                "no error {wanted:?} in {:?}",
+                errors.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 
@@ -817,9 +813,9 @@ async fn a_client_that_may_only_subscribe_or_a_front_cannot_impersonate_a_node()
         .await
         .unwrap();
     listener.flush().await.unwrap();
-    wait_for_error(
+    wait_for_errors(
         &listener_errors,
-        "Permissions Violation for Publish to \"$KV.dsh-nodes.evil\"",
+        &["Permissions Violation for Publish to \"$KV.dsh-nodes.evil\""],
     )
     .await;
 
@@ -831,14 +827,12 @@ async fn a_client_that_may_only_subscribe_or_a_front_cannot_impersonate_a_node()
         .unwrap();
     let _eavesdrop = front.subscribe("dsh.node.*.*.rpc").await.unwrap();
     front.flush().await.unwrap();
-    wait_for_error(
+    wait_for_errors(
         &front_errors,
-        "Permissions Violation for Subscription to \"dsh.place\"",
-    )
-    .await;
-    wait_for_error(
-        &front_errors,
-        "Permissions Violation for Subscription to \"dsh.node.*.*.rpc\"",
+        &[
+            "Permissions Violation for Subscription to \"dsh.place\"",
+            "Permissions Violation for Subscription to \"dsh.node.*.*.rpc\"",
+        ],
     )
     .await;
     front
@@ -856,19 +850,13 @@ async fn a_client_that_may_only_subscribe_or_a_front_cannot_impersonate_a_node()
         )
         .await;
     front.flush().await.unwrap();
-    wait_for_error(
+    wait_for_errors(
         &front_errors,
-        "Permissions Violation for Publish to \"$KV.dsh-nodes.evil\"",
-    )
-    .await;
-    wait_for_error(
-        &front_errors,
-        "Permissions Violation for Publish to \"$KV.dsh-sessions.stolen\"",
-    )
-    .await;
-    wait_for_error(
-        &front_errors,
-        "Permissions Violation for Publish to \"$JS.API.STREAM.DELETE.KV_dsh-nodes\"",
+        &[
+            "Permissions Violation for Publish to \"$KV.dsh-nodes.evil\"",
+            "Permissions Violation for Publish to \"$KV.dsh-sessions.stolen\"",
+            "Permissions Violation for Publish to \"$JS.API.STREAM.DELETE.KV_dsh-nodes\"",
+        ],
     )
     .await;
 
