@@ -805,3 +805,20 @@ fn permission_rules_refuse_before_anything_runs_and_bad_files_stop_the_host() {
     assert!(stderr(&o).contains("missing.toml"), "{}", stderr(&o));
     assert!(!marker.exists());
 }
+
+/// A cache directory given relative (the host's runtime directory falls back to it, and a
+/// sandbox hides that directory from every command) still lets a sandbox start.
+#[test]
+fn a_sandbox_starts_with_a_relative_cache_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin()
+        .current_dir(dir.path())
+        .env("DSH_CACHE_DIR", ".cache/dsh")
+        .env_remove("XDG_RUNTIME_DIR")
+        .args(["call", "--sandbox", "workspace-write", "bash"])
+        .arg(r#"{"command":"echo inside","description":"Echo"}"#)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "inside\n");
+}

@@ -472,3 +472,49 @@ fn a_connection_to_the_socket_that_ends_unanswered_does_not_end_the_session() {
     assert!(back.end().success());
     assert!(mine.child.wait().unwrap().success(), "the server ended");
 }
+
+/// Connections to a session's socket that never say `hello`, opened by the hundred, exhaust
+/// nothing of the session's: past a few, each is closed at once, and the session's own
+/// connection is served throughout, then resumes through the socket with its key.
+#[test]
+fn connections_to_the_socket_that_never_say_hello_are_bounded() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("run");
+    std::fs::create_dir(&runtime).unwrap();
+    let mut mine = Line::open(&runtime, &["--reconnect-grace-ms=20000"]);
+    let (session, key) = welcome(&mut mine, "mine");
+    let sock = runtime
+        .join("dsh-host/executor-sessions")
+        .join(format!("{session}.sock"));
+    let mut silent: Vec<std::os::unix::net::UnixStream> = (0..200)
+        .map(|_| std::os::unix::net::UnixStream::connect(&sock).unwrap())
+        .collect();
+    let echoed = mine.request("run", run_params("r1", "echo served", dir.path()));
+    assert_eq!(stdout_of(&echoed), "served\n");
+    // Most were closed by the session's server as soon as it took them.
+    let mut closed = 0;
+    for stream in &mut silent {
+        stream
+            .set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        if matches!(stream.read(&mut [0u8; 16]), Ok(0)) {
+            closed += 1;
+        }
+    }
+    assert!(
+        closed >= 180,
+        "only {closed} of 200 silent connections were closed"
+    );
+    drop(mine.stdin.take());
+    assert!(mine.closed(), "the session's connection ended");
+    let mut back = Line::open(&runtime, &[]);
+    let resumed = back.request(
+        "hello",
+        json!({"protocol": 1, "client": "back", "session": session, "resume_key": key}),
+    );
+    assert_eq!(resumed["result"]["session"], session.as_str(), "{resumed}");
+    assert_eq!(back.request("shutdown", Value::Null)["result"], Value::Null);
+    assert!(back.end().success());
+    drop(silent);
+}

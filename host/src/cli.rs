@@ -629,7 +629,10 @@ impl CommonArgs {
         // the sessions kept for reconnection have their sockets there.
         let mut hide = Vec::new();
         if self.sandbox != SandboxArg::Off {
+            // Absolute, as the sandbox takes its paths (a cache directory may be given
+            // relative).
             let runtime = crate::engine::runtime_dir();
+            let runtime = std::path::absolute(&runtime).unwrap_or(runtime);
             // Made now if missing, so that the namespace tier hides it from every command: one
             // made later would not be hidden (only denied).
             let _ = crate::engine::open_private_dir(&runtime);

@@ -309,7 +309,9 @@ impl Sandbox {
             if real.parent().is_some()
                 && !holds(&cwd)
                 && !writable.iter().any(|root| holds(root))
-                && !homes.iter().any(|home| holds(home))
+                && !homes.iter().any(|home| {
+                    holds(home) || holds(&std::fs::canonicalize(home).unwrap_or_default())
+                })
             {
                 hide.push(path.clone());
             }

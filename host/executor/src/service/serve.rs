@@ -22,6 +22,15 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::session::{self, Message, Session, Sink, answer, lock};
+
+/// How long a connection through the session's socket has to say a successful `hello` before
+/// it is closed.
+const HELLO_WITHIN: Duration = Duration::from_secs(10);
+
+/// Connections through the session's socket that have not said a successful `hello` yet, at
+/// most: one more closes the oldest of them (a command that opens them by the thousand exhausts
+/// nothing of the session's, and a client coming back is not kept out by them).
+const UNGREETED_AT_MOST: usize = 16;
 use super::wire::{self, RpcError, code};
 use crate::{Executor, Task};
 
@@ -78,6 +87,7 @@ where
         resume_key,
         options,
         next_connection: AtomicU64::new(1),
+        ungreeted: Mutex::new(Vec::new()),
         current: Mutex::new(None),
         ever_attached: AtomicBool::new(false),
         attached: tokio::sync::Notify::new(),
@@ -120,11 +130,13 @@ where
                 }
             }
             accepted = accept(rendezvous.as_ref()) => match accepted {
-                Ok(stream) => {
-                    let (input, output) = stream.into_split();
-                    server.clone().open(input, output, true, ended_tx.clone());
+                Ok(stream) => server.clone().take_socket_connection(stream, &ended_tx),
+                Err(err) => {
+                    tracing::warn!(%err, "cannot accept a connection on the session's socket");
+                    // Out of descriptors, say: the socket stays readable, so an immediate
+                    // retry would spin.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(err) => tracing::warn!(%err, "cannot accept a connection on the session's socket"),
             },
             () = server.attached.notified() => {
                 if server.current().is_some() {
@@ -294,6 +306,8 @@ struct Server {
     resume_key: Option<String>,
     options: ServeOptions,
     next_connection: AtomicU64,
+    /// Connections through the socket not greeted yet.
+    ungreeted: Mutex<Vec<Arc<Connection>>>,
     /// The connection that said hello last: answers to it, events to it.
     current: Mutex<Option<Arc<Connection>>>,
     /// A connection said hello once (a session nobody took up is not waited for).
@@ -308,6 +322,40 @@ struct Server {
 impl Server {
     fn current(&self) -> Option<Arc<Connection>> {
         lock(&self.current).clone()
+    }
+
+    /// A connection made through the session's socket: served (closing the oldest of those
+    /// still waiting to say `hello` when too many are); closed if it has not said one within
+    /// [`HELLO_WITHIN`].
+    fn take_socket_connection(
+        self: Arc<Self>,
+        stream: tokio::net::UnixStream,
+        ended: &UnboundedSender<Ended>,
+    ) {
+        let mut ungreeted = lock(&self.ungreeted);
+        ungreeted.retain(|c| !c.greeted.load(Ordering::Acquire) && !c.stop.is_cancelled());
+        if ungreeted.len() >= UNGREETED_AT_MOST {
+            tracing::warn!(
+                "too many connections on the session's socket wait to say hello; the oldest was closed"
+            );
+            ungreeted.remove(0).close();
+        }
+        let (input, output) = stream.into_split();
+        let connection = self.clone().open(input, output, true, ended.clone());
+        ungreeted.push(connection.clone());
+        drop(ungreeted);
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(HELLO_WITHIN) => {}
+                () = connection.stop.cancelled() => return,
+            }
+            if !connection.greeted.load(Ordering::Acquire) {
+                tracing::debug!(
+                    "a connection on the session's socket said no hello in time; closed"
+                );
+                connection.close();
+            }
+        });
     }
 
     /// Starts reading `input` as a new connection; `ended` is told when it ends.
