@@ -304,7 +304,9 @@ async fn sessions_stay_on_their_node_and_spread_over_the_pool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_killed_mid_run_and_mid_background_reports_each_once_and_nothing_runs_again() {
-    let mut pool = Pool::start(1, 2);
+    // A lease longer than the test: the front learns of each death from the calls nobody
+    // listens for, never from a heartbeat that stopped.
+    let mut pool = Pool::with_lease(1, 2, 120_000);
     let (front, mut events) = pool.front().await;
     let home = node_of(&pool, front.as_ref(), "s").await;
     let marks = pool.dir.path().join("marks");
@@ -370,8 +372,10 @@ async fn a_node_killed_mid_run_and_mid_background_reports_each_once_and_nothing_
     assert_eq!(seen, ["background", "later", "run"]);
     // With no node left to take the session, a command did not start.
     let last = spec(front.as_ref(), "s", &format!("echo last >> {m}"));
+    let placed = front.placement(Some("s")).unwrap();
     pool.signal(1 - home, "-KILL");
     let _ = pool.nodes[1 - home].as_mut().unwrap().wait();
+    until_nobody_listens(&pool, &placed).await;
     let err = front.run(last, CancellationToken::new()).await.unwrap_err();
     assert!(
         matches!(&err, ExecError::SpawnFailed(m) if m.contains("did not start")),
@@ -905,7 +909,7 @@ async fn a_host_session_that_ends_is_forgotten_by_the_pool_front() {
 async fn a_node_that_lets_calls_go_unanswered_is_dead_before_its_lease_runs_out() {
     let pool = Pool::with_lease(1, 2, 120_000);
     let options = PoolOptions {
-        request_timeout: Duration::from_millis(300),
+        request_timeout: Duration::from_secs(2),
         dead_after_timeouts: 2,
         ..pool.options()
     };
@@ -935,6 +939,56 @@ async fn a_node_that_lets_calls_go_unanswered_is_dead_before_its_lease_runs_out(
         !procs::alive(task_pid)
     })
     .await;
+    // Its heartbeats, written again meanwhile, do not bring it back to this front: its task
+    // was told lost and its session moved. New sessions go to the other node.
+    assert!(
+        front
+            .nodes()
+            .iter()
+            .all(|beat| beat.node != format!("n{home}")),
+        "a node found dead came back in the same epoch"
+    );
+    for owner in ["t", "u"] {
+        assert_eq!(node_of(&pool, front.as_ref(), owner).await, 1 - home);
+    }
     no_more_events(&mut events).await;
+    front.shutdown().await;
+}
+
+/// Calls that go unanswered while the front itself is cut off from NATS say nothing of the
+/// nodes: none is taken for dead, no task is told lost, and the session carries on where it
+/// was once the front is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_unanswered_while_the_front_is_cut_off_do_not_kill_a_node() {
+    let mut pool = Pool::with_lease(1, 1, 120_000);
+    let options = PoolOptions {
+        request_timeout: Duration::from_millis(500),
+        dead_after_timeouts: 2,
+        ..pool.options()
+    };
+    let (front, mut events) = pool.front_with(options).await;
+    let (task, task_pid) = start_sleeper(&pool, front.as_ref(), "s").await;
+    tokio::task::block_in_place(|| pool.cluster.kill(0));
+    let asked = {
+        let (front, id) = (front.clone(), task.id.clone());
+        tokio::task::spawn_blocking(move || front.get(&id))
+    };
+    // Long enough for the call to go unanswered more than twice.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::task::block_in_place(|| pool.cluster.restart(0));
+    let _ = asked.await.unwrap();
+    assert!(
+        front.nodes().iter().any(|beat| beat.node == "n0"),
+        "the node was taken for dead"
+    );
+    wait_until("the node answers again", || {
+        front
+            .get(&task.id)
+            .is_ok_and(|t| t.state == TaskState::Running)
+    })
+    .await;
+    assert!(procs::alive(task_pid));
+    no_more_events(&mut events).await;
+    assert_eq!(node_of(&pool, front.as_ref(), "s").await, 0);
     front.shutdown().await;
 }

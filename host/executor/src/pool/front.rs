@@ -104,6 +104,8 @@ struct State {
     next_task: u64,
     /// Ended tasks, oldest first.
     ended: VecDeque<String>,
+    /// When each node's latest heartbeat reached this front.
+    heard: HashMap<String, Instant>,
     /// Calls each node let go unanswered in a row (each timed out).
     timeouts: HashMap<Placement, u32>,
     /// Calls in flight, by node and epoch: a dead node's are told.
@@ -355,10 +357,13 @@ impl Front {
         params: wire::StartParams,
         deadline: Duration,
     ) -> (Result<T, Failure>, Placement) {
-        let answer = self
-            .call::<T>(&session, method, params, Some(deadline))
+        let (answer, placement) = self
+            .call_at::<T>(&session, method, params, Some(deadline))
             .await;
-        (answer, self_placement(&self, &session))
+        (
+            answer,
+            placement.unwrap_or_else(|| self_placement(&self, &session)),
+        )
     }
 
     /// `session`'s last request without a workdir was resolved to `workdir`.
@@ -498,6 +503,16 @@ impl Front {
         let Ok(beat) = serde_json::from_slice::<Heartbeat>(&entry.value) else {
             return;
         };
+        // A node this front found dead (it let calls go unanswered, say) stays dead in that
+        // epoch, whatever its heartbeats say: its tasks were told lost and its sessions moved.
+        // Only a new start of it (a new epoch) is taken up.
+        let gone = Placement {
+            node: beat.node.clone(),
+            epoch: beat.epoch.clone(),
+        };
+        if entry.key != beat.node || state.dead.contains(&gone) {
+            return;
+        }
         // A node's heartbeat counts its sessions: this front's placements on it stop counting
         // once they are surely in one (two heartbeats), not at the next heartbeat, which may
         // have been written before them.
@@ -508,6 +523,7 @@ impl Front {
         state
             .nodes
             .insert(entry.key.clone(), (beat.clone(), Instant::now()));
+        state.heard.insert(entry.key.clone(), Instant::now());
         drop(state);
         if let Some(epoch) = previous
             && epoch != beat.epoch
@@ -581,6 +597,8 @@ impl Front {
             // nodes: their leases start again once it is back.
             if !connected {
                 state.blind = true;
+                // Nor do calls that went unanswered meanwhile.
+                state.timeouts.clear();
                 return;
             }
             if std::mem::take(&mut state.blind) {
@@ -920,11 +938,27 @@ impl Front {
         params: impl Serialize,
         deadline: Option<Duration>,
     ) -> Result<T, Failure> {
-        let mut params =
-            serde_json::to_value(params).map_err(|err| Failure::NotSent(err.to_string()))?;
-        let mut replaced = false;
+        self.call_at(session, method, params, deadline).await.0
+    }
+
+    /// [`Front::call`], with the placement of the node that answered (none when none did).
+    async fn call_at<T: DeserializeOwned>(
+        self: &Arc<Self>,
+        session: &str,
+        method: &str,
+        params: impl Serialize,
+        deadline: Option<Duration>,
+    ) -> (Result<T, Failure>, Option<Placement>) {
+        let mut params = match serde_json::to_value(params) {
+            Ok(params) => params,
+            Err(err) => return (Err(Failure::NotSent(err.to_string())), None),
+        };
+        let (mut forgotten, mut gone) = (false, false);
         loop {
-            let placement = self.placed(session).await?;
+            let placement = match self.placed(session).await {
+                Ok(placement) => placement,
+                Err(failure) => return (Err(failure), None),
+            };
             if deadline.is_some() {
                 self.rebase(session, &mut params);
             }
@@ -934,20 +968,21 @@ impl Front {
             {
                 // The node does not have the session (it was placed there by a front that
                 // thought it dead, or the node forgot it): placed anew, once. Nothing started.
-                Err(Failure::Protocol(error))
-                    if error.code == wire::code::UNKNOWN_SESSION && !replaced =>
-                {
-                    replaced = true;
+                Err(Failure::Protocol(error)) if error.code == wire::code::UNKNOWN_SESSION => {
+                    if forgotten {
+                        return (Err(Failure::NotSent(error.message)), None);
+                    }
+                    forgotten = true;
                     self.session_gone(session, &placement);
                 }
                 // Its node is gone and nobody received the call: it is asked of the session's
-                // new node, once, with the same request id (a command the gone node had
-                // claimed is refused there unstarted). Where no node takes the session, a
+                // new node, once, with the same request id. Where no node takes the session, a
                 // `run` or `start` did not start.
-                Err(Failure::NotSent(_)) if !replaced && !self.live(&placement) => {
-                    replaced = true;
+                Err(Failure::NotSent(_)) if !gone && !self.live(&placement) => {
+                    gone = true;
                 }
-                answer => return answer.and_then(Failure::decode),
+                Err(failure) => return (Err(failure), None),
+                Ok(answer) => return (Failure::decode(answer), Some(placement)),
             }
         }
     }
@@ -972,6 +1007,10 @@ impl Front {
             .in_flight
             .insert(id, (placement.clone(), cancel.clone()));
         let _forget = Forget { front: self, id };
+        // Found dead since it was chosen (and so not told of this call): not asked.
+        if !self.live(placement) {
+            return Err(Failure::NotSent(format!("node {} is dead", placement.node)));
+        }
         let total = deadline.unwrap_or(QUICK_TOTAL);
         let until = Instant::now() + total;
         let mut sent = false;
@@ -991,6 +1030,7 @@ impl Front {
                 .headers(headers)
                 .payload(line.clone().into())
                 .timeout(Some(attempt.max(Duration::from_millis(10))));
+            let connects = self.client.statistics().connects.load(Ordering::Relaxed);
             let answer = tokio::select! {
                 // Published: the node may have acted on it.
                 () = cancel.cancelled() => {
@@ -1009,14 +1049,20 @@ impl Front {
                 }
                 Err(err) => match err.kind() {
                     async_nats::client::RequestErrorKind::NoResponders => {
-                        // Nobody listens on the node's subject: it is gone, and this attempt
-                        // reached nobody.
-                        self.dead(
-                            &placement.node,
-                            &placement.epoch,
-                            "it does not answer",
-                            RelocationReason::NodeLost,
-                        );
+                        // Nobody listens on the node's subject: this attempt reached nobody,
+                        // and the node is gone, if it was heard from since this front's
+                        // server last took it (a node's subscriptions reach a server before
+                        // its heartbeats do; a server that just started, or a front that just
+                        // came back, may not know of a node that has yet to come back).
+                        let heard = lock(&self.state).heard.get(&placement.node).copied();
+                        if heard.is_some_and(|heard| heard >= self.refusals.connected_at()) {
+                            self.dead(
+                                &placement.node,
+                                &placement.epoch,
+                                "it does not answer",
+                                RelocationReason::NodeLost,
+                            );
+                        }
                         let why = format!("node {} does not answer", placement.node);
                         return Err(if sent {
                             Failure::Lost(why)
@@ -1026,11 +1072,18 @@ impl Front {
                     }
                     async_nats::client::RequestErrorKind::TimedOut => {
                         sent = true;
-                        let unanswered = {
+                        // Unanswered while this front was cut off says nothing of the node.
+                        let connected = self.client.connection_state()
+                            == async_nats::connection::State::Connected
+                            && self.client.statistics().connects.load(Ordering::Relaxed)
+                                == connects;
+                        let unanswered = if connected {
                             let mut state = lock(&self.state);
                             let count = state.timeouts.entry(placement.clone()).or_default();
                             *count += 1;
                             *count
+                        } else {
+                            0
                         };
                         if unanswered >= self.options.dead_after_timeouts {
                             self.dead(

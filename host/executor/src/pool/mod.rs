@@ -177,9 +177,13 @@ impl PoolOptions {
             .event_callback(move |event| {
                 let refusals = refusals.clone();
                 async move {
-                    if let async_nats::Event::ServerError(err) = event {
-                        tracing::warn!(%err, "the NATS server refused");
-                        refusals.record(err.to_string());
+                    match event {
+                        async_nats::Event::ServerError(err) => {
+                            tracing::warn!(%err, "the NATS server refused");
+                            refusals.record(err.to_string());
+                        }
+                        async_nats::Event::Connected => refusals.connected(),
+                        _ => {}
                     }
                 }
             })
@@ -273,41 +277,81 @@ fn supported_server(version: &str) -> Result<(), String> {
 /// subscription its user may not make), which a request that went unanswered because of it
 /// can name.
 #[derive(Clone)]
-pub(crate) struct Refusals(std::sync::Arc<tokio::sync::watch::Sender<Option<String>>>);
+pub(crate) struct Refusals(std::sync::Arc<RefusalLog>);
+
+pub(crate) struct RefusalLog {
+    last: std::sync::Mutex<Option<String>>,
+    /// When the client last (re)connected.
+    connected_at: std::sync::Mutex<std::time::Instant>,
+    /// Every refusal, to the calls waiting for theirs (a burst of them reaches each).
+    told: tokio::sync::broadcast::Sender<String>,
+}
 
 impl Default for Refusals {
     fn default() -> Self {
-        Refusals(std::sync::Arc::new(tokio::sync::watch::channel(None).0))
+        Refusals(std::sync::Arc::new(RefusalLog {
+            last: std::sync::Mutex::new(None),
+            connected_at: std::sync::Mutex::new(std::time::Instant::now()),
+            told: tokio::sync::broadcast::channel(256).0,
+        }))
     }
 }
 
 impl Refusals {
     fn record(&self, refusal: String) {
-        self.0.send_replace(Some(refusal));
+        *self.0.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(refusal.clone());
+        let _ = self.0.told.send(refusal);
+    }
+
+    fn connected(&self) {
+        *self
+            .0
+            .connected_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = std::time::Instant::now();
+    }
+
+    /// When the client last (re)connected to a server.
+    pub(crate) fn connected_at(&self) -> std::time::Instant {
+        *self
+            .0
+            .connected_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// The last refusal, if any.
     pub(crate) fn last(&self) -> Option<String> {
-        self.0.borrow().clone()
+        self.0
+            .last
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Resolves, with the server's words, once the server refuses a publish to `subject` made
-    /// from now on: that message reached nobody. (A server says nothing else of a refused
-    /// publish; a request would wait for its answer until it timed out.)
+    /// from now on (that message reached nobody), or this client's subscription to its reply
+    /// inboxes (no answer can reach it). A server says nothing else of a refused publish: a
+    /// request would wait for its answer until it timed out.
     pub(crate) fn refused(
         &self,
         subject: &str,
     ) -> impl std::future::Future<Output = String> + Send + 'static {
-        let mut changes = self.0.subscribe();
-        let needle = format!("Publish to \"{subject}\"");
+        let mut told = self.0.told.subscribe();
+        let publish = format!("Publish to \"{subject}\"");
         async move {
             loop {
-                if changes.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-                let refused = changes.borrow_and_update().clone();
-                if let Some(refused) = refused.filter(|r| r.contains(&needle)) {
-                    return refused;
+                match told.recv().await {
+                    Ok(refused)
+                        if refused.contains(&publish)
+                            || refused.contains("Subscription to \"_INBOX.") =>
+                    {
+                        return refused;
+                    }
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                        std::future::pending::<()>().await;
+                    }
                 }
             }
         }

@@ -466,6 +466,14 @@ impl Node {
         let grace = self.options.pool.session_grace;
         let unheld: Vec<(String, Arc<Placed>)> = {
             let mut placed = lock(&self.sessions);
+            // Cut off from NATS, the node hears no front: the grace counts from when it is
+            // back.
+            if self.client.connection_state() != async_nats::connection::State::Connected {
+                for session in placed.values() {
+                    *lock(&session.seen) = Instant::now();
+                }
+                return;
+            }
             let unheld: Vec<String> = placed
                 .iter()
                 .filter(|(_, p)| lock(&p.seen).elapsed() > grace)
