@@ -363,7 +363,7 @@ fn a_hello_naming_an_unknown_session_is_refused_and_the_connection_serves_on() {
     for session in ["0123456789abcdef01234567", "../../etc/passwd"] {
         let refused = line.request(
             "hello",
-            json!({"protocol": 1, "client": "test", "session": session}),
+            json!({"protocol": 1, "client": "test", "session": session, "resume_key": "00"}),
         );
         assert_eq!(refused["error"]["code"], -32005, "{refused}");
         let message = refused["error"]["message"].as_str().unwrap();

@@ -518,3 +518,30 @@ fn connections_to_the_socket_that_never_say_hello_are_bounded() {
     assert!(back.end().success());
     drop(silent);
 }
+
+/// A `hello` naming a session without its key is refused by the server it reached, never
+/// relayed: what listens under a session's name is not asked (it could answer anything).
+#[test]
+fn a_hello_without_a_key_is_never_relayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("run");
+    let sessions = runtime.join("dsh-host/executor-sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for d in [runtime.join("dsh-host"), sessions.clone()] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let planted = std::os::unix::net::UnixListener::bind(sessions.join("00ff.sock")).unwrap();
+    planted.set_nonblocking(true).unwrap();
+    let mut line = Line::open(&runtime, &[]);
+    let answer = line.request(
+        "hello",
+        json!({"protocol": 1, "client": "keyless", "session": "00ff"}),
+    );
+    assert_eq!(answer["error"]["code"], -32006, "{answer}");
+    assert!(
+        planted.accept().is_err(),
+        "the planted socket was connected to"
+    );
+    assert!(line.end().success());
+}

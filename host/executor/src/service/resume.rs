@@ -88,7 +88,10 @@ pub async fn first_contact<R: AsyncRead + Unpin>(
         }
         seen.extend_from_slice(&chunk[..n]);
     }
-    let (Some(dir), Some((session, key))) = (dir, named_session(seen)) else {
+    // Without a key, nothing is relayed (nor connected to): this process's own server refuses
+    // the hello (what listens under a session's name might not be the session's server, and
+    // might answer anything).
+    let (Some(dir), Some((session, Some(key)))) = (dir, named_session(seen)) else {
         return Ok(FirstContact::Serve);
     };
     let mut stream = match connect(&session_socket(dir, &session)).await {
@@ -99,18 +102,15 @@ pub async fn first_contact<R: AsyncRead + Unpin>(
             return Ok(FirstContact::Serve);
         }
     };
-    // Without a key the hello gives nothing away, and the session's server refuses it.
-    if let Some(key) = key {
-        match tokio::time::timeout(PROOF_TIMEOUT, proven(&mut stream, &key)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => {
-                tracing::warn!(%err, %session, "the session's socket is not its server's; not relayed to");
-                return Ok(FirstContact::Serve);
-            }
-            Err(_) => {
-                tracing::warn!(%session, "the session's socket gave no proof in time; not relayed to");
-                return Ok(FirstContact::Serve);
-            }
+    match tokio::time::timeout(PROOF_TIMEOUT, proven(&mut stream, &key)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => {
+            tracing::warn!(%err, %session, "the session's socket is not its server's; not relayed to");
+            return Ok(FirstContact::Serve);
+        }
+        Err(_) => {
+            tracing::warn!(%session, "the session's socket gave no proof in time; not relayed to");
+            return Ok(FirstContact::Serve);
         }
     }
     Ok(FirstContact::Resume(stream))

@@ -517,6 +517,16 @@ impl Server {
             });
         }
         match &hello.session {
+            Some(session) if *session != self.session && hello.resume_key.is_none() => {
+                return Err(RpcError::new(
+                    code::RESUME_REFUSED,
+                    format!(
+                        "session {session:?} is not taken over: the hello's resume_key is \
+                         missing; only the client the session's first hello was answered to has \
+                         it"
+                    ),
+                ));
+            }
             Some(session) if *session != self.session => {
                 return Err(RpcError::new(
                     code::UNKNOWN_SESSION,

@@ -82,7 +82,7 @@ impl<T> From<Outcome<T>> for Result<T, ExecError> {
 }
 
 /// `hello`'s parameters: the first message of a connection.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hello {
     /// The protocol version the client speaks.
     pub protocol: u32,
@@ -100,7 +100,7 @@ pub struct Hello {
 }
 
 /// `hello`'s answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct Welcome {
     /// The protocol version the server speaks (the client's).
     pub protocol: u32,
@@ -129,6 +129,37 @@ pub struct Welcome {
 
 fn max_line_bytes() -> usize {
     MAX_LINE_BYTES
+}
+
+/// How a resume key shows in debug output: never itself.
+fn redacted(key: &Option<String>) -> Option<&'static str> {
+    key.as_ref().map(|_| "<redacted>")
+}
+
+impl std::fmt::Debug for Hello {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hello")
+            .field("protocol", &self.protocol)
+            .field("client", &self.client)
+            .field("session", &self.session)
+            .field("resume_key", &redacted(&self.resume_key))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Welcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Welcome")
+            .field("protocol", &self.protocol)
+            .field("server", &self.server)
+            .field("session", &self.session)
+            .field("resume_key", &redacted(&self.resume_key))
+            .field("limits", &self.limits)
+            .field("remembered_requests", &self.remembered_requests)
+            .field("max_line_bytes", &self.max_line_bytes)
+            .field("reconnect_grace_ms", &self.reconnect_grace_ms)
+            .finish()
+    }
 }
 
 /// `prove`'s parameters: asked by a relay of the session's server, on a connection through the
@@ -323,4 +354,36 @@ pub fn to_value(value: impl Serialize) -> Value {
         tracing::error!(%err, "cannot encode an answer");
         Value::Null
     })
+}
+
+#[cfg(test)]
+mod debug_tests {
+    use super::*;
+
+    #[test]
+    fn a_resume_key_never_shows_in_debug_output() {
+        let hello = Hello {
+            protocol: 1,
+            client: "c".into(),
+            session: Some("00ff".into()),
+            resume_key: Some("5ec2e7".into()),
+        };
+        let shown = format!("{hello:?}");
+        assert!(
+            !shown.contains("5ec2e7") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+        let welcome: Welcome = serde_json::from_value(serde_json::json!({
+            "protocol": 1, "server": "s", "session": "00ff", "resume_key": "5ec2e7",
+            "limits": {"default_timeout_ms": 1.0, "max_timeout_ms": 1.0, "max_output_bytes": 1,
+                       "grace_ms": 1.0, "sandbox": null},
+            "remembered_requests": 1
+        }))
+        .unwrap();
+        let shown = format!("{welcome:?}");
+        assert!(
+            !shown.contains("5ec2e7") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+    }
 }
