@@ -390,17 +390,25 @@ async fn a_session_placed_anew_is_told_once_with_its_next_result_and_no_other_se
     let mut pool = Pool::start(1, 3);
     let (front, _events) = pool.front().await;
     let exec = front.as_ref();
-    let mut homes = Vec::new();
-    for owner in ["a", "b", "c"] {
-        let first = run_result(exec, owner, "pwd").await;
+    // A session on each node (placement spreads them; more are made until each node has one).
+    let mut found: Vec<(String, usize)> = Vec::new();
+    for i in 0..30 {
+        if found.len() == 3 {
+            break;
+        }
+        let owner = format!("s{i}");
+        let first = run_result(exec, &owner, "pwd").await;
         assert_eq!(first.relocated, None, "a first placement is no move");
-        homes.push(pool.node_named(&first.stdout.text));
+        let home = pool.node_named(&first.stdout.text);
+        if found.iter().all(|(_, h)| *h != home) {
+            found.push((owner, home));
+        }
     }
-    let [a, b, c] = homes[..] else { unreachable!() };
-    assert!(
-        a != b && b != c && a != c,
-        "one session per node: {homes:?}"
-    );
+    let [(oa, a), (ob, b), (oc, c)] = &found[..] else {
+        panic!("not a session on every node: {found:?}");
+    };
+    let (a, b, c) = (*a, *b, *c);
+    let (oa, ob, oc) = (oa.as_str(), ob.as_str(), oc.as_str());
 
     // a's node dies: a's next result (a foreground run) carries the move, and only that one.
     // (Asked once the front knows, so that no call is in flight to the dead node: such a call
@@ -417,7 +425,7 @@ async fn a_session_placed_anew_is_told_once_with_its_next_result_and_no_other_se
     pool.signal(a, "-KILL");
     let _ = pool.nodes[a].as_mut().unwrap().wait();
     wait_until("the front took a's node for dead", dead(a)).await;
-    let told = run_result(exec, "a", "pwd").await;
+    let told = run_result(exec, oa, "pwd").await;
     let now = pool.node_named(&told.stdout.text);
     assert_ne!(now, a);
     assert_eq!(
@@ -429,14 +437,14 @@ async fn a_session_placed_anew_is_told_once_with_its_next_result_and_no_other_se
         })
     );
     for _ in 0..2 {
-        let again = run_result(exec, "a", "pwd").await;
+        let again = run_result(exec, oa, "pwd").await;
         assert_eq!(
             (pool.node_named(&again.stdout.text), again.relocated),
             (now, None)
         );
     }
     // Sessions whose node lives on are never told.
-    for (owner, home) in [("b", b), ("c", c)] {
+    for (owner, home) in [(ob, b), (oc, c)] {
         let r = run_result(exec, owner, "pwd").await;
         assert_eq!((pool.node_named(&r.stdout.text), r.relocated), (home, None));
     }
@@ -446,8 +454,8 @@ async fn a_session_placed_anew_is_told_once_with_its_next_result_and_no_other_se
     pool.signal(c, "-KILL");
     let _ = pool.nodes[c].as_mut().unwrap().wait();
     wait_until("the front took c's node for dead", dead(c)).await;
-    let task = exec.start(spec(exec, "c", "true")).await.unwrap();
-    let placed = front.placement(Some("c")).expect("c is placed").node;
+    let task = exec.start(spec(exec, oc, "true")).await.unwrap();
+    let placed = front.placement(Some(oc)).expect("c is placed").node;
     assert_eq!(placed, format!("n{b}"), "the one node left");
     assert_eq!(
         task.relocated,
@@ -458,9 +466,9 @@ async fn a_session_placed_anew_is_told_once_with_its_next_result_and_no_other_se
         })
     );
     assert_eq!(exec.get(&task.id).unwrap().relocated, None);
-    let r = run_result(exec, "c", "pwd").await;
+    let r = run_result(exec, oc, "pwd").await;
     assert_eq!((pool.node_named(&r.stdout.text), r.relocated), (b, None));
-    let r = run_result(exec, "b", "pwd").await;
+    let r = run_result(exec, ob, "pwd").await;
     assert_eq!((pool.node_named(&r.stdout.text), r.relocated), (b, None));
     front.shutdown().await;
 }
