@@ -132,11 +132,26 @@ pub async fn serve_node(
     // Fronts use a node once they see its heartbeat: by then it listens (a request to a node
     // nobody listens for makes a front take that node for dead).
     let _ = client.flush().await;
-    node.beat().await.map_err(|err| match refusals.last() {
-        // Its subscriptions or its heartbeat not permitted: say so, not only the timeout.
-        Some(refused) => format!("{err} (the NATS server refused: {refused})"),
-        None => err,
-    })?;
+    // The first heartbeat is written again for a while: a bucket just made on a cluster may
+    // not take writes at once ("no stream found"). A refusal ends it at once.
+    let joined_by = Instant::now() + node.options.pool.lease.max(Duration::from_secs(10));
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match node.beat().await {
+            Ok(()) => break,
+            // Its subscriptions or its heartbeat not permitted: say so, not only the timeout.
+            Err(err) if refusals.last().is_some() => {
+                let refused = refusals.last().unwrap_or_default();
+                return Err(format!("{err} (the NATS server refused: {refused})"));
+            }
+            Err(err) if Instant::now() >= joined_by => return Err(err),
+            Err(err) => {
+                tracing::debug!(%err, "the first heartbeat was not written; writing it again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+        }
+    }
     tracing::info!(node = %node.options.node_id, %epoch, "executor node joined the pool");
 
     let mut ticks = tokio::time::interval(node.options.pool.heartbeat);
