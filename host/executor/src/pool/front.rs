@@ -80,7 +80,7 @@ struct Front {
     task_done: UnboundedSender<Task>,
     stop: CancellationToken,
     /// What the NATS server last refused this client (a permissions violation).
-    refusals: super::Refusals,
+    server_events: super::ServerEvents,
 }
 
 #[derive(Default)]
@@ -273,7 +273,7 @@ impl Front {
         options: PoolOptions,
         task_done: UnboundedSender<Task>,
     ) -> Result<Arc<Front>, String> {
-        let (client, refusals) = options.connect("dsh-host front").await?;
+        let (client, server_events) = options.connect("dsh-host front").await?;
         let js = async_nats::jetstream::new(client.clone());
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         let (buckets, beat) = loop {
@@ -315,7 +315,7 @@ impl Front {
             state: Mutex::new(state),
             task_done,
             stop: CancellationToken::new(),
-            refusals,
+            server_events,
             options,
         }))
     }
@@ -757,7 +757,7 @@ impl Front {
                 .payload(body.clone().into())
                 .timeout(Some(self.options.request_timeout));
             // The server may not let this client ask: then nobody was asked.
-            let refused = self.refusals.refused(&subject);
+            let refused = self.server_events.refused(&subject);
             let answer = tokio::select! {
                 answer = self.client.send_request(subject.clone(), request) => answer,
                 refused = refused => {
@@ -1015,7 +1015,7 @@ impl Front {
         let until = Instant::now() + total;
         let mut sent = false;
         // A publish the server refuses reached nobody.
-        let refused = self.refusals.refused(&subject);
+        let refused = self.server_events.refused(&subject);
         tokio::pin!(refused);
         loop {
             let mut headers = async_nats::HeaderMap::new();
@@ -1055,7 +1055,7 @@ impl Front {
                         // its heartbeats do; a server that just started, or a front that just
                         // came back, may not know of a node that has yet to come back).
                         let heard = lock(&self.state).heard.get(&placement.node).copied();
-                        if heard.is_some_and(|heard| heard >= self.refusals.connected_at()) {
+                        if heard.is_some_and(|heard| heard >= self.server_events.connected_at()) {
                             self.dead(
                                 &placement.node,
                                 &placement.epoch,

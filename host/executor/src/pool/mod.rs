@@ -165,24 +165,24 @@ impl PoolOptions {
     }
 
     /// The client's settings: name, credentials, TLS; the server's errors (permissions
-    /// violations) go to `refusals`.
+    /// violations) and the client's (re)connections go to `server_events`.
     async fn connect_options(
         &self,
         name: &str,
-        refusals: &Refusals,
+        server_events: &ServerEvents,
     ) -> Result<async_nats::ConnectOptions, String> {
-        let refusals = refusals.clone();
+        let server_events = server_events.clone();
         let mut options = async_nats::ConnectOptions::new()
             .name(name)
             .event_callback(move |event| {
-                let refusals = refusals.clone();
+                let server_events = server_events.clone();
                 async move {
                     match event {
                         async_nats::Event::ServerError(err) => {
                             tracing::warn!(%err, "the NATS server refused");
-                            refusals.record(err.to_string());
+                            server_events.record(err.to_string());
                         }
-                        async_nats::Event::Connected => refusals.connected(),
+                        async_nats::Event::Connected => server_events.connected(),
                         _ => {}
                     }
                 }
@@ -215,12 +215,12 @@ impl PoolOptions {
     /// answers and refuses the client (its TLS certificate is not trusted, or it does not trust
     /// the client's, or the credentials are wrong or missing) is an error naming why; servers
     /// that do not answer yet are waited for in the background, as they come up.
-    async fn connect(&self, name: &str) -> Result<(async_nats::Client, Refusals), String> {
+    async fn connect(&self, name: &str) -> Result<(async_nats::Client, ServerEvents), String> {
         self.check_tls()?;
         let urls = self.urls.join(",");
-        let refusals = Refusals::default();
+        let server_events = ServerEvents::default();
         match self
-            .connect_options(name, &refusals)
+            .connect_options(name, &server_events)
             .await?
             .connect(self.urls.clone())
             .await
@@ -230,7 +230,7 @@ impl PoolOptions {
                 if let Err(why) = supported_server(&info.version) {
                     return Err(format!("NATS at {urls}: {why}"));
                 }
-                return Ok((client, refusals));
+                return Ok((client, server_events));
             }
             Err(err) => {
                 if let Some(hint) = refusal(&err) {
@@ -241,13 +241,13 @@ impl PoolOptions {
             }
         }
         let client = self
-            .connect_options(name, &refusals)
+            .connect_options(name, &server_events)
             .await?
             .retry_on_initial_connect()
             .connect(self.urls.clone())
             .await
             .map_err(|err| format!("cannot connect to NATS at {urls}: {err}"))?;
-        Ok((client, refusals))
+        Ok((client, server_events))
     }
 }
 
@@ -273,13 +273,13 @@ fn supported_server(version: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The last error a NATS server sent a client (a permissions violation: a publish or
-/// subscription its user may not make), which a request that went unanswered because of it
-/// can name.
+/// What a client's NATS connection told of itself: the errors the server sent it (permissions
+/// violations: a publish or subscription its user may not make), which a request that went
+/// unanswered because of one can name, and when it last (re)connected.
 #[derive(Clone)]
-pub(crate) struct Refusals(std::sync::Arc<RefusalLog>);
+pub(crate) struct ServerEvents(std::sync::Arc<ServerEventLog>);
 
-pub(crate) struct RefusalLog {
+pub(crate) struct ServerEventLog {
     last: std::sync::Mutex<Option<String>>,
     /// When the client last (re)connected.
     connected_at: std::sync::Mutex<std::time::Instant>,
@@ -287,9 +287,9 @@ pub(crate) struct RefusalLog {
     told: tokio::sync::broadcast::Sender<String>,
 }
 
-impl Default for Refusals {
+impl Default for ServerEvents {
     fn default() -> Self {
-        Refusals(std::sync::Arc::new(RefusalLog {
+        ServerEvents(std::sync::Arc::new(ServerEventLog {
             last: std::sync::Mutex::new(None),
             connected_at: std::sync::Mutex::new(std::time::Instant::now()),
             told: tokio::sync::broadcast::channel(256).0,
@@ -297,7 +297,7 @@ impl Default for Refusals {
     }
 }
 
-impl Refusals {
+impl ServerEvents {
     fn record(&self, refusal: String) {
         *self.0.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(refusal.clone());
         let _ = self.0.told.send(refusal);

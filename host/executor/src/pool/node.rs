@@ -79,7 +79,7 @@ pub async fn serve_node(
             options.node_id
         ));
     }
-    let (client, refusals) = options
+    let (client, server_events) = options
         .pool
         .connect(&format!("dsh-host node {}", options.node_id))
         .await?;
@@ -140,8 +140,8 @@ pub async fn serve_node(
         match node.beat().await {
             Ok(()) => break,
             // Its subscriptions or its heartbeat not permitted: say so, not only the timeout.
-            Err(err) if refusals.last().is_some() => {
-                let refused = refusals.last().unwrap_or_default();
+            Err(err) if server_events.last().is_some() => {
+                let refused = server_events.last().unwrap_or_default();
                 return Err(format!("{err} (the NATS server refused: {refused})"));
             }
             Err(err) if Instant::now() >= joined_by => return Err(err),
