@@ -262,6 +262,15 @@ fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
+/// A command that appends `what` to the marker file `marks` (the ground truth that it ran)
+/// and prints where it ran.
+fn mark_command(marks: &Path, what: &str) -> String {
+    format!(
+        "echo {what} >> {}; pwd",
+        quoted(&marks.display().to_string())
+    )
+}
+
 fn path_str(path: &Path) -> &str {
     path.to_str().unwrap()
 }
@@ -275,12 +284,7 @@ fn over_tls_a_node_and_a_front_given_the_ca_run_a_command_and_a_front_without_it
     let plain = format!("nats://127.0.0.1:{}", cluster.port(0));
     let trust = ["--nats-tls-ca", path_str(&pki.ca)];
     let marks = dir.path().join("marks");
-    let mark = |what: &str| {
-        format!(
-            "echo {what} >> {}; pwd",
-            quoted(&marks.display().to_string())
-        )
-    };
+    let mark = |what: &str| mark_command(&marks, what);
 
     let mut nodes = Nodes::new(&dir.path().join("nodes"));
     nodes.spawn(&url, "n0", &trust);
@@ -345,7 +349,7 @@ fn a_server_that_verifies_clients_takes_a_node_and_a_front_with_a_client_certifi
         path_str(&pki.client_key),
     ];
     let marks = dir.path().join("marks");
-    let mark = |what: &str| format!("echo {what} >> {}", quoted(&marks.display().to_string()));
+    let mark = |what: &str| mark_command(&marks, what);
 
     let mut nodes = Nodes::new(&dir.path().join("nodes"));
     nodes.spawn(&url, "n0", &with_cert);
@@ -668,10 +672,7 @@ impl Secured {
     }
 
     fn mark(&self, what: &str) -> String {
-        format!(
-            "echo {what} >> {}; pwd",
-            quoted(&self.marks.display().to_string())
-        )
+        mark_command(&self.marks, what)
     }
 
     /// A call as `creds` that must succeed, on node n0.
