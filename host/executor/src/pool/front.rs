@@ -1153,25 +1153,14 @@ impl Drop for Forget<'_> {
     }
 }
 
-/// The nodes whose heartbeat is younger than a lease.
+/// The nodes whose heartbeat is younger than a lease (none when the bucket cannot be read).
 async fn live_nodes(buckets: &Buckets, lease: Duration) -> Vec<Heartbeat> {
-    let mut live = Vec::new();
-    let Ok(mut keys) = buckets.nodes.keys().await else {
-        return live;
-    };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i128);
-    while let Some(Ok(key)) = keys.next().await {
-        if let Ok(Some(entry)) = buckets.nodes.entry(&key).await
-            && entry.operation == kv::Operation::Put
-            && now - entry.created.unix_timestamp_nanos() <= lease.as_nanos() as i128
-            && let Ok(beat) = serde_json::from_slice::<Heartbeat>(&entry.value)
-        {
-            live.push(beat);
-        }
-    }
-    live
+    super::survey::read_live(&buckets.nodes, lease)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(|node| node.heartbeat)
+        .collect()
 }
 
 /// `task` as the front shows it: its id and its caller's owner token (and no move, which only

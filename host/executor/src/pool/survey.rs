@@ -111,7 +111,9 @@ pub async fn live_nodes(options: &PoolOptions) -> Result<Vec<LiveNode>, SurveyEr
     }
 }
 
-async fn read_live(store: &kv::Store, lease: Duration) -> Result<Vec<LiveNode>, String> {
+/// The heartbeats in `store` younger than `lease`, by node id: what the doctor lists and what a
+/// front starts from.
+pub(crate) async fn read_live(store: &kv::Store, lease: Duration) -> Result<Vec<LiveNode>, String> {
     let mut keys = store.keys().await.map_err(|err| err.to_string())?;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
