@@ -922,6 +922,53 @@ fn without_home_the_users_own_secrets_are_still_denied() {
     assert!(text.contains("  /root/.ssh\n"), "{text}");
 }
 
+/// Landlock grants reading a directory that holds a denied path entry by entry, so what a
+/// command makes there is unreadable until the next command: the model is told exactly that,
+/// the next command reads it, and what existed before (readable, or refused by its own mode)
+/// carries no line.
+#[test]
+fn an_entry_made_beside_a_denied_path_is_reported_and_readable_from_the_next_command() {
+    for user in User::ALL {
+        for tier in TIERS {
+            let world = World::new(user);
+            let home = world.home.display().to_string();
+            let mut flags = flags("workspace-write", tier);
+            flags.extend(["--sandbox-allow-write", &home]);
+            std::fs::write(world.home.join("before.txt"), "before\n").unwrap();
+            let out = world
+                .call(
+                    &flags,
+                    "cat ~/before.txt; echo hi > ~/notes; cat ~/notes; mkdir ~/proj && \
+                     echo x > ~/proj/f && cat ~/proj/f",
+                )
+                .ran();
+            let case = format!("{user:?} {tier}: {}", out.text);
+            assert!(out.text.starts_with("before\n"), "{case}");
+            assert!(out.text.contains("notes: Permission denied"), "{case}");
+            let home = real(&world.home);
+            assert_eq!(
+                sandbox_line(&out.text),
+                Some(
+                    format!(
+                        "[sandbox: read of {home}/notes denied (made during this command beside a \
+                         denied path; readable from the next command); read of {home}/proj/f \
+                         denied (made during this command beside a denied path; readable from \
+                         the next command)]"
+                    )
+                    .as_str()
+                ),
+                "{case}"
+            );
+            // Made: the writes went through.
+            assert!(holds(&world.home.join("notes"), "hi\n"), "{case}");
+            let out = world
+                .call(&flags, "cat ~/notes ~/proj/f ~/before.txt")
+                .ran();
+            assert_eq!(out.text, "hi\nx\nbefore\n", "{user:?} {tier}");
+        }
+    }
+}
+
 #[test]
 fn files_made_between_commands_are_judged_afresh() {
     for tier in TIERS {

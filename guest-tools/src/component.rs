@@ -254,6 +254,7 @@ fn denials_from_wit(d: wit_exec::Denials) -> Denials {
                     wit_exec::DenialReason::ProtectedPath => DenialReason::ProtectedPath,
                     wit_exec::DenialReason::NetworkOff => DenialReason::NetworkOff,
                     wit_exec::DenialReason::LoopbackOnly => DenialReason::LoopbackOnly,
+                    wit_exec::DenialReason::CreatedAfterSetup => DenialReason::CreatedAfterSetup,
                 },
             })
             .collect(),

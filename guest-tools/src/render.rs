@@ -166,6 +166,9 @@ fn reason_text(reason: DenialReason) -> &'static str {
         DenialReason::ProtectedPath => "a protected git path",
         DenialReason::NetworkOff => "the network is off",
         DenialReason::LoopbackOnly => "only loopback is reachable",
+        DenialReason::CreatedAfterSetup => {
+            "made during this command beside a denied path; readable from the next command"
+        }
     }
 }
 
@@ -518,6 +521,15 @@ mod tests {
                     DenialReason::DeniedRead,
                 ),
                 "[sandbox: read of /root/.ssh/id_ed25519 denied (a denied path)]",
+            ),
+            (
+                denial(
+                    DeniedAccess::Read,
+                    "/root/notes",
+                    DenialReason::CreatedAfterSetup,
+                ),
+                "[sandbox: read of /root/notes denied (made during this command beside a denied \
+                 path; readable from the next command)]",
             ),
             (
                 write_etc_hosts(),

@@ -133,6 +133,7 @@ pub enum DenialReason {
     ProtectedPath,
     NetworkOff,
     LoopbackOnly,
+    CreatedAfterSetup,
 }
 
 /// `bash-executor.denial`: one denied operation.

@@ -102,7 +102,7 @@ export interface Task {
 export interface Denial {
   access: "read" | "write" | "socket" | "connect" | "undone";
   target: string;
-  reason: "outside-writable-roots" | "denied-read" | "protected-path" | "network-off" | "loopback-only";
+  reason: "outside-writable-roots" | "denied-read" | "protected-path" | "network-off" | "loopback-only" | "created-after-setup";
 }
 
 /**

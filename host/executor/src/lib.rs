@@ -395,6 +395,9 @@ pub enum DenialReason {
     NetworkOff,
     /// Only the command's own loopback interface is reachable.
     LoopbackOnly,
+    /// The file was made during the command in a directory whose entries the sandbox grants
+    /// one by one (beside a denied path): readable from the next command.
+    CreatedAfterSetup,
 }
 
 /// The sandbox in force, as the tools describe it to the model.

@@ -323,12 +323,13 @@ const ACCESSES: [DeniedAccess; 5] = [
     DeniedAccess::Undone,
 ];
 
-const REASONS: [DenialReason; 5] = [
+const REASONS: [DenialReason; 6] = [
     DenialReason::OutsideWritableRoots,
     DenialReason::DeniedRead,
     DenialReason::ProtectedPath,
     DenialReason::NetworkOff,
     DenialReason::LoopbackOnly,
+    DenialReason::CreatedAfterSetup,
 ];
 
 fn access_code(access: DeniedAccess) -> u8 {

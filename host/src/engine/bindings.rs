@@ -15,7 +15,7 @@ wasmtime::component::bindgen!({
 pub mod approval_host {
     wasmtime::component::bindgen!({
         path: "../wit",
-        inline: "package dsh:host; world approval-host { import dsh:bash/approval@0.7.0; }",
+        inline: "package dsh:host; world approval-host { import dsh:bash/approval@0.8.0; }",
         world: "dsh:host/approval-host",
         imports: { default: async | trappable },
     });
@@ -205,6 +205,7 @@ impl From<ex::DenialReason> for wit_ex::DenialReason {
             ex::DenialReason::ProtectedPath => Self::ProtectedPath,
             ex::DenialReason::NetworkOff => Self::NetworkOff,
             ex::DenialReason::LoopbackOnly => Self::LoopbackOnly,
+            ex::DenialReason::CreatedAfterSetup => Self::CreatedAfterSetup,
         }
     }
 }

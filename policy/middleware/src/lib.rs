@@ -1,5 +1,5 @@
 //! The permission rules of `dsh-policy` as an executor middleware component: it imports
-//! `dsh:bash/bash-executor@0.7.0` (the real executor) and `dsh:bash/approval@0.7.0` (the rules,
+//! `dsh:bash/bash-executor@0.8.0` (the real executor) and `dsh:bash/approval@0.8.0` (the rules,
 //! the session's grants and the person to ask), and exports `bash-executor`, so that a
 //! composition puts it in front of the tools component's executor import without rebuilding the
 //! tools (world `dsh:bash/policy-middleware`):
@@ -302,6 +302,9 @@ mod component {
                         inner::DenialReason::ProtectedPath => outer::DenialReason::ProtectedPath,
                         inner::DenialReason::NetworkOff => outer::DenialReason::NetworkOff,
                         inner::DenialReason::LoopbackOnly => outer::DenialReason::LoopbackOnly,
+                        inner::DenialReason::CreatedAfterSetup => {
+                            outer::DenialReason::CreatedAfterSetup
+                        }
                     },
                 })
                 .collect(),

@@ -11,9 +11,11 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
+use super::landlock::GrantIndex;
 use crate::{Denial, DenialReason, DeniedAccess};
 
 /// What the policy lets one command do, with every path resolved as the kernel sees it.
@@ -32,6 +34,8 @@ pub(crate) struct Judge {
     /// Whether the sandbox made every mount outside the roots read-only (namespace tier), so
     /// that a read-only mount is the sandbox's refusal; elsewhere it is the machine's.
     pub(crate) read_only_mounts: bool,
+    /// What each Landlock layer that handles reading granted entry by entry.
+    pub(crate) grants: Vec<Arc<GrantIndex>>,
 }
 
 /// Where a path argument is resolved from.
@@ -144,7 +148,11 @@ impl Judge {
                     return None;
                 }
                 if writes {
-                    return self.write_existing(&file);
+                    let denied = self.write_existing(&file);
+                    // Opened for reading too: refused where reading is.
+                    if denied.is_some() || !flags.contains(OFlags::RDWR) {
+                        return denied;
+                    }
                 }
                 self.read_existing(&file)
             }
@@ -171,17 +179,21 @@ impl Judge {
     }
 
     fn read_existing(&self, file: &Resolved) -> Option<Denial> {
-        // Listing is allowed everywhere; so is what lies outside the denied paths.
-        if file.is_dir
-            || !self.denied.iter().any(|d| file.real.starts_with(d))
-            || self.readable.iter().any(|r| file.real.starts_with(r))
-        {
+        // Listing is allowed everywhere.
+        if file.is_dir || self.readable.iter().any(|r| file.real.starts_with(r)) {
             return None;
         }
+        let reason = if self.denied.iter().any(|d| file.real.starts_with(d)) {
+            DenialReason::DeniedRead
+        } else if self.grants.iter().any(|g| g.refuses_new(&file.real)) {
+            DenialReason::CreatedAfterSetup
+        } else {
+            return None;
+        };
         permits(file.fd.as_fd(), libc::R_OK, self.read_only_mounts).then(|| Denial {
             access: DeniedAccess::Read,
             target: file.real.display().to_string(),
-            reason: DenialReason::DeniedRead,
+            reason,
         })
     }
 

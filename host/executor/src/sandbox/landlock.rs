@@ -20,11 +20,12 @@
 //! The command's layer is applied first: each restriction copies the rules of the layers
 //! before it, so the big shared layer goes last.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
@@ -103,6 +104,64 @@ pub(crate) struct ReadGrants {
     /// Each entry's descriptor and whether it is a directory.
     grants: Vec<(OwnedFd, bool)>,
     pub(crate) freshness: Freshness,
+    /// What was granted, for the judge.
+    pub(crate) index: Arc<GrantIndex>,
+}
+
+/// What one walk granted, as the judge asks it: Landlock grants an entry by its inode, so an
+/// entry made in a walked directory after the walk (or removed and made again) has no grant,
+/// and nothing beneath it can be read until the layer is made again (by the next command's
+/// helper, which finds the directory changed).
+#[derive(Debug, Default)]
+pub(crate) struct GrantIndex {
+    /// The directories walked whole (listed, each entry granted on its own).
+    walked: HashSet<PathBuf>,
+    /// The granted entries' device and inode numbers.
+    granted: HashSet<(u64, u64)>,
+    /// Entries left without a grant on purpose (the denied paths).
+    refused: HashSet<PathBuf>,
+    /// Granted whole by a rule of their own, wherever they lie.
+    beneath: Vec<PathBuf>,
+}
+
+impl GrantIndex {
+    /// Whether the walk's layer refuses reading the file at `real` (a real path, of a file
+    /// that is neither a directory nor beneath a denied path) only because the entry leading
+    /// to it in a walked directory was made after the walk.
+    pub(crate) fn refuses_new(&self, real: &Path) -> bool {
+        if self.beneath.iter().any(|b| real.starts_with(b)) {
+            return false;
+        }
+        // The first entry on the way down that is not a walked directory, in a walked one.
+        let entry = real
+            .ancestors()
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .find(|p| {
+                !self.walked.contains(*p) && p.parent().is_some_and(|d| self.walked.contains(d))
+            });
+        let Some(entry) = entry else {
+            return false;
+        };
+        if self.refused.contains(entry) {
+            return false;
+        }
+        match rustix::fs::lstat(entry) {
+            Ok(stat) => {
+                let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
+                kind != rustix::fs::FileType::Symlink
+                    && kind != rustix::fs::FileType::BlockDevice
+                    && !self.granted.contains(&(stat.st_dev, stat.st_ino))
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Adds `path`, granted whole by a rule of its own.
+    fn grant_beneath(&mut self, path: &Path) {
+        self.beneath.push(path.to_path_buf());
+    }
 }
 
 /// What [`ReadGrants`] were made from: the walked directories as they were, and when.
@@ -124,6 +183,20 @@ impl ReadGrants {
     /// a layer of one command that leaves `/dev` to the others.
     pub(crate) fn all_but(dir: &Path) -> io::Result<ReadGrants> {
         Self::walk(&[dir.to_path_buf()], false)
+    }
+
+    /// The grants, and `extra` granted whole by rules of their own.
+    pub(crate) fn index_with(&self, extra: &[&Path]) -> Arc<GrantIndex> {
+        let mut index = GrantIndex {
+            walked: self.index.walked.clone(),
+            granted: self.index.granted.clone(),
+            refused: self.index.refused.clone(),
+            beneath: self.index.beneath.clone(),
+        };
+        for path in extra {
+            index.grant_beneath(path);
+        }
+        Arc::new(index)
     }
 
     fn walk(deny: &[PathBuf], walk_dev: bool) -> io::Result<ReadGrants> {
@@ -148,15 +221,19 @@ impl ReadGrants {
         }
         let mut grants = Vec::new();
         let mut walked = Vec::new();
+        let mut index = GrantIndex::default();
         let mut stack = vec![PathBuf::from("/")];
         while let Some(dir) = stack.pop() {
             walked.push((dir.clone(), stamp(&dir)));
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
             };
+            // Only a directory listed whole tells which of its entries are new.
+            index.walked.insert(dir.clone());
             for entry in entries.flatten() {
                 let path = entry.path();
                 if denied.contains(&path) {
+                    index.refused.insert(path);
                     continue;
                 }
                 let Ok(kind) = entry.file_type() else {
@@ -172,6 +249,9 @@ impl ReadGrants {
                     continue;
                 }
                 if let Ok(fd) = open_path(&path) {
+                    if let Ok(stat) = rustix::fs::fstat(&fd) {
+                        index.granted.insert((stat.st_dev, stat.st_ino));
+                    }
                     grants.push((fd, kind.is_dir()));
                 }
             }
@@ -179,6 +259,7 @@ impl ReadGrants {
         Ok(ReadGrants {
             grants,
             freshness: Freshness { walked, made },
+            index: Arc::new(index),
         })
     }
 }

@@ -8,12 +8,13 @@
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use std::os::fd::OwnedFd;
 
 use super::apply::Prepared;
 use super::judge::Judge;
-use super::landlock::{Freshness, ReadGrants};
+use super::landlock::{Freshness, GrantIndex, ReadGrants};
 use super::namespaces::{self, NsSetup};
 use super::policy::Policy;
 use super::protect::{self, Snapshot};
@@ -56,6 +57,8 @@ struct ReadLayers {
     freshness: Freshness,
     /// Everything but the directory of the private `TMPDIR`s of every host.
     tmp_grants: ReadGrants,
+    /// What the read layer granted (this host's `TMPDIR`s whole).
+    index: Arc<GrantIndex>,
 }
 
 impl ReadLayers {
@@ -78,6 +81,7 @@ impl ReadLayers {
         )?;
         Ok(ReadLayers {
             layer,
+            index: grants.index_with(&[tmp_base]),
             freshness: grants.freshness,
             // The directory of every host's: unlike this host's, it changes whenever a host
             // starts, and is denied by the read layer all the same.
@@ -87,6 +91,11 @@ impl ReadLayers {
 
     fn current(&self) -> bool {
         self.freshness().iter().all(Freshness::current)
+    }
+
+    /// What each layer reading goes through granted.
+    fn grants(&self) -> Vec<Arc<GrantIndex>> {
+        vec![self.index.clone(), self.tmp_grants.index.clone()]
     }
 
     fn freshness(&self) -> [Freshness; 2] {
@@ -201,7 +210,7 @@ impl Confined {
             abi,
             deny_read: policy.deny_read.clone(),
             tmp_base: policy.tmp_base.clone(),
-            judged: judge_base(policy, &tmpdir),
+            judged: judge_base(policy, &tmpdir, shared.read.grants()),
             tmpdir,
             snapshot: None,
             bound: Vec::new(),
@@ -219,6 +228,7 @@ impl Confined {
                 read.for_command(self.abi, &self.tmpdir, &writable, self.network)?;
             // A walked directory changed: a denied path may resolve elsewhere now.
             self.judged.denied = denied_paths(&self.deny_read);
+            self.judged.grants = read.grants();
         }
         let protected = protect::find(&self.writable, workdir);
         // A mount follows a symlink: those are left to the snapshot.
@@ -301,7 +311,7 @@ pub(crate) fn remove_tmpdir(policy: &Policy, pid: i32) {
 
 /// The supervisor's judge for `policy`, with `tmpdir` the command's own, before the protected
 /// paths are known.
-fn judge_base(policy: &Policy, tmpdir: &Path) -> Judge {
+fn judge_base(policy: &Policy, tmpdir: &Path, grants: Vec<Arc<GrantIndex>>) -> Judge {
     let mut writable = policy.writable.clone();
     writable.push(tmpdir.to_path_buf());
     Judge {
@@ -314,6 +324,7 @@ fn judge_base(policy: &Policy, tmpdir: &Path) -> Judge {
         readable: vec![tmpdir.to_path_buf()],
         protected: Vec::new(),
         read_only_mounts: policy.tier == Tier::Namespaces,
+        grants,
     }
 }
 

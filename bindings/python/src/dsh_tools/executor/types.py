@@ -26,7 +26,7 @@ ErrorCase = Literal[
 
 DeniedAccess = Literal["read", "write", "socket", "connect", "undone"]
 
-DenialReason = Literal["outside-writable-roots", "denied-read", "protected-path", "network-off", "loopback-only"]
+DenialReason = Literal["outside-writable-roots", "denied-read", "protected-path", "network-off", "loopback-only", "created-after-setup"]
 
 SandboxMode = Literal["read-only", "workspace-write"]
 
