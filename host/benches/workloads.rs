@@ -251,8 +251,20 @@ fn spawn_overhead(scale: &Scale, cache: &Path, report: &mut Report) {
 
 /// A `bash` call in each sandbox tier (workspace-write, network off) against the same call
 /// unsandboxed, through `dsh-host mcp`, interleaved in blocks in one run.
+///
+/// The host's runtime directory (its cache here) is laid out as an installed host's is: outside
+/// the workspace and `/tmp` (`~/.cache/dsh-host`, `$XDG_RUNTIME_DIR/dsh-host` or
+/// `/var/tmp/dsh-host-<uid>`). The sandbox denies reading it, and Landlock spells a denial out
+/// entry by entry in every directory above it: under `/tmp` every entry of `/tmp` would be a
+/// rule, and files a command made in `/tmp` would be unreadable until the next command.
 fn sandbox_overhead(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
     let cwd = work.display().to_string();
+    let runtime = tempfile::tempdir_in("/var/tmp").expect("a runtime directory in /var/tmp");
+    for entry in std::fs::read_dir(cache).expect("the warm cache").flatten() {
+        std::fs::copy(entry.path(), runtime.path().join(entry.file_name()))
+            .expect("the compiled component copied");
+    }
+    let cache = runtime.path();
     let servers = [
         McpServer::start(cache, &["--cwd", &cwd]),
         McpServer::start(
