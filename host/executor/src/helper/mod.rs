@@ -54,6 +54,9 @@ use fork::Forked;
 
 /// The first argument that makes a program [`dispatch`]ing into the helper.
 pub const HELPER_ARG: &str = "__dsh-spawn-helper";
+/// The factory's argument (after the host's pid) that sets the soft descriptor limit every
+/// command gets, `nofile=<n>` (lowered to the hard limit if that is lower).
+pub(crate) const NOFILE_ARG: &str = "nofile=";
 
 static DISPATCHES: AtomicBool = AtomicBool::new(false);
 
@@ -73,8 +76,29 @@ pub fn dispatch() {
         let host = first
             .and_then(|a| a.into_string().ok())
             .and_then(|a| a.parse::<i32>().ok());
+        let mut next = args.next();
+        let nofile = next
+            .as_ref()
+            .and_then(|a| a.to_str())
+            .and_then(|a| a.strip_prefix(NOFILE_ARG))
+            .map(|n| n.parse::<u64>());
+        if nofile.is_some() {
+            next = args.next();
+        }
+        match nofile {
+            Some(Ok(soft)) => {
+                if set_nofile(soft).is_err() {
+                    std::process::exit(1);
+                }
+            }
+            Some(Err(_)) => {
+                eprintln!("dsh-spawn-helper: internal helper; started by the executor only");
+                std::process::exit(2);
+            }
+            None => {}
+        }
         // In cgroup mode, the executor's cgroup root: the factory cleans it up if the host dies.
-        let root = args.next().map(std::path::PathBuf::from);
+        let root = next.map(std::path::PathBuf::from);
         std::process::exit(match host {
             Some(host) => factory(host, root.as_deref()),
             None => {
@@ -84,6 +108,20 @@ pub fn dispatch() {
         });
     }
     DISPATCHES.store(true, Ordering::Relaxed);
+}
+
+/// Sets the soft descriptor limit to `soft`, or to the hard limit if that is lower.
+fn set_nofile(soft: u64) -> rustix::io::Result<()> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let now = getrlimit(Resource::Nofile);
+    let current = now.maximum.map_or(soft, |hard| soft.min(hard));
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(current),
+            maximum: now.maximum,
+        },
+    )
 }
 
 /// Whether [`dispatch`] was called in this process (so it can exec itself as the helper).

@@ -1,0 +1,35 @@
+//! Starting the spawn helper factory runs no fork handler of the host process. A library the
+//! host links may register one that is unsafe in a child forked from a multi-threaded process
+//! (wasmtime's waits on a lazily made value that another thread may be making at that moment,
+//! and then never returns); the factory is therefore started without `fork`.
+//!
+//! The only test of this binary: the child-side fork handler it registers would end any child
+//! this process forks.
+
+#[path = "support/exec.rs"]
+mod exec;
+#[allow(dead_code)]
+#[path = "support/modes.rs"]
+mod modes;
+
+use dsh_executor::{Config, Executor};
+use modes::Mode;
+
+/// Ends a forked child at once, before it could exec anything.
+extern "C" fn end_the_child() {
+    // SAFETY: _exit is async-signal-safe and ends only the child.
+    unsafe { libc::_exit(97) }
+}
+
+#[tokio::test]
+async fn the_factory_starts_without_running_the_hosts_fork_handlers() {
+    // SAFETY: registering a handler that only calls _exit.
+    assert_eq!(
+        unsafe { libc::pthread_atfork(None, None, Some(end_the_child)) },
+        0
+    );
+    let (exec, _events) = modes::executor_in(Mode::Subreaper, Config::default());
+    let r = exec::run(exec.as_ref(), "echo ok").await;
+    assert_eq!((r.stdout.text.as_str(), r.exit_code), ("ok\n", Some(0)));
+    exec.shutdown().await;
+}
