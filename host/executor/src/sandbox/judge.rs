@@ -255,6 +255,22 @@ fn resolve(base: BorrowedFd<'_>, path: &[u8], follow: bool) -> Option<Resolved> 
     if !follow {
         flags |= OFlags::NOFOLLOW;
     }
+    // An absolute path with no symbolic link on the way is where it leads: no need to ask the
+    // kernel (a link is read through /proc, the dearest step). A missing name before any link
+    // is missing whichever way it is resolved.
+    if path.first() == Some(&b'/') {
+        match rustix::fs::openat2(
+            base,
+            OsStr::from_bytes(path),
+            flags,
+            Mode::empty(),
+            ResolveFlags::NO_SYMLINKS,
+        ) {
+            Ok(fd) => return resolved(fd, lexical(path)),
+            Err(rustix::io::Errno::LOOP) => {}
+            Err(_) => return None,
+        }
+    }
     let fd = rustix::fs::openat2(
         base,
         OsStr::from_bytes(path),
@@ -264,6 +280,10 @@ fn resolve(base: BorrowedFd<'_>, path: &[u8], follow: bool) -> Option<Resolved> 
     )
     .ok()?;
     let real = real_path(&fd).ok()?;
+    resolved(fd, real)
+}
+
+fn resolved(fd: OwnedFd, real: PathBuf) -> Option<Resolved> {
     let kind = rustix::fs::fstat(&fd)
         .map(|s| rustix::fs::FileType::from_raw_mode(s.st_mode))
         .ok()?;
@@ -283,6 +303,30 @@ fn real_path(fd: &OwnedFd) -> io::Result<PathBuf> {
         return Err(io::Error::from(io::ErrorKind::NotFound));
     }
     Ok(real)
+}
+
+/// An absolute path without symbolic links, written as the kernel would name where it leads:
+/// `.` and empty names dropped, `..` taking off the name before it (never above `/`).
+fn lexical(path: &[u8]) -> PathBuf {
+    let mut names: Vec<&[u8]> = Vec::new();
+    for name in path.split(|&b| b == b'/') {
+        match name {
+            b"" | b"." => {}
+            b".." => {
+                names.pop();
+            }
+            name => names.push(name),
+        }
+    }
+    let mut real = Vec::with_capacity(path.len() + 1);
+    for name in names {
+        real.push(b'/');
+        real.extend_from_slice(name);
+    }
+    if real.is_empty() {
+        real.push(b'/');
+    }
+    PathBuf::from(OsStr::from_bytes(&real))
 }
 
 /// `path` as its directory part and its last name, trailing slashes dropped.
@@ -323,6 +367,42 @@ fn permits(fd: BorrowedFd<'_>, mode: i32, read_only_mounts: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_without_links_is_named_as_the_kernel_names_it() {
+        for (path, real) in [
+            ("/", "/"),
+            ("//usr//lib/", "/usr/lib"),
+            ("/usr/./lib/../share", "/usr/share"),
+            ("/..", "/"),
+            ("/a/b/../../..", "/"),
+        ] {
+            assert_eq!(lexical(path.as_bytes()), PathBuf::from(real), "{path}");
+        }
+    }
+
+    #[test]
+    fn a_resolved_path_is_where_it_leads_with_or_without_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let real_dir = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(real_dir.join("d")).unwrap();
+        std::fs::write(real_dir.join("d/f"), "").unwrap();
+        std::os::unix::fs::symlink(real_dir.join("d"), real_dir.join("l")).unwrap();
+        let root = rustix::fs::open("/", OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let at = |p: &str| {
+            let path = format!("{}/{p}", real_dir.display());
+            resolve(root.as_fd(), path.as_bytes(), true).map(|r| r.real)
+        };
+        assert_eq!(at("d/f"), Some(real_dir.join("d/f")));
+        assert_eq!(at("d/../d/./f"), Some(real_dir.join("d/f")));
+        assert_eq!(at("l/f"), Some(real_dir.join("d/f")));
+        assert_eq!(at("l/../d/f"), Some(real_dir.join("d/f")));
+        assert_eq!(at("missing/f"), None);
+        let link = format!("{}/l", real_dir.display());
+        let kept = resolve(root.as_fd(), link.as_bytes(), false).unwrap();
+        assert!(kept.is_link);
+        assert_eq!(kept.real, real_dir.join("l"));
+    }
 
     #[test]
     fn splits_a_path_into_directory_and_name() {
