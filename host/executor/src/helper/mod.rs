@@ -86,11 +86,8 @@ pub fn dispatch() {
             next = args.next();
         }
         match nofile {
-            Some(Ok(soft)) => {
-                if set_nofile(soft).is_err() {
-                    std::process::exit(1);
-                }
-            }
+            Some(Ok(soft)) if set_nofile(soft).is_err() => std::process::exit(1),
+            Some(Ok(_)) => {}
             Some(Err(_)) => {
                 eprintln!("dsh-spawn-helper: internal helper; started by the executor only");
                 std::process::exit(2);
