@@ -8,7 +8,7 @@
 
 #[path = "support/exec.rs"]
 mod exec;
-#[allow(dead_code)]
+#[allow(dead_code, unused_macros)]
 #[path = "support/modes.rs"]
 mod modes;
 
