@@ -57,6 +57,17 @@ const FILE_CALLS: &[i64] = &[
     libc::SYS_symlink,
 ];
 
+/// `open` and `openat` with their flags' argument: those the sandbox can never refuse go on
+/// without a notification (each costs a round trip to the helper). A descriptor of a path
+/// (`O_PATH`) opens no file, and listing a directory is allowed everywhere: an open for reading
+/// only with `O_DIRECTORY` fails `ENOTDIR` before any check if it names no directory.
+/// (`openat2` keeps its flags in memory, which a filter cannot read.)
+const OPENS: &[(i64, u32)] = &[
+    (libc::SYS_openat, 2),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_open, 1),
+];
+
 /// The notifying filter for a command with `network`: the file calls; `socket` of any family
 /// but Unix where the network is off; `connect` where it is loopback only. One program, so that
 /// a command's start loads two in all: it also kills a call of another architecture, and
@@ -78,6 +89,8 @@ pub(crate) fn filter(network: NetworkMode) -> seccompiler::BpfProgram {
     #[derive(Clone, Copy)]
     enum To {
         Next,
+        /// Over the next n instructions.
+        Skip(usize),
         Allow,
         Notify,
         NotImplemented,
@@ -109,6 +122,33 @@ pub(crate) fn filter(network: NetworkMode) -> seccompiler::BpfProgram {
         To::NotImplemented,
         To::Next,
     );
+    for &(call, flags_arg) in OPENS {
+        use libc::{BPF_ALU, BPF_AND, BPF_JSET};
+        let mask = (libc::O_DIRECTORY
+            | libc::O_ACCMODE
+            | libc::O_CREAT
+            | libc::O_TRUNC
+            | libc::O_TMPFILE) as u32;
+        // The accumulator still holds the call's number where this is not the call.
+        jeq(&mut program, call as u32, To::Next, To::Skip(4));
+        program.push((
+            stmt(BPF_LD | BPF_W | BPF_ABS, ARG0 + 8 * flags_arg),
+            To::Next,
+            To::Next,
+        ));
+        program.push((
+            stmt(BPF_JMP | BPF_JSET | BPF_K, libc::O_PATH as u32),
+            To::Allow,
+            To::Next,
+        ));
+        program.push((stmt(BPF_ALU | BPF_AND | BPF_K, mask), To::Next, To::Next));
+        jeq(
+            &mut program,
+            libc::O_DIRECTORY as u32,
+            To::Allow,
+            To::Notify,
+        );
+    }
     for &call in FILE_CALLS {
         jeq(&mut program, call as u32, To::Notify, To::Next);
     }
@@ -130,6 +170,7 @@ pub(crate) fn filter(network: NetworkMode) -> seccompiler::BpfProgram {
     let offset = |at: usize, to: To| -> u8 {
         let target = match to {
             To::Next => at + 1,
+            To::Skip(n) => at + 1 + n,
             To::Allow => first_return,
             To::Notify => first_return + 1,
             To::NotImplemented => first_return + 2,
@@ -554,6 +595,83 @@ mod tests {
                 ]
             );
         }
+    }
+
+    /// What `program` returns for a call, run as the kernel runs a classic BPF filter (only the
+    /// instructions these filters use).
+    fn run(program: &[seccompiler::sock_filter], nr: i64, args: [u64; 6]) -> u32 {
+        let mut data = vec![0u32; 16];
+        data[0] = nr as u32;
+        data[1] = AUDIT_ARCH;
+        for (i, arg) in args.iter().enumerate() {
+            data[4 + 2 * i] = *arg as u32;
+            data[5 + 2 * i] = (*arg >> 32) as u32;
+        }
+        let (mut a, mut pc) = (0u32, 0usize);
+        loop {
+            let insn = &program[pc];
+            let jump = |taken: bool| pc + 1 + usize::from(if taken { insn.jt } else { insn.jf });
+            pc = match u32::from(insn.code) {
+                c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
+                    a = data[insn.k as usize / 4];
+                    pc + 1
+                }
+                c if c == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K => jump(a == insn.k),
+                c if c == libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K => jump(a >= insn.k),
+                c if c == libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K => jump(a & insn.k != 0),
+                c if c == libc::BPF_ALU | libc::BPF_AND | libc::BPF_K => {
+                    a &= insn.k;
+                    pc + 1
+                }
+                c if c == libc::BPF_RET | libc::BPF_K => return insn.k,
+                c => panic!("an instruction this test does not run: {c:#x}"),
+            };
+        }
+    }
+
+    #[test]
+    fn opens_the_sandbox_never_refuses_are_not_notified() {
+        use libc::{O_CLOEXEC, O_CREAT, O_DIRECTORY, O_PATH, O_RDONLY, O_RDWR, O_WRONLY};
+        const ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+        const NOTIFY: u32 = libc::SECCOMP_RET_USER_NOTIF;
+        let program = filter(NetworkMode::Off);
+        let at_cwd = libc::AT_FDCWD as u32 as u64;
+        let openat = |flags: i32| run(&program, libc::SYS_openat, [at_cwd, 0, flags as u64, 0, 0, 0]);
+        assert_eq!(openat(O_RDONLY | O_DIRECTORY | O_CLOEXEC), ALLOW);
+        assert_eq!(openat(O_PATH | O_CLOEXEC), ALLOW);
+        assert_eq!(openat(O_PATH | O_DIRECTORY), ALLOW);
+        assert_eq!(openat(O_RDONLY | O_CLOEXEC), NOTIFY);
+        assert_eq!(openat(O_WRONLY | O_DIRECTORY), NOTIFY);
+        assert_eq!(openat(O_RDWR | O_DIRECTORY), NOTIFY);
+        assert_eq!(openat(O_CREAT | O_DIRECTORY), NOTIFY);
+        assert_eq!(openat(libc::O_TMPFILE | O_RDWR), NOTIFY);
+        assert_eq!(openat(O_RDONLY | libc::O_TRUNC | O_DIRECTORY), NOTIFY);
+        // Flags above the low 32 bits are not flags: the low half decides.
+        assert_eq!(
+            run(&program, libc::SYS_openat, [at_cwd, 0, (1 << 40) | O_RDONLY as u64, 0, 0, 0]),
+            NOTIFY
+        );
+        #[cfg(target_arch = "x86_64")]
+        {
+            let open = |flags: i32| run(&program, libc::SYS_open, [0, flags as u64, 0, 0, 0, 0]);
+            assert_eq!(open(O_RDONLY | O_DIRECTORY), ALLOW);
+            assert_eq!(open(O_RDONLY), NOTIFY);
+            assert_eq!(open(O_WRONLY | libc::O_CREAT), NOTIFY);
+            assert_eq!(run(&program, libc::SYS_creat, [0; 6]), NOTIFY);
+        }
+        // The other file calls still are; so are a socket where the network is off, and
+        // nothing else.
+        assert_eq!(run(&program, libc::SYS_openat2, [0; 6]), NOTIFY);
+        assert_eq!(run(&program, libc::SYS_unlinkat, [0; 6]), NOTIFY);
+        assert_eq!(
+            run(&program, libc::SYS_socket, [libc::AF_INET as u64, 0, 0, 0, 0, 0]),
+            NOTIFY
+        );
+        assert_eq!(
+            run(&program, libc::SYS_socket, [libc::AF_UNIX as u64, 0, 0, 0, 0, 0]),
+            ALLOW
+        );
+        assert_eq!(run(&program, libc::SYS_read, [0; 6]), ALLOW);
     }
 
     #[test]
