@@ -97,6 +97,9 @@ fn main() {
     if wanted("sandbox") {
         sandbox_overhead(scale, &cache, work.path(), &mut report);
     }
+    if wanted("sandbox_walk") {
+        sandbox_walk(scale, &cache, work.path(), &mut report);
+    }
     if wanted("served") {
         served_executor(scale, &cache, &mut report);
     }
@@ -266,11 +269,7 @@ fn spawn_overhead(scale: &Scale, cache: &Path, report: &mut Report) {
 /// rule, and files a command made in `/tmp` would be unreadable until the next command.
 fn sandbox_overhead(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
     let cwd = work.display().to_string();
-    let runtime = tempfile::tempdir_in("/var/tmp").expect("a runtime directory in /var/tmp");
-    for entry in std::fs::read_dir(cache).expect("the warm cache").flatten() {
-        std::fs::copy(entry.path(), runtime.path().join(entry.file_name()))
-            .expect("the compiled component copied");
-    }
+    let runtime = runtime_dir(cache);
     let cache = runtime.path();
     let servers = [
         McpServer::start(cache, &["--cwd", &cwd]),
@@ -312,10 +311,66 @@ fn sandbox_overhead(scale: &Scale, cache: &Path, work: &Path, report: &mut Repor
     );
 }
 
+/// A walk over a tree of 1,051 directories (`find -type d`), in the Landlock tier against
+/// unsandboxed: a command that opens many directories and few files, the case where the
+/// sandbox's notifications would cost most.
+fn sandbox_walk(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
+    let tree = work.join("walk");
+    for d in 0..50 {
+        for e in 0..20 {
+            std::fs::create_dir_all(tree.join(format!("d{d}/e{e}"))).expect("the tree");
+        }
+    }
+    let runtime = runtime_dir(cache);
+    let cwd = work.display().to_string();
+    let servers = [
+        McpServer::start(runtime.path(), &["--cwd", &cwd]),
+        McpServer::start(
+            runtime.path(),
+            &[
+                "--cwd",
+                &cwd,
+                "--sandbox",
+                "workspace-write",
+                "--sandbox-tier",
+                "landlock",
+            ],
+        ),
+    ];
+    let command = format!("find '{}' -type d > /dev/null", tree.display());
+    let [plain, landlock] = median_calls(servers, scale.rounds.div_ceil(5), &command);
+    report.compare(
+        "`find` over 1,051 directories, Landlock + seccomp sandbox ÷ unsandboxed (both via MCP)",
+        ms(landlock),
+        ms(plain),
+        "ms",
+    );
+}
+
+/// A runtime directory for the hosts (their cache) outside `/tmp` and the workspace, holding
+/// the compiled component of `cache` (see [`sandbox_overhead`]).
+fn runtime_dir(cache: &Path) -> tempfile::TempDir {
+    let runtime = tempfile::tempdir_in("/var/tmp").expect("a runtime directory in /var/tmp");
+    for entry in std::fs::read_dir(cache).expect("the warm cache").flatten() {
+        std::fs::copy(entry.path(), runtime.path().join(entry.file_name()))
+            .expect("the compiled component copied");
+    }
+    runtime
+}
+
 /// The median time of a `bash` `true` call on each server, calls interleaved in blocks of
 /// [`BLOCK`] over `rounds` rounds, so that every server sees the same machine; then the servers
 /// are stopped.
-fn median_true_calls<const N: usize>(mut servers: [McpServer; N], rounds: usize) -> [Duration; N] {
+fn median_true_calls<const N: usize>(servers: [McpServer; N], rounds: usize) -> [Duration; N] {
+    median_calls(servers, rounds, "true")
+}
+
+/// [`median_true_calls`] for `command`, which prints nothing.
+fn median_calls<const N: usize>(
+    mut servers: [McpServer; N],
+    rounds: usize,
+    command: &str,
+) -> [Duration; N] {
     let mut times: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::new());
     for _ in 0..rounds {
         for (server, times) in servers.iter_mut().zip(times.iter_mut()) {
@@ -323,7 +378,7 @@ fn median_true_calls<const N: usize>(mut servers: [McpServer; N], rounds: usize)
                 let t = Instant::now();
                 let r = server.call(
                     "bash",
-                    json!({"command": "true", "description": "Run true"}),
+                    json!({"command": command, "description": "Run a command"}),
                 );
                 times.push(t.elapsed());
                 assert_eq!(r["content"][0]["text"], "(no output)", "{r}");

@@ -124,11 +124,9 @@ pub(crate) fn filter(network: NetworkMode) -> seccompiler::BpfProgram {
     );
     for &(call, flags_arg) in OPENS {
         use libc::{BPF_ALU, BPF_AND, BPF_JSET};
-        let mask = (libc::O_DIRECTORY
-            | libc::O_ACCMODE
-            | libc::O_CREAT
-            | libc::O_TRUNC
-            | libc::O_TMPFILE) as u32;
+        let mask =
+            (libc::O_DIRECTORY | libc::O_ACCMODE | libc::O_CREAT | libc::O_TRUNC | libc::O_TMPFILE)
+                as u32;
         // The accumulator still holds the call's number where this is not the call.
         jeq(&mut program, call as u32, To::Next, To::Skip(4));
         program.push((
@@ -636,7 +634,13 @@ mod tests {
         const NOTIFY: u32 = libc::SECCOMP_RET_USER_NOTIF;
         let program = filter(NetworkMode::Off);
         let at_cwd = libc::AT_FDCWD as u32 as u64;
-        let openat = |flags: i32| run(&program, libc::SYS_openat, [at_cwd, 0, flags as u64, 0, 0, 0]);
+        let openat = |flags: i32| {
+            run(
+                &program,
+                libc::SYS_openat,
+                [at_cwd, 0, flags as u64, 0, 0, 0],
+            )
+        };
         assert_eq!(openat(O_RDONLY | O_DIRECTORY | O_CLOEXEC), ALLOW);
         assert_eq!(openat(O_PATH | O_CLOEXEC), ALLOW);
         assert_eq!(openat(O_PATH | O_DIRECTORY), ALLOW);
@@ -648,7 +652,11 @@ mod tests {
         assert_eq!(openat(O_RDONLY | libc::O_TRUNC | O_DIRECTORY), NOTIFY);
         // Flags above the low 32 bits are not flags: the low half decides.
         assert_eq!(
-            run(&program, libc::SYS_openat, [at_cwd, 0, (1 << 40) | O_RDONLY as u64, 0, 0, 0]),
+            run(
+                &program,
+                libc::SYS_openat,
+                [at_cwd, 0, (1 << 40) | O_RDONLY as u64, 0, 0, 0]
+            ),
             NOTIFY
         );
         #[cfg(target_arch = "x86_64")]
@@ -664,11 +672,19 @@ mod tests {
         assert_eq!(run(&program, libc::SYS_openat2, [0; 6]), NOTIFY);
         assert_eq!(run(&program, libc::SYS_unlinkat, [0; 6]), NOTIFY);
         assert_eq!(
-            run(&program, libc::SYS_socket, [libc::AF_INET as u64, 0, 0, 0, 0, 0]),
+            run(
+                &program,
+                libc::SYS_socket,
+                [libc::AF_INET as u64, 0, 0, 0, 0, 0]
+            ),
             NOTIFY
         );
         assert_eq!(
-            run(&program, libc::SYS_socket, [libc::AF_UNIX as u64, 0, 0, 0, 0, 0]),
+            run(
+                &program,
+                libc::SYS_socket,
+                [libc::AF_UNIX as u64, 0, 0, 0, 0, 0]
+            ),
             ALLOW
         );
         assert_eq!(run(&program, libc::SYS_read, [0; 6]), ALLOW);
