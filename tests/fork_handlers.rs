@@ -23,13 +23,27 @@ extern "C" fn end_the_child() {
 
 #[tokio::test]
 async fn the_factory_starts_without_running_the_hosts_fork_handlers() {
+    // A finite soft descriptor limit, which the factory is to pass on to commands (an
+    // unlimited one needs nothing set for them).
+    let now = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    rustix::process::setrlimit(
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: Some(now.maximum.map_or(1024, |hard| hard.min(1024))),
+            maximum: now.maximum,
+        },
+    )
+    .unwrap();
     // SAFETY: registering a handler that only calls _exit.
     assert_eq!(
         unsafe { libc::pthread_atfork(None, None, Some(end_the_child)) },
         0
     );
     let (exec, _events) = modes::executor_in(Mode::Subreaper, Config::default());
-    let r = exec::run(exec.as_ref(), "echo ok").await;
-    assert_eq!((r.stdout.text.as_str(), r.exit_code), ("ok\n", Some(0)));
+    let r = exec::run(exec.as_ref(), "ulimit -Sn; env | grep -c DSH_SPAWN_NOFILE").await;
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap();
+    assert_eq!(r.stdout.text, format!("{soft}\n0\n"));
     exec.shutdown().await;
 }

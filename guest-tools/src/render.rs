@@ -167,7 +167,7 @@ fn reason_text(reason: DenialReason) -> &'static str {
         DenialReason::NetworkOff => "the network is off",
         DenialReason::LoopbackOnly => "only loopback is reachable",
         DenialReason::CreatedAfterSetup => {
-            "made during this command beside a denied path; readable from the next command"
+            "created after this command's sandbox was set up; readable from the next command"
         }
     }
 }
@@ -528,8 +528,8 @@ mod tests {
                     "/root/notes",
                     DenialReason::CreatedAfterSetup,
                 ),
-                "[sandbox: read of /root/notes denied (made during this command beside a denied \
-                 path; readable from the next command)]",
+                "[sandbox: read of /root/notes denied (created after this command's sandbox was \
+                 set up; readable from the next command)]",
             ),
             (
                 write_etc_hosts(),

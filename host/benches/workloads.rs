@@ -273,28 +273,8 @@ fn sandbox_overhead(scale: &Scale, cache: &Path, work: &Path, report: &mut Repor
     let cache = runtime.path();
     let servers = [
         McpServer::start(cache, &["--cwd", &cwd]),
-        McpServer::start(
-            cache,
-            &[
-                "--cwd",
-                &cwd,
-                "--sandbox",
-                "workspace-write",
-                "--sandbox-tier",
-                "landlock",
-            ],
-        ),
-        McpServer::start(
-            cache,
-            &[
-                "--cwd",
-                &cwd,
-                "--sandbox",
-                "workspace-write",
-                "--sandbox-tier",
-                "namespaces",
-            ],
-        ),
+        sandboxed(cache, &cwd, "landlock"),
+        sandboxed(cache, &cwd, "namespaces"),
     ];
     let [plain, landlock, namespaces] = median_true_calls(servers, scale.rounds);
     report.ratio(
@@ -325,17 +305,7 @@ fn sandbox_walk(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
     let cwd = work.display().to_string();
     let servers = [
         McpServer::start(runtime.path(), &["--cwd", &cwd]),
-        McpServer::start(
-            runtime.path(),
-            &[
-                "--cwd",
-                &cwd,
-                "--sandbox",
-                "workspace-write",
-                "--sandbox-tier",
-                "landlock",
-            ],
-        ),
+        sandboxed(runtime.path(), &cwd, "landlock"),
     ];
     let command = format!("find '{}' -type d > /dev/null", tree.display());
     let [plain, landlock] = median_calls(servers, scale.rounds.div_ceil(5), &command);
@@ -345,6 +315,21 @@ fn sandbox_walk(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
         ms(plain),
         "ms",
     );
+}
+
+/// `dsh-host mcp` in `cwd` with a workspace-write sandbox (network off) in `tier`.
+fn sandboxed(cache: &Path, cwd: &str, tier: &str) -> McpServer {
+    McpServer::start(
+        cache,
+        &[
+            "--cwd",
+            cwd,
+            "--sandbox",
+            "workspace-write",
+            "--sandbox-tier",
+            tier,
+        ],
+    )
 }
 
 /// A runtime directory for the hosts (their cache) outside `/tmp` and the workspace, holding

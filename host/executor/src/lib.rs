@@ -395,8 +395,8 @@ pub enum DenialReason {
     NetworkOff,
     /// Only the command's own loopback interface is reachable.
     LoopbackOnly,
-    /// The file was made during the command in a directory whose entries the sandbox grants
-    /// one by one (beside a denied path): readable from the next command.
+    /// The file was made after the command's sandbox was set up, in a directory whose entries
+    /// the sandbox grants one by one (beside a denied path): readable from the next command.
     CreatedAfterSetup,
 }
 

@@ -54,9 +54,9 @@ use fork::Forked;
 
 /// The first argument that makes a program [`dispatch`]ing into the helper.
 pub const HELPER_ARG: &str = "__dsh-spawn-helper";
-/// The factory's argument (after the host's pid) that sets the soft descriptor limit every
-/// command gets, `nofile=<n>` (lowered to the hard limit if that is lower).
-pub(crate) const NOFILE_ARG: &str = "nofile=";
+/// The factory's environment variable that sets the soft descriptor limit every command gets
+/// (lowered to the hard limit if that is lower); the factory removes it at once.
+pub(crate) const NOFILE_ENV: &str = "DSH_SPAWN_NOFILE";
 
 static DISPATCHES: AtomicBool = AtomicBool::new(false);
 
@@ -76,26 +76,22 @@ pub fn dispatch() {
         let host = first
             .and_then(|a| a.into_string().ok())
             .and_then(|a| a.parse::<i32>().ok());
-        let mut next = args.next();
-        let nofile = next
-            .as_ref()
-            .and_then(|a| a.to_str())
-            .and_then(|a| a.strip_prefix(NOFILE_ARG))
-            .map(|n| n.parse::<u64>());
-        if nofile.is_some() {
-            next = args.next();
-        }
-        match nofile {
-            Some(Ok(soft)) if set_nofile(soft).is_err() => std::process::exit(1),
-            Some(Ok(_)) => {}
-            Some(Err(_)) => {
-                eprintln!("dsh-spawn-helper: internal helper; started by the executor only");
-                std::process::exit(2);
+        let nofile = std::env::var_os(NOFILE_ENV);
+        // SAFETY: single-threaded still (see above).
+        unsafe { std::env::remove_var(NOFILE_ENV) };
+        if let Some(nofile) = nofile {
+            let set = nofile
+                .to_str()
+                .and_then(|n| n.parse::<u64>().ok())
+                .ok_or_else(|| format!("{NOFILE_ENV} is not a number: {nofile:?}"))
+                .and_then(|soft| set_nofile(soft).map_err(|e| e.to_string()));
+            if let Err(why) = set {
+                eprintln!("dsh-spawn-helper: the descriptor limit: {why}");
+                std::process::exit(1);
             }
-            None => {}
         }
         // In cgroup mode, the executor's cgroup root: the factory cleans it up if the host dies.
-        let root = next.map(std::path::PathBuf::from);
+        let root = args.next().map(std::path::PathBuf::from);
         std::process::exit(match host {
             Some(host) => factory(host, root.as_deref()),
             None => {

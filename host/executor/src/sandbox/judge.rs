@@ -137,6 +137,8 @@ impl Judge {
             return None;
         }
         let writes = flags.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC);
+        // Read access: all but write-only (`O_ACCMODE` 3 asks for both).
+        let reads = (flags.bits() & libc::O_ACCMODE as u32) != libc::O_WRONLY as u32;
         let creates = flags.contains(OFlags::CREATE);
         let exclusive = creates && flags.contains(OFlags::EXCL);
         let follow = !flags.contains(OFlags::NOFOLLOW) && !exclusive;
@@ -144,21 +146,59 @@ impl Judge {
             Some(file) => {
                 // EEXIST, ELOOP (a symbolic link not followed) or EISDIR, whatever the sandbox
                 // says.
-                if exclusive || file.is_link || (writes && file.is_dir) {
+                // (Or ENOTDIR.) An exclusive create finding the file may have made it itself: an
+                // open that creates and reads is judged below while the file is still missing.
+                if exclusive
+                    || file.is_link
+                    || (writes && file.is_dir)
+                    || (flags.contains(OFlags::DIRECTORY) && !file.is_dir)
+                {
                     return None;
                 }
                 if writes {
                     let denied = self.write_existing(&file);
                     // Opened for reading too: refused where reading is.
-                    if denied.is_some() || !flags.contains(OFlags::RDWR) {
+                    if denied.is_some() || !reads {
                         return denied;
                     }
                 }
                 self.read_existing(&file)
             }
-            None if creates => self.entry(base, path, Some(false)),
+            None if creates => self
+                .entry(base, path, Some(false))
+                .or_else(|| reads.then(|| self.made_unreadable(base, path)).flatten()),
             None => None,
         }
+    }
+
+    /// An open that makes a file and reads it: the file is made, then refused where the read
+    /// layers hold no grant on the way to it (beside a denied path).
+    fn made_unreadable(&self, base: BorrowedFd<'_>, path: &[u8]) -> Option<Denial> {
+        let (parent, name) = split(path)?;
+        if name == b"." || name == b".." {
+            return None;
+        }
+        let dir = resolve(base, parent, true)?;
+        if !dir.is_dir {
+            return None;
+        }
+        let real = dir.real.join(OsStr::from_bytes(name));
+        if self.readable.iter().any(|r| real.starts_with(r))
+            || self.denied.iter().any(|d| real.starts_with(d))
+            || !self.grants.iter().any(|g| g.refuses(&real))
+        {
+            return None;
+        }
+        permits(
+            dir.fd.as_fd(),
+            libc::W_OK | libc::X_OK,
+            self.read_only_mounts,
+        )
+        .then(|| Denial {
+            access: DeniedAccess::Read,
+            target: real.display().to_string(),
+            reason: DenialReason::CreatedAfterSetup,
+        })
     }
 
     fn write_existing(&self, file: &Resolved) -> Option<Denial> {
@@ -185,7 +225,7 @@ impl Judge {
         }
         let reason = if self.denied.iter().any(|d| file.real.starts_with(d)) {
             DenialReason::DeniedRead
-        } else if self.grants.iter().any(|g| g.refuses_new(&file.real)) {
+        } else if self.grants.iter().any(|g| g.refuses(&file.real)) {
             DenialReason::CreatedAfterSetup
         } else {
             return None;
@@ -385,9 +425,10 @@ mod tests {
     fn a_resolved_path_is_where_it_leads_with_or_without_links() {
         let dir = tempfile::tempdir().unwrap();
         let real_dir = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::create_dir(real_dir.join("d")).unwrap();
+        std::fs::create_dir_all(real_dir.join("d/sub")).unwrap();
         std::fs::write(real_dir.join("d/f"), "").unwrap();
-        std::os::unix::fs::symlink(real_dir.join("d"), real_dir.join("l")).unwrap();
+        // `l/..` is `d` to the kernel, the directory itself to a reading of the words.
+        std::os::unix::fs::symlink(real_dir.join("d/sub"), real_dir.join("l")).unwrap();
         let root = rustix::fs::open("/", OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
         let at = |p: &str| {
             let path = format!("{}/{p}", real_dir.display());
@@ -395,8 +436,8 @@ mod tests {
         };
         assert_eq!(at("d/f"), Some(real_dir.join("d/f")));
         assert_eq!(at("d/../d/./f"), Some(real_dir.join("d/f")));
-        assert_eq!(at("l/f"), Some(real_dir.join("d/f")));
-        assert_eq!(at("l/../d/f"), Some(real_dir.join("d/f")));
+        assert_eq!(at("l/../f"), Some(real_dir.join("d/f")));
+        assert_eq!(at("l/../sub/../f"), Some(real_dir.join("d/f")));
         assert_eq!(at("missing/f"), None);
         let link = format!("{}/l", real_dir.display());
         let kept = resolve(root.as_fd(), link.as_bytes(), false).unwrap();

@@ -108,17 +108,21 @@ pub(crate) struct ReadGrants {
     pub(crate) index: Arc<GrantIndex>,
 }
 
-/// What one walk granted, as the judge asks it: Landlock grants an entry by its inode, so an
-/// entry made in a walked directory after the walk (or removed and made again) has no grant,
-/// and nothing beneath it can be read until the layer is made again (by the next command's
-/// helper, which finds the directory changed).
+/// What one walk granted, as the judge asks it. Landlock grants an entry by its inode, and lets
+/// a read through where any directory on the way, or the file itself, holds a grant. An entry
+/// made in a walked directory after the walk (or removed and made again) has none, so what lies
+/// beneath it cannot be read (unless it holds a granted entry moved there) until the layer is
+/// made again: by the next command's helper, which finds the directory changed.
 #[derive(Debug, Default)]
 pub(crate) struct GrantIndex {
     /// The directories walked whole (listed, each entry granted on its own).
     walked: HashSet<PathBuf>,
+    /// Directories on the way to a denied path that could not be listed: nothing beneath them
+    /// was granted, and the judge does not know why.
+    unlisted: HashSet<PathBuf>,
     /// The granted entries' device and inode numbers.
     granted: HashSet<(u64, u64)>,
-    /// Entries left without a grant on purpose (the denied paths).
+    /// Entries left without a grant on purpose (the denied paths, block devices).
     refused: HashSet<PathBuf>,
     /// Granted whole by a rule of their own, wherever they lie.
     beneath: Vec<PathBuf>,
@@ -126,36 +130,55 @@ pub(crate) struct GrantIndex {
 
 impl GrantIndex {
     /// Whether the walk's layer refuses reading the file at `real` (a real path, of a file
-    /// that is neither a directory nor beneath a denied path) only because the entry leading
-    /// to it in a walked directory was made after the walk.
-    pub(crate) fn refuses_new(&self, real: &Path) -> bool {
+    /// that is neither a directory nor beneath a denied path) because no directory on the way
+    /// to it, nor the file itself, holds a grant: something on the way was made after the
+    /// walk. The file itself may be missing (an open that creates it).
+    pub(crate) fn refuses(&self, real: &Path) -> bool {
         if self.beneath.iter().any(|b| real.starts_with(b)) {
             return false;
         }
-        // The first entry on the way down that is not a walked directory, in a walked one.
-        let entry = real
-            .ancestors()
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .find(|p| {
-                !self.walked.contains(*p) && p.parent().is_some_and(|d| self.walked.contains(d))
-            });
-        let Some(entry) = entry else {
-            return false;
-        };
-        if self.refused.contains(entry) {
-            return false;
-        }
-        match rustix::fs::lstat(entry) {
-            Ok(stat) => {
-                let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
-                kind != rustix::fs::FileType::Symlink
-                    && kind != rustix::fs::FileType::BlockDevice
-                    && !self.granted.contains(&(stat.st_dev, stat.st_ino))
+        let mut way: Vec<&Path> = real.ancestors().collect();
+        // From the top down; `/` itself holds no grant of reading.
+        way.pop();
+        for path in way.into_iter().rev() {
+            if self.refused.contains(path) || self.unlisted.contains(path) {
+                return false;
             }
-            Err(_) => false,
+            let stat = rustix::fs::statx(
+                rustix::fs::CWD,
+                path,
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                rustix::fs::StatxFlags::TYPE | rustix::fs::StatxFlags::INO,
+            );
+            match stat {
+                Ok(stat) => {
+                    let dev = rustix::fs::makedev(stat.stx_dev_major, stat.stx_dev_minor);
+                    if self.granted.contains(&(dev, stat.stx_ino)) {
+                        return false;
+                    }
+                    let kind = rustix::fs::FileType::from_raw_mode(u32::from(stat.stx_mode));
+                    if matches!(
+                        kind,
+                        rustix::fs::FileType::Symlink | rustix::fs::FileType::BlockDevice
+                    ) {
+                        return false;
+                    }
+                    // Something mounted over an entry hides the entry's grant (Landlock passes
+                    // over a covered mount point), and no later walk notices: not a new entry.
+                    if stat
+                        .stx_attributes
+                        .contains(rustix::fs::StatxAttributes::MOUNT_ROOT)
+                        && !self.walked.contains(path)
+                    {
+                        return false;
+                    }
+                }
+                // Being made by the very call judged.
+                Err(_) if path == real => {}
+                Err(_) => return false,
+            }
         }
+        true
     }
 
     /// Adds `path`, granted whole by a rule of its own.
@@ -189,6 +212,7 @@ impl ReadGrants {
     pub(crate) fn index_with(&self, extra: &[&Path]) -> Arc<GrantIndex> {
         let mut index = GrantIndex {
             walked: self.index.walked.clone(),
+            unlisted: self.index.unlisted.clone(),
             granted: self.index.granted.clone(),
             refused: self.index.refused.clone(),
             beneath: self.index.beneath.clone(),
@@ -226,9 +250,9 @@ impl ReadGrants {
         while let Some(dir) = stack.pop() {
             walked.push((dir.clone(), stamp(&dir)));
             let Ok(entries) = std::fs::read_dir(&dir) else {
+                index.unlisted.insert(dir);
                 continue;
             };
-            // Only a directory listed whole tells which of its entries are new.
             index.walked.insert(dir.clone());
             for entry in entries.flatten() {
                 let path = entry.path();
@@ -240,6 +264,7 @@ impl ReadGrants {
                     continue;
                 };
                 if kind.is_symlink() || kind.is_block_device() {
+                    index.refused.insert(path);
                     continue;
                 }
                 if ancestors.contains(&path)

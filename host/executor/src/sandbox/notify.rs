@@ -655,6 +655,14 @@ mod tests {
             run(
                 &program,
                 libc::SYS_openat,
+                [at_cwd, 0, (1 << 40) | O_DIRECTORY as u64, 0, 0, 0]
+            ),
+            ALLOW
+        );
+        assert_eq!(
+            run(
+                &program,
+                libc::SYS_openat,
                 [at_cwd, 0, (1 << 40) | O_RDONLY as u64, 0, 0, 0]
             ),
             NOTIFY
@@ -663,6 +671,7 @@ mod tests {
         {
             let open = |flags: i32| run(&program, libc::SYS_open, [0, flags as u64, 0, 0, 0, 0]);
             assert_eq!(open(O_RDONLY | O_DIRECTORY), ALLOW);
+            assert_eq!(open(O_PATH), ALLOW);
             assert_eq!(open(O_RDONLY), NOTIFY);
             assert_eq!(open(O_WRONLY | libc::O_CREAT), NOTIFY);
             assert_eq!(run(&program, libc::SYS_creat, [0; 6]), NOTIFY);

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::containment::cgroup::{CgroupRoot, TaskCgroup};
 use crate::containment::pidfd::readable_within;
-use crate::helper::{FACTORY_ARGV0, HELPER_ARG, NOFILE_ARG};
+use crate::helper::{FACTORY_ARGV0, HELPER_ARG, NOFILE_ENV};
 use crate::protocol::{self, Report};
 
 /// Helpers kept ready: one command at a time takes none from the runtime thread's path; a burst
@@ -249,11 +249,6 @@ impl Launcher {
             .arg0(FACTORY_ARGV0)
             .arg(HELPER_ARG)
             .arg(std::process::id().to_string())
-            // Set by the factory itself: a closure run between fork and exec would make the
-            // start a fork() of this multi-threaded process, whose fork handlers (a library's)
-            // may wait forever on a lock another thread held; without one it is a posix_spawn,
-            // which runs none.
-            .args(self.nofile.map(|soft| format!("{NOFILE_ARG}{soft}")))
             .args(self.cgroups.as_ref().map(|root| root.dir()))
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -261,6 +256,13 @@ impl Launcher {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
+        if let Some(soft) = self.nofile {
+            // Set by the factory itself: a closure run between fork and exec would make the
+            // start a fork() of this multi-threaded process, whose fork handlers (a library's)
+            // may wait forever on a lock another thread held; without one it is a posix_spawn,
+            // which runs none.
+            command.env(NOFILE_ENV, soft.to_string());
+        }
         let child = command.spawn()?;
         let pid = child
             .id()
