@@ -598,7 +598,7 @@ mod tests {
     /// What `program` returns for a call, run as the kernel runs a classic BPF filter (only the
     /// instructions these filters use).
     fn run(program: &[seccompiler::sock_filter], nr: i64, args: [u64; 6]) -> u32 {
-        let mut data = vec![0u32; 16];
+        let mut data = [0u32; 16];
         data[0] = nr as u32;
         data[1] = AUDIT_ARCH;
         for (i, arg) in args.iter().enumerate() {
