@@ -10,7 +10,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
@@ -174,31 +174,17 @@ impl Judge {
     /// An open that makes a file and reads it: the file is made, then refused where the read
     /// layers hold no grant on the way to it (beside a denied path).
     fn made_unreadable(&self, base: BorrowedFd<'_>, path: &[u8]) -> Option<Denial> {
-        let (parent, name) = split(path)?;
-        if name == b"." || name == b".." {
-            return None;
-        }
-        let dir = resolve(base, parent, true)?;
-        if !dir.is_dir {
-            return None;
-        }
-        let real = dir.real.join(OsStr::from_bytes(name));
-        if self.readable.iter().any(|r| real.starts_with(r))
-            || self.denied.iter().any(|d| real.starts_with(d))
-            || !self.grants.iter().any(|g| g.refuses(&real))
-        {
-            return None;
-        }
-        permits(
-            dir.fd.as_fd(),
-            libc::W_OK | libc::X_OK,
-            self.read_only_mounts,
-        )
-        .then(|| Denial {
-            access: DeniedAccess::Read,
-            target: real.display().to_string(),
-            reason: DenialReason::CreatedAfterSetup,
-        })
+        let (dir, _, real) = new_entry(base, path)?;
+        self.read_reason(&real)
+            .filter(|reason| *reason == DenialReason::CreatedAfterSetup)
+            .and_then(|reason| {
+                refusal(
+                    &dir,
+                    libc::W_OK | libc::X_OK,
+                    self.read_only_mounts,
+                    (DeniedAccess::Read, &real, reason),
+                )
+            })
     }
 
     fn write_existing(&self, file: &Resolved) -> Option<Denial> {
@@ -211,50 +197,51 @@ impl Judge {
         } else {
             DenialReason::OutsideWritableRoots
         };
-        permits(file.fd.as_fd(), libc::W_OK, self.read_only_mounts).then(|| Denial {
-            access: DeniedAccess::Write,
-            target: file.real.display().to_string(),
-            reason,
-        })
+        refusal(
+            file,
+            libc::W_OK,
+            self.read_only_mounts,
+            (DeniedAccess::Write, &file.real, reason),
+        )
     }
 
     fn read_existing(&self, file: &Resolved) -> Option<Denial> {
         // Listing is allowed everywhere.
-        if file.is_dir || self.readable.iter().any(|r| file.real.starts_with(r)) {
+        if file.is_dir {
             return None;
         }
-        let reason = if self.denied.iter().any(|d| file.real.starts_with(d)) {
-            DenialReason::DeniedRead
-        } else if self.grants.iter().any(|g| g.refuses(&file.real)) {
-            DenialReason::CreatedAfterSetup
+        let reason = self.read_reason(&file.real)?;
+        refusal(
+            file,
+            libc::R_OK,
+            self.read_only_mounts,
+            (DeniedAccess::Read, &file.real, reason),
+        )
+    }
+
+    /// Why the sandbox refuses reading the file at `real`, if it does.
+    fn read_reason(&self, real: &Path) -> Option<DenialReason> {
+        if self.readable.iter().any(|r| real.starts_with(r)) {
+            None
+        } else if self.denied.iter().any(|d| real.starts_with(d)) {
+            Some(DenialReason::DeniedRead)
+        } else if self.grants.iter().any(|g| g.refuses(real)) {
+            Some(DenialReason::CreatedAfterSetup)
         } else {
-            return None;
-        };
-        permits(file.fd.as_fd(), libc::R_OK, self.read_only_mounts).then(|| Denial {
-            access: DeniedAccess::Read,
-            target: file.real.display().to_string(),
-            reason,
-        })
+            None
+        }
     }
 
     /// Making or removing an entry, judged on the directory that holds it; `must_exist`: whether
     /// the entry must be there (to remove) or not (to make), if it matters.
     fn entry(&self, base: BorrowedFd<'_>, path: &[u8], must_exist: Option<bool>) -> Option<Denial> {
-        let (parent, name) = split(path)?;
-        let dir = resolve(base, parent, true)?;
-        if !dir.is_dir {
-            return None;
-        }
-        if name == b"." || name == b".." {
-            return None;
-        }
+        let (dir, name, real) = new_entry(base, path)?;
         let exists =
             rustix::fs::statat(&dir.fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok();
         // Making what exists fails with EEXIST, removing what does not with ENOENT.
         if must_exist.is_some_and(|must| must != exists) {
             return None;
         }
-        let real = dir.real.join(OsStr::from_bytes(name));
         let reason = if self
             .protected
             .iter()
@@ -266,17 +253,43 @@ impl Judge {
         } else {
             DenialReason::OutsideWritableRoots
         };
-        permits(
-            dir.fd.as_fd(),
+        refusal(
+            &dir,
             libc::W_OK | libc::X_OK,
             self.read_only_mounts,
+            (DeniedAccess::Write, &real, reason),
         )
-        .then(|| Denial {
-            access: DeniedAccess::Write,
-            target: real.display().to_string(),
-            reason,
-        })
     }
+}
+
+/// The directory an entry named by `path` is in, resolved, its name, and where the entry is
+/// (or would be) really; none for `.`, `..` or a directory that is not one.
+fn new_entry<'p>(base: BorrowedFd<'_>, path: &'p [u8]) -> Option<(Resolved, &'p [u8], PathBuf)> {
+    let (parent, name) = split(path)?;
+    if name == b"." || name == b".." {
+        return None;
+    }
+    let dir = resolve(base, parent, true)?;
+    if !dir.is_dir {
+        return None;
+    }
+    let real = dir.real.join(OsStr::from_bytes(name));
+    Some((dir, name, real))
+}
+
+/// The denial of `what` (access, target, reason), if `checked`'s permissions allow `mode`:
+/// otherwise the refusal is the file's own, not the sandbox's.
+fn refusal(
+    checked: &Resolved,
+    mode: i32,
+    read_only_mounts: bool,
+    (access, target, reason): (DeniedAccess, &Path, DenialReason),
+) -> Option<Denial> {
+    permits(checked.fd.as_fd(), mode, read_only_mounts).then(|| Denial {
+        access,
+        target: target.display().to_string(),
+        reason,
+    })
 }
 
 /// A path resolved in the helper: a descriptor of what it names, and where that really is.

@@ -180,11 +180,6 @@ impl GrantIndex {
         }
         true
     }
-
-    /// Adds `path`, granted whole by a rule of its own.
-    fn grant_beneath(&mut self, path: &Path) {
-        self.beneath.push(path.to_path_buf());
-    }
 }
 
 /// What [`ReadGrants`] were made from: the walked directories as they were, and when.
@@ -197,33 +192,19 @@ pub(crate) struct Freshness {
 impl ReadGrants {
     /// Walks from `/` along every denied path (resolved through symlinks first), granting every
     /// entry off those paths; the denied paths themselves, symlinks (reached through their
-    /// targets) and block devices (a disk holds every denied file) get nothing.
-    pub(crate) fn make(deny: &[PathBuf]) -> io::Result<ReadGrants> {
-        Self::walk(deny, true)
+    /// targets) and block devices (a disk holds every denied file) get nothing. `whole` is
+    /// granted whole by rules of its own, even where it lies under a denied path.
+    pub(crate) fn make(deny: &[PathBuf], whole: &[PathBuf]) -> io::Result<ReadGrants> {
+        Self::walk(deny, true, whole)
     }
 
     /// The grants of "everything but `dir`" (a directory whose ancestors hold few entries), for
     /// a layer of one command that leaves `/dev` to the others.
     pub(crate) fn all_but(dir: &Path) -> io::Result<ReadGrants> {
-        Self::walk(&[dir.to_path_buf()], false)
+        Self::walk(&[dir.to_path_buf()], false, &[])
     }
 
-    /// The grants, and `extra` granted whole by rules of their own.
-    pub(crate) fn index_with(&self, extra: &[&Path]) -> Arc<GrantIndex> {
-        let mut index = GrantIndex {
-            walked: self.index.walked.clone(),
-            unlisted: self.index.unlisted.clone(),
-            granted: self.index.granted.clone(),
-            refused: self.index.refused.clone(),
-            beneath: self.index.beneath.clone(),
-        };
-        for path in extra {
-            index.grant_beneath(path);
-        }
-        Arc::new(index)
-    }
-
-    fn walk(deny: &[PathBuf], walk_dev: bool) -> io::Result<ReadGrants> {
+    fn walk(deny: &[PathBuf], walk_dev: bool, whole: &[PathBuf]) -> io::Result<ReadGrants> {
         let made = std::time::SystemTime::now();
         let denied: BTreeSet<PathBuf> = deny
             .iter()
@@ -245,7 +226,10 @@ impl ReadGrants {
         }
         let mut grants = Vec::new();
         let mut walked = Vec::new();
-        let mut index = GrantIndex::default();
+        let mut index = GrantIndex {
+            beneath: whole.to_vec(),
+            ..GrantIndex::default()
+        };
         let mut stack = vec![PathBuf::from("/")];
         while let Some(dir) = stack.pop() {
             walked.push((dir.clone(), stamp(&dir)));
@@ -306,12 +290,11 @@ impl Freshness {
 }
 
 /// The read layer: everything readable, listable and executable but the denied paths (as
-/// `grants` spell it out), with `grant` readable again even where it lies under a denied path,
-/// and moving files between directories allowed beneath `writable`.
+/// `grants` spell it out, with what they grant whole), and moving files between directories
+/// allowed beneath `writable`.
 pub(crate) fn read_layer(
     abi: u32,
     grants: &ReadGrants,
-    grant: &[PathBuf],
     writable: &[PathBuf],
 ) -> io::Result<OwnedFd> {
     let abi = ABI::from(abi as i32);
@@ -338,7 +321,7 @@ pub(crate) fn read_layer(
             .add_rule(PathBeneath::new(fd.as_fd(), access))
             .map_err(|e| error("read rule", e))?;
     }
-    for path in grant {
+    for path in &grants.index.beneath {
         ruleset = ruleset
             .add_rule(PathBeneath::new(open_path(path)?, read))
             .map_err(|e| error(&format!("rule for {}", path.display()), e))?;

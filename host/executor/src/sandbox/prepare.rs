@@ -68,20 +68,17 @@ impl ReadLayers {
         writable: &[PathBuf],
         tmp_base: &Path,
     ) -> io::Result<ReadLayers> {
-        let grants = ReadGrants::make(deny_read)?;
+        // This host's `TMPDIR`s are readable whole (the command's own layer keeps each to its
+        // command).
+        let grants = ReadGrants::make(deny_read, std::slice::from_ref(&tmp_base.to_path_buf()))?;
         // Files move freely beneath the writable roots and the private `TMPDIR`s (the write
         // layer grants each command its own).
         let mut refer = writable.to_vec();
         refer.push(tmp_base.to_path_buf());
-        let layer = super::landlock::read_layer(
-            abi,
-            &grants,
-            std::slice::from_ref(&tmp_base.to_path_buf()),
-            &refer,
-        )?;
+        let layer = super::landlock::read_layer(abi, &grants, &refer)?;
         Ok(ReadLayers {
             layer,
-            index: grants.index_with(&[tmp_base]),
+            index: grants.index.clone(),
             freshness: grants.freshness,
             // The directory of every host's: unlike this host's, it changes whenever a host
             // starts, and is denied by the read layer all the same.
