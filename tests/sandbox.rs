@@ -643,6 +643,17 @@ fn bad_sandbox_flags_are_clear_errors() {
         let call = serde_json::json!({"command": "echo ran", "description": "x"}).to_string();
         let mut all = vec!["call", "bash", &call];
         all.extend_from_slice(args);
+        // Temporary bases already there: left by hosts that were killed (no clean-up), whose
+        // pid this host may now have.
+        let bases = || -> std::collections::BTreeSet<std::ffi::OsString> {
+            std::fs::read_dir("/var/tmp/dsh-sandbox-0")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.file_name())
+                .collect()
+        };
+        let before = bases();
         let child = world
             .host(&all)
             .stdout(Stdio::piped())
@@ -656,15 +667,10 @@ fn bad_sandbox_flags_are_clear_errors() {
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
         assert!(out.stdout.is_empty(), "{args:?}");
         // A refusal leaves nothing behind: no temporary base of that host.
-        let left: Vec<_> = std::fs::read_dir("/var/tmp/dsh-sandbox-0")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with(&format!("{pid}-"))
-            })
+        let left: Vec<_> = bases()
+            .difference(&before)
+            .filter(|name| name.to_string_lossy().starts_with(&format!("{pid}-")))
+            .cloned()
             .collect();
         assert!(left.is_empty(), "{args:?}: {left:?}");
     }
