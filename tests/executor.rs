@@ -1612,6 +1612,23 @@ async fn denials_reach_the_result_and_each_read_once() {
     assert!(r.denials.is_empty());
 }
 
+/// An executor dropped without `shutdown` takes its sandbox's temporary base (every command's
+/// `TMPDIR` lies in it) along: the helper factory, killed with it, would leave it behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_sandboxed_executor_leaves_no_temporary_base() {
+    let h = harness(sandboxed);
+    let r = h.run("echo \"$TMPDIR\"").await;
+    let tmpdir = std::path::PathBuf::from(r.stdout.text.trim_end());
+    let base = tmpdir.parent().expect("a TMPDIR in the base").to_path_buf();
+    assert!(base.is_dir(), "{base:?}");
+    drop(h);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while base.exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!base.exists(), "{base:?} left behind");
+}
+
 /// A command handed over to the background: the result names what was denied before, the
 /// task's first read only what came after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -54,6 +54,16 @@ struct Shared {
     sandbox: Option<Sandbox>,
 }
 
+impl Drop for Shared {
+    /// An executor dropped without [`Executor::shutdown`]: its sandbox's temporary base goes
+    /// with it (the helper factory, killed with it, does not remove it).
+    fn drop(&mut self) {
+        if let Some(sandbox) = &self.sandbox {
+            let _ = std::fs::remove_dir_all(&sandbox.tmp_base);
+        }
+    }
+}
+
 impl Shared {
     fn tasks(&self) -> MutexGuard<'_, Tasks> {
         self.tasks.lock().unwrap_or_else(|e| e.into_inner())
