@@ -119,7 +119,7 @@ struct Inner {
 struct Resumable {
     session: String,
     /// The secret from hello's answer (absent from a server that predates it).
-    key: Option<String>,
+    key: Option<wire::ResumeKey>,
     grace: Duration,
 }
 
@@ -407,7 +407,7 @@ impl Inner {
     /// command, if any, is stopped first.
     fn dial(
         self: Arc<Self>,
-        session: Option<(String, Option<String>)>,
+        session: Option<(String, Option<wire::ResumeKey>)>,
         timeout: Duration,
     ) -> Result<wire::Welcome, Dial> {
         let previous = {

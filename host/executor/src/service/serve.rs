@@ -78,7 +78,7 @@ where
     // The credential a new connection needs to take the session over: apart from its name,
     // which is on disk (the socket's), told only to the client in hello's answer.
     let resume_key = match rendezvous {
-        Some(_) => Some(super::resume::new_resume_key()?),
+        Some(_) => Some(wire::ResumeKey::new(super::resume::new_resume_key()?)),
         None => None,
     };
     let server = Arc::new(Server {
@@ -303,7 +303,7 @@ struct Server {
     core: Arc<Session>,
     session: String,
     /// What a `hello` naming the session must carry (a session kept for reconnection has one).
-    resume_key: Option<String>,
+    resume_key: Option<wire::ResumeKey>,
     options: ServeOptions,
     next_connection: AtomicU64,
     /// Connections through the socket not greeted yet.
@@ -538,8 +538,12 @@ impl Server {
             }
             // Refused without a change: the connection that has the session keeps it.
             Some(session)
-                if self.resume_key.as_deref().is_some_and(|key| {
-                    !super::resume::same_key(key, hello.resume_key.as_deref().unwrap_or(""))
+                if self.resume_key.as_ref().is_some_and(|key| {
+                    let given = hello
+                        .resume_key
+                        .as_ref()
+                        .map_or("", wire::ResumeKey::as_str);
+                    !super::resume::same_key(key.as_str(), given)
                 }) =>
             {
                 tracing::warn!(%session, "a hello without the session's resume key (or with another) was refused");
@@ -599,7 +603,7 @@ impl Server {
         let pid = std::process::id();
         Ok(wire::to_value(wire::Proof {
             pid,
-            proof: super::resume::proof(key, nonce, pid),
+            proof: super::resume::proof(key.as_str(), nonce, pid),
         }))
     }
 
