@@ -237,6 +237,16 @@ fn secrets_stay_unreadable_through_aliases_links_and_copies() {
                     )),
                 ),
                 (
+                    // A path descriptor opens no file (and is not handed to the helper):
+                    // reopened through /proc, it is the key's open all the same.
+                    "O_PATH descriptor reopened through /proc/self/fd",
+                    py(&format!(
+                        "import os\n\
+                         fd = os.open('{key}', os.O_PATH)\n\
+                         print(open(f'/proc/self/fd/{{fd}}').read())"
+                    )),
+                ),
+                (
                     "open_by_handle_at (root's CAP_DAC_READ_SEARCH)",
                     py(&format!(
                         "import ctypes, os\n\
