@@ -804,6 +804,35 @@ fn lifting_the_sandbox_is_refused() {
                     "bpf -1 1",
                 ),
             ];
+            // No capability but the kept ones in any set, of the command or of what it starts.
+            let caps = "sh -c 'grep -E \"^Cap(Inh|Prm|Eff|Bnd|Amb)\" /proc/self/status'";
+            if user == User::Root {
+                let c = w.call(&OFF, caps);
+                control(
+                    capability_sets(&c.text)
+                        .iter()
+                        .any(|(_, set)| set & !KEPT_CAPS != 0),
+                    &who,
+                    "unconfined root holds more capabilities",
+                    &c,
+                );
+            }
+            let c = w.call(&ww(tier), caps).ran();
+            let sets = capability_sets(&c.text);
+            // A user without capabilities cannot drop from its bounding set, and needs not: with
+            // no new privileges, nothing it runs gains one (in the namespace tier it holds the
+            // capabilities of its user namespace, and drops them as root does).
+            let bounded =
+                |name: &str| !(name == "CapBnd" && user == User::Nobody && tier == "landlock");
+            found.check(
+                sets.len() == 5
+                    && sets
+                        .iter()
+                        .all(|(name, set)| set & !KEPT_CAPS == 0 || !bounded(name)),
+                &who,
+                "capabilities beyond the kept ones",
+                &c,
+            );
             for (attack, command, expect) in &attacks {
                 let _ = std::fs::remove_file(w.work.join("clone-child"));
                 let c = w.call(&ww(tier), command).ran();
@@ -823,6 +852,22 @@ fn lifting_the_sandbox_is_refused() {
         }
     }
     found.done();
+}
+
+/// The capabilities a sandboxed root keeps: `CAP_CHOWN`, `CAP_DAC_OVERRIDE`,
+/// `CAP_DAC_READ_SEARCH`, `CAP_FOWNER`, `CAP_FSETID`, `CAP_SETGID`, `CAP_SETUID`,
+/// `CAP_NET_BIND_SERVICE`, `CAP_IPC_LOCK`.
+const KEPT_CAPS: u64 = 0x44df;
+
+/// The capability sets `/proc/self/status` printed (`CapBnd:\t000001ffffffffff`).
+fn capability_sets(text: &str) -> Vec<(String, u64)> {
+    text.lines()
+        .filter_map(|line| {
+            let (name, hex) = line.split_once(':')?;
+            let set = u64::from_str_radix(hex.trim(), 16).ok()?;
+            name.starts_with("Cap").then(|| (name.to_string(), set))
+        })
+        .collect()
 }
 
 /// Connections and datagrams from the sandbox land on listeners of the test process.

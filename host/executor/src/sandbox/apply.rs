@@ -4,15 +4,16 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+use super::bpf::{Insn, Program};
+
 /// Everything one sandboxed command's start applies, prepared by the helper.
 #[derive(Debug)]
 pub(crate) struct Prepared {
     /// The Landlock layers, in order.
     pub(crate) landlock: Vec<OwnedFd>,
-    /// The seccomp filters, in order, installed last.
-    pub(crate) filters: Vec<seccompiler::BpfProgram>,
-    /// The filter that notifies the helper ([`super::notify`]), installed after them.
-    pub(crate) notify: seccompiler::BpfProgram,
+    /// The seccomp filter ([`super::seccomp`]), installed last; it notifies the helper
+    /// ([`super::notify`]).
+    pub(crate) filter: Program,
 }
 
 impl Prepared {
@@ -30,14 +31,11 @@ impl Prepared {
                 return Err(io::Error::last_os_error());
             }
         }
-        for filter in &self.filters {
-            install_filter(filter, 0)?;
-        }
         // Its listener: received only once the helper has been notified, a process's wait for
         // the answer ends only with its death (a signal handled meanwhile would make it ask
         // again).
         let listener = install_filter(
-            &self.notify,
+            &self.filter,
             (libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV)
                 as u32,
         )?;
@@ -68,32 +66,46 @@ const KEPT: [u32; 9] = [
 /// kernel may have are dropped too, up to 63.
 const LAST_CAP: u32 = 63;
 
-/// Drops every capability but [`KEPT`], from the bounding, ambient, inheritable, permitted and
-/// effective sets. A process without capabilities (not root) has nothing to drop.
-fn drop_capabilities() -> io::Result<()> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    const VERSION_3: u32 = 0x2008_0522;
-    let mut header = Header {
-        version: VERSION_3,
+/// Whether the calling process holds any capability (root, or anyone in a user namespace of its
+/// own); one that holds none has nothing to drop. Returns the sets as `capget` reads them.
+fn capabilities() -> io::Result<Option<(CapHeader, [CapData; 2])>> {
+    let mut header = CapHeader {
+        version: CAP_VERSION_3,
         pid: 0,
     };
-    let mut data = [Data::default(); 2];
+    let mut data = [CapData::default(); 2];
     // SAFETY: capget with a valid header and two data structures.
     if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
         return Err(io::Error::last_os_error());
     }
     if data.iter().all(|d| d.effective == 0 && d.permitted == 0) {
+        return Ok(None);
+    }
+    Ok(Some((header, data)))
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
+/// Drops every capability but [`KEPT`] from the bounding set, so that no program a command runs
+/// gains one. Done by the spawn helper while idle (about 50 µs of system calls, one a
+/// capability), and inherited by bash: the helper keeps its own effective capabilities, which
+/// the bounding set does not touch.
+pub(crate) fn drop_bounding_set() -> io::Result<()> {
+    if capabilities()?.is_none() {
         return Ok(());
     }
     let kept: u64 = KEPT.iter().fold(0, |mask, cap| mask | 1 << cap);
@@ -109,6 +121,15 @@ fn drop_capabilities() -> io::Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// Drops every capability but [`KEPT`] from the ambient, inheritable, permitted and effective
+/// sets (the bounding set is the helper's to drop: [`drop_bounding_set`]).
+fn drop_capabilities() -> io::Result<()> {
+    let Some((mut header, mut data)) = capabilities()? else {
+        return Ok(());
+    };
     // SAFETY: prctl with integer arguments.
     if unsafe {
         libc::prctl(
@@ -122,6 +143,7 @@ fn drop_capabilities() -> io::Result<()> {
     {
         return Err(io::Error::last_os_error());
     }
+    let kept: u64 = KEPT.iter().fold(0, |mask, cap| mask | 1 << cap);
     let low = kept as u32;
     let high = (kept >> 32) as u32;
     for (d, mask) in data.iter_mut().zip([low, high]) {
@@ -149,10 +171,11 @@ pub(crate) fn no_new_privs() -> io::Result<()> {
 /// Installs one compiled seccomp filter on the calling thread, with `flags` besides
 /// `SECCOMP_FILTER_FLAG_SPEC_ALLOW`; returns what the kernel does (a listener's descriptor with
 /// `SECCOMP_FILTER_FLAG_NEW_LISTENER`, else 0).
-pub(crate) fn install_filter(filter: &[seccompiler::sock_filter], flags: u32) -> io::Result<i32> {
+pub(crate) fn install_filter(filter: &[Insn], flags: u32) -> io::Result<i32> {
     let program = libc::sock_fprog {
+        // At most u16::MAX instructions ([`super::bpf::Assembler::finish`]).
         len: filter.len() as u16,
-        // The same C structure (`struct sock_filter`), as seccompiler and libc each declare it.
+        // The same C structure (`struct sock_filter`).
         filter: filter.as_ptr() as *mut libc::sock_filter,
     };
     // SECCOMP_FILTER_FLAG_SPEC_ALLOW: no speculative-store-bypass mitigation forced on the

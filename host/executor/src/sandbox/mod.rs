@@ -5,7 +5,7 @@
 //!   policy in force after a [`preflight`] of what the machine supports, refusing a mode that
 //!   cannot be enforced (nothing ever runs unconfined silently).
 //! - The policy travels to the spawn helper factory once ([`policy`]); each helper prepares, while
-//!   idle, the Landlock rulesets ([`landlock`]), the seccomp filters ([`seccomp`]) and, in the
+//!   idle, the Landlock rulesets ([`landlock`]), the seccomp filter ([`seccomp`]) and, in the
 //!   namespace tier, its own namespaces ([`namespaces`]) ([`prepare`]); bash's side of the fork
 //!   only applies them ([`apply`]), right before `exec`.
 //! - Inside writable roots, git's hooks and configuration stay protected ([`protect`]): bound
@@ -15,6 +15,7 @@
 //! only narrows, and the seccomp filter refuses new namespaces, `ptrace` and io_uring).
 
 pub(crate) mod apply;
+pub(crate) mod bpf;
 pub(crate) mod judge;
 pub(crate) mod landlock;
 pub(crate) mod log;

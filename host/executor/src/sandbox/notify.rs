@@ -1,5 +1,5 @@
-//! How the host knows what the sandbox denied, without guessing from a command's output: a
-//! seccomp filter that hands the file, socket and connect calls of a sandboxed command to its
+//! How the host knows what the sandbox denied, without guessing from a command's output: the
+//! command's seccomp filter ([`super::seccomp`]) hands its file, socket and connect calls to its
 //! spawn helper (a user notification), which judges each against the policy
 //! ([`super::judge`]) and lets the kernel carry on with it. The kernel's Landlock rules,
 //! read-only mounts and network namespace decide; the helper only learns what they will refuse.
@@ -9,8 +9,8 @@
 //! the helper be gone, the kernel fails every notified call with `ENOSYS`: a socket is refused
 //! all the same.
 //!
-//! The filter goes last and is the only one with a listener; bash's side passes the listener to
-//! the helper over a socket pair before its `exec` ([`crate::bash::exec`]).
+//! The filter is installed last, with a listener; bash's side passes the listener to the helper
+//! over a socket pair before its `exec` ([`crate::bash::exec`]).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -19,13 +19,8 @@ use super::NetworkMode;
 use super::judge::{Base, Judge, Operation, Start, Target};
 use crate::{Denial, DenialReason, DeniedAccess};
 
-#[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH: u32 = 0xc000_003e;
-#[cfg(target_arch = "aarch64")]
-const AUDIT_ARCH: u32 = 0xc000_00b7;
-
 /// The file calls judged. Reading and listing go through `open` and its kin too.
-const FILE_CALLS: &[i64] = &[
+pub(crate) const FILE_CALLS: &[i64] = &[
     libc::SYS_openat,
     libc::SYS_openat2,
     libc::SYS_mkdirat,
@@ -58,139 +53,14 @@ const FILE_CALLS: &[i64] = &[
 ];
 
 /// `open` and `openat` with their flags' argument: those the sandbox can never refuse go on
-/// without a notification (each costs a round trip to the helper). A descriptor of a path
-/// (`O_PATH`) opens no file, and listing a directory is allowed everywhere: an open for reading
-/// only with `O_DIRECTORY` fails `ENOTDIR` before any check if it names no directory.
-/// (`openat2` keeps its flags in memory, which a filter cannot read.)
-const OPENS: &[(i64, u32)] = &[
+/// without a notification (each costs a round trip to the helper; see
+/// [`super::seccomp::filter`]). (`openat2` keeps its flags in memory, which a filter cannot
+/// read: it is one of the [`FILE_CALLS`].)
+pub(crate) const OPENS: &[(i64, u32)] = &[
     (libc::SYS_openat, 2),
     #[cfg(target_arch = "x86_64")]
     (libc::SYS_open, 1),
 ];
-
-/// The notifying filter for a command with `network`: the file calls; `socket` of any family
-/// but Unix where the network is off; `connect` where it is loopback only. One program, so that
-/// a command's start loads two in all: it also kills a call of another architecture, and
-/// answers "not implemented" to `clone3` (whose flags a filter cannot read: the C library then
-/// falls back to `clone`, which the other filter checks) and, on x86_64, to every x32 call
-/// (numbers with bit 30 set, which would reach the same calls under other numbers).
-pub(crate) fn filter(network: NetworkMode) -> seccompiler::BpfProgram {
-    use libc::{BPF_ABS, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
-    const NR: u32 = 0; // offsetof(struct seccomp_data, nr)
-    const ARCH_OFFSET: u32 = 4;
-    const ARG0: u32 = 16; // the low half of args[0] (little-endian)
-    let stmt = |code: u32, k: u32| seccompiler::sock_filter {
-        code: code as u16,
-        jt: 0,
-        jf: 0,
-        k,
-    };
-    // Jumps to the returns at the end, patched once their place is known.
-    #[derive(Clone, Copy)]
-    enum To {
-        Next,
-        /// Over the next n instructions.
-        Skip(usize),
-        Allow,
-        Notify,
-        NotImplemented,
-        Kill,
-    }
-    let mut program: Vec<(seccompiler::sock_filter, To, To)> = Vec::new();
-    let jeq = |program: &mut Vec<_>, k: u32, jt: To, jf: To| {
-        program.push((stmt(BPF_JMP | BPF_JEQ | BPF_K, k), jt, jf));
-    };
-    program.push((
-        stmt(BPF_LD | BPF_W | BPF_ABS, ARCH_OFFSET),
-        To::Next,
-        To::Next,
-    ));
-    jeq(&mut program, AUDIT_ARCH, To::Next, To::Kill);
-    program.push((stmt(BPF_LD | BPF_W | BPF_ABS, NR), To::Next, To::Next));
-    #[cfg(target_arch = "x86_64")]
-    {
-        const X32_BIT: u32 = 0x4000_0000;
-        program.push((
-            stmt(libc::BPF_JMP | libc::BPF_JGE | BPF_K, X32_BIT),
-            To::NotImplemented,
-            To::Next,
-        ));
-    }
-    jeq(
-        &mut program,
-        libc::SYS_clone3 as u32,
-        To::NotImplemented,
-        To::Next,
-    );
-    for &(call, flags_arg) in OPENS {
-        use libc::{BPF_ALU, BPF_AND, BPF_JSET};
-        let mask =
-            (libc::O_DIRECTORY | libc::O_ACCMODE | libc::O_CREAT | libc::O_TRUNC | libc::O_TMPFILE)
-                as u32;
-        // The accumulator still holds the call's number where this is not the call.
-        jeq(&mut program, call as u32, To::Next, To::Skip(4));
-        program.push((
-            stmt(BPF_LD | BPF_W | BPF_ABS, ARG0 + 8 * flags_arg),
-            To::Next,
-            To::Next,
-        ));
-        program.push((
-            stmt(BPF_JMP | BPF_JSET | BPF_K, libc::O_PATH as u32),
-            To::Allow,
-            To::Next,
-        ));
-        program.push((stmt(BPF_ALU | BPF_AND | BPF_K, mask), To::Next, To::Next));
-        jeq(
-            &mut program,
-            libc::O_DIRECTORY as u32,
-            To::Allow,
-            To::Notify,
-        );
-    }
-    for &call in FILE_CALLS {
-        jeq(&mut program, call as u32, To::Notify, To::Next);
-    }
-    if network == NetworkMode::Loopback {
-        jeq(&mut program, libc::SYS_connect as u32, To::Notify, To::Next);
-    }
-    if network == NetworkMode::Off {
-        jeq(&mut program, libc::SYS_socket as u32, To::Next, To::Allow);
-        program.push((stmt(BPF_LD | BPF_W | BPF_ABS, ARG0), To::Next, To::Next));
-        jeq(&mut program, libc::AF_UNIX as u32, To::Allow, To::Notify);
-    }
-    let returns = [
-        libc::SECCOMP_RET_ALLOW,
-        libc::SECCOMP_RET_USER_NOTIF,
-        libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
-        libc::SECCOMP_RET_KILL_PROCESS,
-    ];
-    let first_return = program.len();
-    let offset = |at: usize, to: To| -> u8 {
-        let target = match to {
-            To::Next => at + 1,
-            To::Skip(n) => at + 1 + n,
-            To::Allow => first_return,
-            To::Notify => first_return + 1,
-            To::NotImplemented => first_return + 2,
-            To::Kill => first_return + 3,
-        };
-        u8::try_from(target - at - 1).expect("a short filter")
-    };
-    let mut out: Vec<seccompiler::sock_filter> = program
-        .iter()
-        .enumerate()
-        .map(|(at, (insn, jt, jf))| {
-            let mut insn = insn.clone();
-            if u32::from(insn.code) & 0x07 == BPF_JMP {
-                insn.jt = offset(at, *jt);
-                insn.jf = offset(at, *jf);
-            }
-            insn
-        })
-        .collect();
-    out.extend(returns.map(|k| stmt(BPF_RET | BPF_K, k)));
-    out
-}
 
 /// Answers the notifications of one command's processes.
 #[derive(Debug)]
@@ -570,134 +440,6 @@ fn family_name(family: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_jump_of_the_filter_lands_inside_it() {
-        for network in [NetworkMode::Off, NetworkMode::Loopback, NetworkMode::On] {
-            let program = filter(network);
-            let last = program.len() - 1;
-            for (at, insn) in program.iter().enumerate() {
-                if u32::from(insn.code) & 0x07 == libc::BPF_JMP {
-                    assert!(at + 1 + usize::from(insn.jt) <= last);
-                    assert!(at + 1 + usize::from(insn.jf) <= last);
-                }
-            }
-            let returns: Vec<u32> = program[last - 3..].iter().map(|i| i.k).collect();
-            assert_eq!(
-                returns,
-                [
-                    libc::SECCOMP_RET_ALLOW,
-                    libc::SECCOMP_RET_USER_NOTIF,
-                    libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
-                    libc::SECCOMP_RET_KILL_PROCESS,
-                ]
-            );
-        }
-    }
-
-    /// What `program` returns for a call, run as the kernel runs a classic BPF filter (only the
-    /// instructions these filters use).
-    fn run(program: &[seccompiler::sock_filter], nr: i64, args: [u64; 6]) -> u32 {
-        let mut data = [0u32; 16];
-        data[0] = nr as u32;
-        data[1] = AUDIT_ARCH;
-        for (i, arg) in args.iter().enumerate() {
-            data[4 + 2 * i] = *arg as u32;
-            data[5 + 2 * i] = (*arg >> 32) as u32;
-        }
-        let (mut a, mut pc) = (0u32, 0usize);
-        loop {
-            let insn = &program[pc];
-            let jump = |taken: bool| pc + 1 + usize::from(if taken { insn.jt } else { insn.jf });
-            pc = match u32::from(insn.code) {
-                c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
-                    a = data[insn.k as usize / 4];
-                    pc + 1
-                }
-                c if c == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K => jump(a == insn.k),
-                c if c == libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K => jump(a >= insn.k),
-                c if c == libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K => jump(a & insn.k != 0),
-                c if c == libc::BPF_ALU | libc::BPF_AND | libc::BPF_K => {
-                    a &= insn.k;
-                    pc + 1
-                }
-                c if c == libc::BPF_RET | libc::BPF_K => return insn.k,
-                c => panic!("an instruction this test does not run: {c:#x}"),
-            };
-        }
-    }
-
-    #[test]
-    fn opens_the_sandbox_never_refuses_are_not_notified() {
-        use libc::{O_CLOEXEC, O_CREAT, O_DIRECTORY, O_PATH, O_RDONLY, O_RDWR, O_WRONLY};
-        const ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
-        const NOTIFY: u32 = libc::SECCOMP_RET_USER_NOTIF;
-        let program = filter(NetworkMode::Off);
-        let at_cwd = libc::AT_FDCWD as u32 as u64;
-        let openat = |flags: i32| {
-            run(
-                &program,
-                libc::SYS_openat,
-                [at_cwd, 0, flags as u64, 0, 0, 0],
-            )
-        };
-        assert_eq!(openat(O_RDONLY | O_DIRECTORY | O_CLOEXEC), ALLOW);
-        assert_eq!(openat(O_PATH | O_CLOEXEC), ALLOW);
-        assert_eq!(openat(O_PATH | O_DIRECTORY), ALLOW);
-        assert_eq!(openat(O_RDONLY | O_CLOEXEC), NOTIFY);
-        assert_eq!(openat(O_WRONLY | O_DIRECTORY), NOTIFY);
-        assert_eq!(openat(O_RDWR | O_DIRECTORY), NOTIFY);
-        assert_eq!(openat(O_CREAT | O_DIRECTORY), NOTIFY);
-        assert_eq!(openat(libc::O_TMPFILE | O_RDWR), NOTIFY);
-        assert_eq!(openat(O_RDONLY | libc::O_TRUNC | O_DIRECTORY), NOTIFY);
-        // Flags above the low 32 bits are not flags: the low half decides.
-        assert_eq!(
-            run(
-                &program,
-                libc::SYS_openat,
-                [at_cwd, 0, (1 << 40) | O_DIRECTORY as u64, 0, 0, 0]
-            ),
-            ALLOW
-        );
-        assert_eq!(
-            run(
-                &program,
-                libc::SYS_openat,
-                [at_cwd, 0, (1 << 40) | O_RDONLY as u64, 0, 0, 0]
-            ),
-            NOTIFY
-        );
-        #[cfg(target_arch = "x86_64")]
-        {
-            let open = |flags: i32| run(&program, libc::SYS_open, [0, flags as u64, 0, 0, 0, 0]);
-            assert_eq!(open(O_RDONLY | O_DIRECTORY), ALLOW);
-            assert_eq!(open(O_PATH), ALLOW);
-            assert_eq!(open(O_RDONLY), NOTIFY);
-            assert_eq!(open(O_WRONLY | libc::O_CREAT), NOTIFY);
-            assert_eq!(run(&program, libc::SYS_creat, [0; 6]), NOTIFY);
-        }
-        // The other file calls still are; so are a socket where the network is off, and
-        // nothing else.
-        assert_eq!(run(&program, libc::SYS_openat2, [0; 6]), NOTIFY);
-        assert_eq!(run(&program, libc::SYS_unlinkat, [0; 6]), NOTIFY);
-        assert_eq!(
-            run(
-                &program,
-                libc::SYS_socket,
-                [libc::AF_INET as u64, 0, 0, 0, 0, 0]
-            ),
-            NOTIFY
-        );
-        assert_eq!(
-            run(
-                &program,
-                libc::SYS_socket,
-                [libc::AF_UNIX as u64, 0, 0, 0, 0, 0]
-            ),
-            ALLOW
-        );
-        assert_eq!(run(&program, libc::SYS_read, [0; 6]), ALLOW);
-    }
 
     #[test]
     fn names_families() {

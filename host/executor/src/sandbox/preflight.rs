@@ -115,12 +115,13 @@ pub(crate) fn run_probe() -> i32 {
         let filter = super::seccomp::allow_all();
         super::apply::no_new_privs().map_err(|e| ("prctl(PR_SET_NO_NEW_PRIVS)", e))?;
         super::apply::install_filter(&filter, 0).map_err(|e| ("seccomp(SET_MODE_FILTER)", e))?;
-        // The notifying filter, with its listener (which the probe then closes, calling
+        // The commands' filter, with its listener (which the probe then closes, calling
         // nothing it notifies).
         let flags =
             libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
-        let notify = super::notify::filter(super::NetworkMode::On);
-        super::apply::install_filter(&notify, flags as u32)
+        let filter = super::seccomp::filter(super::NetworkMode::On)
+            .map_err(|e| ("the seccomp filter", io::Error::other(e)))?;
+        super::apply::install_filter(&filter, flags as u32)
             .map(|fd| {
                 // SAFETY: the listener's descriptor, ours.
                 unsafe { libc::close(fd) };

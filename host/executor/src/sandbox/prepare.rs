@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::os::fd::OwnedFd;
 
 use super::apply::Prepared;
+use super::bpf::Program;
 use super::judge::Judge;
 use super::landlock::{Freshness, GrantIndex, ReadGrants};
 use super::namespaces::{self, NsSetup};
@@ -22,13 +23,12 @@ use super::{NetworkMode, Tier};
 
 /// What every command's sandbox starts from, made once by the helper factory (every helper it
 /// forks inherits it) and again when a directory walked for it changed: the read layer, the
-/// walk of the temporary directory layer and the compiled seccomp filters.
+/// walk of the temporary directory layer and the seccomp filter.
 #[derive(Debug)]
 pub(crate) struct Shared {
     abi: u32,
     read: ReadLayers,
-    filters: Vec<seccompiler::BpfProgram>,
-    notify: seccompiler::BpfProgram,
+    filter: Program,
 }
 
 impl Shared {
@@ -37,8 +37,7 @@ impl Shared {
         Ok(Shared {
             abi,
             read: ReadLayers::make(abi, &policy.deny_read, &policy.writable, &policy.tmp_base)?,
-            filters: super::seccomp::filters()?,
-            notify: super::notify::filter(policy.network),
+            filter: super::seccomp::filter(policy.network).map_err(io::Error::other)?,
         })
     }
 
@@ -165,8 +164,7 @@ impl Confined {
         let landlock = shared
             .read
             .for_command(abi, &tmpdir, &writable, policy.network)?;
-        let filters = shared.filters.clone();
-        let notify = shared.notify.clone();
+        let filter = shared.filter.clone();
         if policy.tier == Tier::Namespaces {
             NsSetup::new(
                 policy.network != NetworkMode::On,
@@ -194,12 +192,10 @@ impl Confined {
         }
         // SAFETY: as above.
         unsafe { std::env::remove_var("SSH_AUTH_SOCK") };
+        // After the namespaces: entering a user namespace fills the bounding set again.
+        super::apply::drop_bounding_set()?;
         Ok(Confined {
-            prepared: Prepared {
-                landlock,
-                filters,
-                notify,
-            },
+            prepared: Prepared { landlock, filter },
             network: policy.network,
             tier: policy.tier,
             writable: policy.writable.clone(),
