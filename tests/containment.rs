@@ -46,6 +46,7 @@ both_modes!(
     a_stopped_parent_stalls_nothing,
     containment_is_reported_and_commands_run_inside_it,
     every_command_has_a_parent_no_command_had,
+    a_killed_factory_leaves_no_helper_to_a_command,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -718,6 +719,38 @@ async fn every_command_has_a_parent_no_command_had(mode: Mode) {
             assert_not_a_parent_again(&h, &changed, what).await;
         }
     }
+    h.exec.shutdown().await;
+}
+
+/// A command SIGKILLs the process group of the factory that forked its helper (`kill -9` to the
+/// group of `$PPID`'s parent; the factory leads a group of its own, which holds nothing else
+/// once its helpers have left it): the command carries on, and every later command's helper is
+/// again the child of a live factory. A helper made ahead by the killed factory is an orphan,
+/// re-parented to init or to whichever subreaper is above the host, so a command on it would name
+/// a group that is none of the executor's (where init's group reads 0, `kill -9 -- -0` hits the
+/// command itself): no command may get one.
+///
+/// The command checks that it is about to hit a `dsh-factory` before it kills, so that a helper
+/// that is not a factory's child shows in its output instead of signalling a foreign group.
+async fn a_killed_factory_leaves_no_helper_to_a_command(mode: Mode) {
+    let Some(h) = harness(mode, |_| {}) else {
+        return;
+    };
+    let command = "f=$(ps -o ppid= -p $PPID | tr -d ' '); c=$(ps -o comm= -p $f); echo \"$c\"; \
+                   if [ \"$c\" = dsh-factory ]; then kill -9 -- -$(ps -o pgid= -p $f | tr -d ' '); \
+                   fi; sleep 0.2; echo alive";
+    for round in 0..4 {
+        // The ready list refilled (by the factory killed next) before each kill.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let r = h.run(command).await;
+        assert_eq!(
+            (r.stdout.text.as_str(), r.exit_code, r.signal.as_deref()),
+            ("dsh-factory\nalive\n", Some(0), None),
+            "{mode:?} mode, round {round}: the helper's parent is not a live factory"
+        );
+    }
+    let r = h.run("echo ok").await;
+    assert_eq!((r.stdout.text.as_str(), r.exit_code), ("ok\n", Some(0)));
     h.exec.shutdown().await;
 }
 

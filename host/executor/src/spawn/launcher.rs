@@ -2,10 +2,11 @@
 //! with it) that no command has had as its parent, and the helper serves that one command only,
 //! so nothing one command does to its parent or its cgroup reaches the next.
 //!
-//! A helper made ahead waits in the ready list; when taken it must still be alive and alone in
-//! its cgroup, and it declines the command itself when its nice value, limits, OOM score,
-//! scheduling, CPU affinity or timer slack differ from the factory's (something found it idle and changed it,
-//! or changed the factory): the host then starts a new factory.
+//! A helper made ahead waits in the ready list; when taken it must still be alive, alone in its
+//! cgroup and the child of a factory that still runs, and it declines the command itself when its
+//! nice value, limits, OOM score, scheduling, CPU affinity or timer slack differ from the
+//! factory's (something found it idle and changed it, or changed the factory): the host then
+//! starts a new factory.
 //!
 //! Helpers are forked by the factory ([`crate::helper`]), which the host exec's once and
 //! again whenever it has died or refused; forks and checks happen on blocking threads, off the
@@ -40,13 +41,23 @@ pub(crate) struct Helper {
     pub(crate) pidfd: OwnedFd,
     pub(crate) sock: UnixStream,
     pub(crate) cgroup: Option<Arc<TaskCgroup>>,
+    /// The pidfd of the factory that forked it.
+    pub(crate) factory: Arc<OwnedFd>,
 }
 
 impl Helper {
-    /// Whether the helper looks fit to take now: alive, and alone in its cgroup, which is not
-    /// frozen.
+    /// Whether the helper looks fit to take now: alive, the child of a factory that still runs,
+    /// and alone in its cgroup, which is not frozen.
+    ///
+    /// A helper whose factory died (a command can SIGKILL the factory's group) lives on as an
+    /// orphan, re-parented to init or whatever subreaper is above the host: a command on it
+    /// would find there a `$PPID`'s parent that is none of the executor's, and signalling that
+    /// one's process group (`kill -9 -- -0` where init's group reads 0, which is the command's
+    /// own) would hit someone else's processes or the command itself. A live factory cannot
+    /// have lost its children, so its helpers are still its own.
     fn fit(&self) -> bool {
         crate::containment::pidfd::running(&self.pidfd)
+            && crate::containment::pidfd::running(&*self.factory)
             && self.cgroup.as_ref().is_none_or(|c| c.holds_only(self.pid))
     }
 
@@ -70,7 +81,8 @@ impl Helper {
 struct Factory {
     /// Killed when dropped (it would exit anyway once its socket closes).
     _child: tokio::process::Child,
-    pidfd: OwnedFd,
+    /// Shared with the helpers it forks, which are fit only while it runs.
+    pidfd: Arc<OwnedFd>,
     control: UnixStream,
 }
 
@@ -220,16 +232,20 @@ impl Launcher {
                 *factory = Some(self.start_factory()?);
             }
             let cgroup_dir = cgroup.as_deref().map(TaskCgroup::dir_fd);
-            match factory.as_ref().map(|f| f.fork_helper(cgroup_dir)) {
-                Some(Ok((pid, pidfd, sock))) => {
+            match factory
+                .as_ref()
+                .map(|f| (f.fork_helper(cgroup_dir), f.pidfd.clone()))
+            {
+                Some((Ok((pid, pidfd, sock)), factory)) => {
                     return Ok(Helper {
                         pid,
                         pidfd,
                         sock,
                         cgroup,
+                        factory,
                     });
                 }
-                Some(Err(err)) => {
+                Some((Err(err), _)) => {
                     tracing::debug!(%err, "the spawn helper factory is gone; starting another");
                     *factory = None;
                     last = Some(err);
@@ -273,7 +289,7 @@ impl Launcher {
         let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())?;
         Ok(Factory {
             _child: child,
-            pidfd,
+            pidfd: Arc::new(pidfd),
             control: ours,
         })
     }

@@ -93,6 +93,7 @@ pub(crate) async fn spawn(
         pidfd,
         sock,
         cgroup,
+        ..
     } = helper;
     let pipe =
         || rustix::pipe::pipe_with(PipeFlags::CLOEXEC).map_err(|e| StartError::Helper(e.into()));
