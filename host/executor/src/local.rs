@@ -226,8 +226,8 @@ impl LocalExecutor {
                 Err(StartError::Declined) if attempts < SPAWN_ATTEMPTS => {
                     tracing::warn!(
                         "a spawn helper's inherited settings (nice value, limits, OOM score, \
-                         scheduling, affinity or timer slack) were changed from outside; starting \
-                         a new factory"
+                         scheduling, affinity or timer slack) were changed from outside, or its \
+                         factory died; starting a new factory"
                     );
                     self.shared.launcher.reset();
                     continue;

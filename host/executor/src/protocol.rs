@@ -9,7 +9,7 @@
 //! - [`Report::Refused`] (workdir unusable; followed by `[len: u32][message]`), before anything
 //!   was started;
 //! - [`Report::Declined`], before anything was started, when the helper's own state is no longer
-//!   the one it was made with;
+//!   the one it was made with, or its factory is gone;
 //! - [`Report::Started`] with bash's pid, and bash's pidfd passed along, sent by bash itself
 //!   just before its `exec` (so the host knows bash before any of the command runs);
 //! - [`Report::Exited`] with bash's wait status, once bash was reaped;

@@ -436,6 +436,9 @@ fn helper(
         return 1;
     }
     name_helper();
+    // The factory that forked it: should it die before the request, the helper is an orphan
+    // whose `$PPID`'s parent would be none of the executor's (see `spawn::launcher`).
+    let factory = rustix::process::getppid();
     // SIGCONT: host death (through the factory's death) also continues a helper its command
     // stopped, which then sees its socket closed.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::CONT));
@@ -455,6 +458,7 @@ fn helper(
     let oom_score_adj = open_oom_score_adj();
     match serve(
         &sock,
+        factory,
         baseline,
         oom_score_adj.as_ref(),
         changed_signals,
@@ -552,6 +556,7 @@ enum Served {
 /// Waits for the next request and starts its command.
 fn serve(
     sock: &UnixStream,
+    factory: Option<rustix::process::Pid>,
     baseline: &Baseline,
     oom_score_adj: Option<&std::fs::File>,
     changed_signals: &[i32],
@@ -566,9 +571,9 @@ fn serve(
             return Served::End(1);
         }
     };
-    if Baseline::read(oom_score_adj) != *baseline {
+    if Baseline::read(oom_score_adj) != *baseline || rustix::process::getppid() != factory {
         // Changed by someone while it was idle (a command that found it, or the factory, by
-        // pid): bash would inherit it.
+        // pid): bash would inherit it. Or its factory died since the host took it.
         let _ = protocol::send_report(sock, &Report::Declined, None);
         return Served::End(3);
     }
