@@ -1629,6 +1629,41 @@ async fn a_dropped_sandboxed_executor_leaves_no_temporary_base() {
     assert!(!base.exists(), "{base:?} left behind");
 }
 
+/// A temporary base that no host holds, of a pid that runs nothing (a host killed before its
+/// shutdown), is removed when the next sandboxed executor starts; the bases of live executors,
+/// and an unlocked one of a live pid, stay, and the live executor's commands still run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_hosts_temporary_base_goes_when_the_next_host_starts() {
+    let h = harness(sandboxed);
+    let r = h.run("echo \"$TMPDIR\"").await;
+    let tmpdir = std::path::PathBuf::from(r.stdout.text.trim_end());
+    let base = tmpdir.parent().expect("a TMPDIR in the base").to_path_buf();
+    let parent = base.parent().expect("the bases' directory").to_path_buf();
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = gone.id();
+    gone.wait().unwrap();
+    let dead = parent.join(format!("{dead_pid}-0123456789ab"));
+    std::fs::create_dir_all(dead.join("tmp-1/deep")).unwrap();
+    std::fs::write(dead.join("tmp-1/deep/f"), "x").unwrap();
+    let unlocked_live = parent.join(format!("{}-abcdefabcdef", std::process::id()));
+    std::fs::create_dir_all(&unlocked_live).unwrap();
+    // Held by a host whose pid means nothing here (one in another pid namespace).
+    let held = parent.join(format!("{dead_pid}-fedcba987654"));
+    std::fs::create_dir_all(&held).unwrap();
+    let lock = std::fs::File::open(&held).unwrap();
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    let next = harness(sandboxed);
+    assert!(!dead.exists(), "{dead:?} left behind");
+    assert!(unlocked_live.exists(), "{unlocked_live:?} removed");
+    assert!(held.exists(), "{held:?}, held, removed");
+    std::fs::remove_dir(&held).unwrap();
+    assert!(base.exists(), "{base:?} of a live executor removed");
+    std::fs::remove_dir(&unlocked_live).unwrap();
+    let r = h.run("echo ok > \"$TMPDIR/f\" && cat \"$TMPDIR/f\"").await;
+    assert_eq!(r.stdout.text, "ok\n", "{r:?}");
+    drop(next);
+}
+
 /// A command handed over to the background: the result names what was denied before, the
 /// task's first read only what came after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
