@@ -1176,3 +1176,45 @@ fn a_sandboxed_command_holds_only_its_stdio() {
         }
     }
 }
+
+/// A repository nested in the workspace is protected from the command after the one that made
+/// it, and so is one the user made between commands: the helper looks for nested repositories
+/// while it waits, and looks again where a directory it read has changed since.
+#[test]
+fn repositories_made_between_commands_are_protected_in_the_next() {
+    let git = |dir: &std::path::Path| {
+        let ok = Command::new("git")
+            .args(["init", "-q"])
+            .arg(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git init {}", dir.display());
+    };
+    for tier in TIERS {
+        let world = World::new(User::Root);
+        std::fs::create_dir_all(world.work.join("a")).unwrap();
+        git(&world.work.join("old"));
+        // Long enough that the workspace's directories count as settled when the helper first
+        // reads them: what tells it of the new repositories is their change since.
+        std::thread::sleep(Duration::from_millis(1100));
+        let mut mcp = Mcp::start(&world, &flags("workspace-write", tier));
+        let out = mcp.bash("git init -q a/late && echo made");
+        assert_eq!(out, "made\n", "{tier}");
+        git(&world.work.join("users"));
+        let out = mcp.bash(
+            "for r in old a/late users; do echo evil > $r/.git/hooks/pre-commit; \
+             git -C $r config core.hooksPath /evil; done; echo tried",
+        );
+        assert!(out.starts_with("tried\n"), "{tier}: {out}");
+        for repo in ["old", "a/late", "users"] {
+            let git_dir = world.work.join(repo).join(".git");
+            assert!(
+                !git_dir.join("hooks/pre-commit").exists(),
+                "{tier}: {repo}: {out}"
+            );
+            let config = std::fs::read_to_string(git_dir.join("config")).unwrap();
+            assert!(!config.contains("hooksPath"), "{tier}: {repo}: {config}");
+        }
+    }
+}

@@ -88,11 +88,13 @@ pub(crate) fn resolve(path: &Path) -> Option<PathBuf> {
 }
 
 /// A directory's identity and last change, to tell whether a listing of it is still current.
+/// A directory's inode and the time of its last change (an entry made, removed or renamed in
+/// it changes it; unlike the modification time, no command can set it back).
 type Stamp = (u64, i64, i64);
 
 fn stamp(dir: &Path) -> Option<Stamp> {
     let stat = rustix::fs::stat(dir).ok()?;
-    Some((stat.st_ino, stat.st_mtime, stat.st_mtime_nsec as i64))
+    Some((stat.st_ino, stat.st_ctime, stat.st_ctime_nsec as i64))
 }
 
 /// The read grants of "everything but the denied paths": whose making costs a walk of every
@@ -274,6 +276,19 @@ impl ReadGrants {
 }
 
 impl Freshness {
+    /// Starts a record of directories read from now on.
+    pub(crate) fn start() -> Freshness {
+        Freshness {
+            walked: Vec::new(),
+            made: std::time::SystemTime::now(),
+        }
+    }
+
+    /// Records `dir` as it is, before it is read.
+    pub(crate) fn read(&mut self, dir: &Path) {
+        self.walked.push((dir.to_path_buf(), stamp(dir)));
+    }
+
     /// Whether every walked directory is as it was, and was last changed well before the walk
     /// (a change within the file system's timestamp granularity of the walk could be missed).
     pub(crate) fn current(&self) -> bool {

@@ -18,7 +18,7 @@ use super::judge::Judge;
 use super::landlock::{Freshness, GrantIndex, ReadGrants};
 use super::namespaces::{self, NsSetup};
 use super::policy::Policy;
-use super::protect::{self, Snapshot};
+use super::protect::{self, Nested, Snapshot};
 use super::{NetworkMode, Tier};
 
 /// What every command's sandbox starts from, made once by the helper factory (every helper it
@@ -137,6 +137,8 @@ pub(crate) struct Confined {
     tmpdir: PathBuf,
     /// The protected paths as they were (Landlock tier).
     snapshot: Option<Snapshot>,
+    /// The repositories nested in the writable roots, looked for while idle.
+    nested: Nested,
     network: NetworkMode,
     /// The protected paths bound read-only (namespace tier), once known.
     bound: Vec<PathBuf>,
@@ -206,6 +208,7 @@ impl Confined {
             judged: judge_base(policy, &tmpdir, shared.read.grants()),
             tmpdir,
             snapshot: None,
+            nested: Nested::find(&policy.writable),
             bound: Vec::new(),
         })
     }
@@ -223,7 +226,10 @@ impl Confined {
             self.judged.denied = denied_paths(&self.deny_read);
             self.judged.grants = read.grants();
         }
-        let protected = protect::find(&self.writable, workdir);
+        if !self.nested.current() {
+            self.nested = Nested::find(&self.writable);
+        }
+        let protected = protect::find(&self.writable, workdir, &self.nested.repos);
         // A mount follows a symlink: those are left to the snapshot.
         let exists = |path: &PathBuf| {
             std::fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_symlink())
