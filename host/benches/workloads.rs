@@ -100,6 +100,9 @@ fn main() {
     if wanted("sandbox_walk") {
         sandbox_walk(scale, &cache, work.path(), &mut report);
     }
+    if wanted("sandbox_repo") {
+        sandbox_repo(scale, &cache, work.path(), &mut report);
+    }
     if wanted("served") {
         served_executor(scale, &cache, &mut report);
     }
@@ -312,6 +315,49 @@ fn sandbox_walk(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
     report.compare(
         "`find` over 1,051 directories, Landlock + seccomp sandbox ÷ unsandboxed (both via MCP)",
         ms(landlock),
+        ms(plain),
+        "ms",
+    );
+}
+
+/// The call of [`sandbox_overhead`] with a git repository as the workspace, as an agent's
+/// usually is: 60 directories three deep, `git init`'s hooks and configuration. Before each
+/// command the sandbox finds what to protect in it (git's hooks and configuration, nested
+/// repositories), and in the Landlock tier snapshots them, then checks them after.
+fn sandbox_repo(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
+    let repo = work.join("repo");
+    for a in 0..4 {
+        for b in 0..4 {
+            for c in 0..3 {
+                std::fs::create_dir_all(repo.join(format!("src{a}/m{b}/d{c}"))).expect("the repo");
+            }
+        }
+    }
+    let init = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .arg(&repo)
+        .status()
+        .expect("git");
+    assert!(init.success(), "git init");
+    let runtime = runtime_dir(cache);
+    let cwd = repo.display().to_string();
+    let servers = [
+        McpServer::start(runtime.path(), &["--cwd", &cwd]),
+        sandboxed(runtime.path(), &cwd, "landlock"),
+        sandboxed(runtime.path(), &cwd, "namespaces"),
+    ];
+    let [plain, landlock, namespaces] = median_true_calls(servers, scale.rounds);
+    report.compare(
+        "`bash` true in a git repository of 60 directories, Landlock + seccomp sandbox ÷ \
+         unsandboxed (both via MCP)",
+        ms(landlock),
+        ms(plain),
+        "ms",
+    );
+    report.compare(
+        "`bash` true in a git repository of 60 directories, namespace-tier sandbox ÷ unsandboxed \
+         (both via MCP)",
+        ms(namespaces),
         ms(plain),
         "ms",
     );
