@@ -271,6 +271,7 @@ impl Snapshot {
     pub(crate) fn take(roots: &[PathBuf], paths: &[PathBuf]) -> io::Result<Snapshot> {
         let mut budget = SNAPSHOT_LIMIT;
         let mut taken = Vec::new();
+        let mut walker = Walker::default();
         for path in paths {
             let Some(root) = roots
                 .iter()
@@ -283,8 +284,9 @@ impl Snapshot {
                 .strip_prefix(root)
                 .expect("under its root")
                 .to_path_buf();
-            let (dir, name) = walk(root, &below, false)?;
-            taken.push((root.clone(), below, read_at(&dir, &name, &mut budget)?));
+            let (dir, name) = walker.walk(root, &below, false)?;
+            let entry = read_at(dir, &name, &mut budget)?;
+            taken.push((root.clone(), below, entry));
         }
         Ok(Snapshot { paths: taken })
     }
@@ -295,28 +297,30 @@ impl Snapshot {
     /// (unconfined) restore write anywhere else: such a symlink is replaced by a directory.
     pub(crate) fn restore(&self) -> Vec<PathBuf> {
         let mut changed = Vec::new();
+        let mut walker = Walker::default();
         for (root, below, before) in &self.paths {
             let path = root.join(below);
-            let restored = (|| -> io::Result<bool> {
-                let (dir, name) = walk(root, below, true)?;
+            let mut restored = || -> io::Result<bool> {
+                let (dir, name) = walker.walk(root, below, true)?;
                 let mut budget = SNAPSHOT_LIMIT;
-                let now = read_at(&dir, &name, &mut budget).unwrap_or(Entry::Missing);
+                let now = read_at(dir, &name, &mut budget).unwrap_or(Entry::Missing);
                 if now == *before {
                     return Ok(false);
                 }
-                if remove_at(&dir, &name).is_err() {
+                if remove_at(dir, &name).is_err() {
                     // Put aside under a name git gives no meaning to, then put back.
                     let mut aside = name.clone();
                     aside.push(format!(
                         ".dsh-removed-{}",
                         rustix::process::getpid().as_raw_nonzero()
                     ));
-                    let _ = remove_at(&dir, &aside);
-                    rustix::fs::renameat(&dir, &name, &dir, &aside)?;
+                    let _ = remove_at(dir, &aside);
+                    rustix::fs::renameat(dir, &name, dir, &aside)?;
                 }
-                put_back_at(&dir, &name, before)?;
+                put_back_at(dir, &name, before)?;
                 Ok(true)
-            })();
+            };
+            let restored = restored();
             match restored {
                 Ok(false) => {}
                 Ok(true) => changed.push(path),
@@ -340,6 +344,38 @@ fn open_dir(dir: impl AsFd, name: &OsStr) -> io::Result<OwnedFd> {
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )?)
+}
+
+/// [`walk`], keeping the directory last reached for the next path in it: the protected paths
+/// come sorted, a git directory's together (`commondir`, `config`, `hooks`, ...).
+#[derive(Default)]
+struct Walker {
+    last: Option<((PathBuf, PathBuf), OwnedFd)>,
+}
+
+impl Walker {
+    fn walk(
+        &mut self,
+        root: &Path,
+        below: &Path,
+        repair: bool,
+    ) -> io::Result<(&OwnedFd, OsString)> {
+        let key = (
+            root.to_path_buf(),
+            below.parent().unwrap_or(below).to_path_buf(),
+        );
+        let name = below
+            .file_name()
+            .ok_or_else(|| io::Error::other("a protected path is a writable root itself"))?
+            .to_os_string();
+        if self.last.as_ref().is_none_or(|(last, _)| *last != key) {
+            self.last = None;
+            let (dir, _) = walk(root, below, repair)?;
+            self.last = Some((key, dir));
+        }
+        let (_, dir) = self.last.as_ref().expect("just walked");
+        Ok((dir, name))
+    }
 }
 
 /// The directory holding `root/below`, reached component by component without following
@@ -417,15 +453,25 @@ fn read_bounded(
             Ok(Entry::Dir { mode, entries })
         }
         FileType::RegularFile if (stat.st_size as u64) <= *budget => {
-            *budget -= stat.st_size as u64;
             let fd = rustix::fs::openat(
                 dir,
                 name,
                 OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::empty(),
             )?;
-            let mut bytes = Vec::new();
-            std::fs::File::from(fd).read_to_end(&mut bytes)?;
+            // Sized by the size just read, through `Take`, so that the whole file takes one
+            // read and the end one more (a `File` asks the kernel its size again first).
+            let mut bytes = Vec::with_capacity(stat.st_size as usize + 1);
+            std::fs::File::from(fd)
+                .take(*budget + 1)
+                .read_to_end(&mut bytes)?;
+            // Grown past what is left meanwhile: refused like one that was already.
+            *budget = budget.checked_sub(bytes.len() as u64).ok_or_else(|| {
+                io::Error::other(format!(
+                    "{} is too large to protect",
+                    Path::new(name).display()
+                ))
+            })?;
             Ok(Entry::File { bytes, mode })
         }
         _ => Err(io::Error::other(format!(
