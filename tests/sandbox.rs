@@ -1197,7 +1197,7 @@ fn repositories_made_between_commands_are_protected_in_the_next() {
         git(&world.work.join("old"));
         // Long enough that the workspace's directories count as settled when the helper first
         // reads them: what tells it of the new repositories is their change since.
-        std::thread::sleep(Duration::from_millis(1100));
+        std::thread::sleep(Duration::from_millis(2100));
         let mut mcp = Mcp::start(&world, &flags("workspace-write", tier));
         let out = mcp.bash("git init -q a/late && echo made");
         assert_eq!(out, "made\n", "{tier}");

@@ -1268,6 +1268,10 @@ fn git_state(w: &World) -> String {
             out.push_str(&format!("{:?}\n", std::fs::read_to_string(&file).ok()));
         }
     }
+    out.push_str(&format!(
+        "{:?}\n",
+        std::fs::read_to_string(w.work.join("m/.git")).ok()
+    ));
     out
 }
 
@@ -1290,8 +1294,9 @@ fn user_commits(w: &World, dir: &Path) -> std::process::Output {
         .unwrap()
 }
 
-/// A repository in the workspace (with `.gitmodules`), a nested one in `sub`, and an evil hook
-/// in `evil/` whose running would create `outside/pwned`.
+/// A repository in the workspace (with `.gitmodules`), a nested one in `sub`, a checkout in `m`
+/// whose `.git` is a file naming its git directory (in `.git/modules/m`, as a submodule's), and
+/// an evil hook in `evil/` whose running would create `outside/pwned`.
 fn git_world(user: User) -> World {
     let w = world(user);
     let o = w.outside.display().to_string();
@@ -1304,6 +1309,8 @@ fn git_world(user: User) -> World {
          chmod +x evil/pre-commit\n\
          git -c user.email=a@b -c user.name=n commit -q --allow-empty -m init\n\
          git -C sub -c user.email=a@b -c user.name=n commit -q --allow-empty -m init\n\
+         mkdir .git/modules && git init -q --separate-git-dir \"$PWD/.git/modules/m\" m\n\
+         git -C m -c user.email=a@b -c user.name=n commit -q --allow-empty -m init\n\
          echo SETUP-DONE"
     );
     let c = w.call(&OFF, &setup);
@@ -1364,6 +1371,11 @@ fn git_hooks_and_configuration_stay_protected() {
             "hook of a nested repository",
             "cp evil/pre-commit sub/.git/hooks/pre-commit; git -C sub config core.hooksPath \"$PWD/evil\"",
         ),
+        (
+            "point a checkout's .git file at a writable copy of its git directory",
+            "cp -r .git/modules/m g5 && git --git-dir=g5 config core.hooksPath \"$PWD/evil\" && \
+             echo \"gitdir: $PWD/g5\" > m/.git",
+        ),
     ];
     for user in User::ALL {
         // Control: unconfined, the first attack makes the user's next commit run the hook.
@@ -1413,6 +1425,7 @@ fn git_hooks_and_configuration_stay_protected() {
                 let after = git_state(&w);
                 user_commits(&w, &w.work);
                 user_commits(&w, &w.work.join("sub"));
+                user_commits(&w, &w.work.join("m"));
                 let pwned = w.outside.join("pwned").exists();
                 found.check(
                     after == before && !pwned,

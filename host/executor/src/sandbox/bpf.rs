@@ -100,6 +100,11 @@ impl Assembler {
 
     /// Places `label` at the next instruction.
     pub(crate) fn place(&mut self, label: Label) {
+        debug_assert!(
+            self.places[label.0].is_none(),
+            "label {} placed twice",
+            label.0
+        );
         self.places[label.0] = Some(self.insns.len());
     }
 

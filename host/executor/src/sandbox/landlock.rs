@@ -93,8 +93,20 @@ pub(crate) fn resolve(path: &Path) -> Option<PathBuf> {
 type Stamp = (u64, i64, i64);
 
 fn stamp(dir: &Path) -> Option<Stamp> {
-    let stat = rustix::fs::stat(dir).ok()?;
-    Some((stat.st_ino, stat.st_ctime, stat.st_ctime_nsec as i64))
+    // Asked of the file system itself where it keeps attributes elsewhere (NFS, FUSE), which
+    // could otherwise answer from a cache older than an entry made on the other side.
+    let stat = rustix::fs::statx(
+        rustix::fs::CWD,
+        dir,
+        rustix::fs::AtFlags::STATX_FORCE_SYNC,
+        rustix::fs::StatxFlags::INO | rustix::fs::StatxFlags::CTIME,
+    )
+    .ok()?;
+    Some((
+        stat.stx_ino,
+        stat.stx_ctime.tv_sec,
+        i64::from(stat.stx_ctime.tv_nsec),
+    ))
 }
 
 /// The read grants of "everything but the denied paths": whose making costs a walk of every
@@ -290,12 +302,13 @@ impl Freshness {
     }
 
     /// Whether every walked directory is as it was, and was last changed well before the walk
-    /// (a change within the file system's timestamp granularity of the walk could be missed).
+    /// (a change within the file system's timestamp granularity of the walk could be missed:
+    /// two seconds where the coarsest keep them).
     pub(crate) fn current(&self) -> bool {
         let settled = |s: &Stamp| {
             let changed = std::time::UNIX_EPOCH
                 + std::time::Duration::new(s.1.max(0) as u64, s.2.clamp(0, 999_999_999) as u32);
-            changed + std::time::Duration::from_secs(1) < self.made
+            changed + std::time::Duration::from_secs(2) < self.made
         };
         self.walked.iter().all(|(dir, before)| {
             let now = stamp(dir);

@@ -137,11 +137,15 @@ pub struct Sandbox {
 /// every base is a rule in every command's sandbox, and a few hundred left by killed hosts made
 /// each sandboxed call 0.6 ms slower here.
 #[derive(Debug, Clone)]
-struct BaseLock(std::sync::Arc<std::os::fd::OwnedFd>);
+struct BaseLock(Option<std::sync::Arc<std::os::fd::OwnedFd>>);
 
 impl PartialEq for BaseLock {
     fn eq(&self, other: &BaseLock) -> bool {
-        std::sync::Arc::ptr_eq(&self.0, &other.0)
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        }
     }
 }
 
@@ -421,13 +425,34 @@ fn tmp_base(writable: &[PathBuf]) -> Result<(PathBuf, PathBuf, BaseLock), Sandbo
     // Held while the dead hosts' bases go and this one is made and locked, so that no other
     // host starting meanwhile takes this one, not locked yet, for a dead host's. Waited for a
     // moment at most: a host stopped while holding it would otherwise stop every start; without
-    // it nothing is removed (this host's pid, alive, keeps its base from the others).
-    let parent_lock = (0..100).find_map(|_| {
-        locked(&parent, FlockOperation::NonBlockingLockExclusive)
-            .inspect_err(|_| std::thread::sleep(std::time::Duration::from_millis(10)))
-            .ok()
+    // it (or where the file system has no locks) nothing is removed, and this host's pid, alive,
+    // keeps its base from the others.
+    let parent_lock = (0..100)
+        .map_while(
+            |_| match locked(&parent, FlockOperation::NonBlockingLockExclusive) {
+                Ok(fd) => Some(Some(fd)),
+                Err(rustix::io::Errno::WOULDBLOCK) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    Some(None)
+                }
+                Err(_) => None,
+            },
+        )
+        .flatten()
+        .next();
+    // Removed only where no one else can have replaced the directory since it was checked: it
+    // is still the one checked, in a directory where only its owner may rename it (`/var/tmp`
+    // and `/tmp` are sticky).
+    let settled_parent = parent_lock.as_ref().is_some_and(|fd| {
+        let still = rustix::fs::fstat(fd)
+            .is_ok_and(|now| (now.st_dev, now.st_ino) == (meta.dev(), meta.ino()));
+        let guarded = parent
+            .parent()
+            .and_then(|up| std::fs::metadata(up).ok())
+            .is_some_and(|up| up.mode() & 0o1000 != 0 || up.mode() & 0o002 == 0);
+        still && guarded
     });
-    if parent_lock.is_some() {
+    if settled_parent {
         remove_dead_bases(&parent);
     }
     let random = crate::hex::random_token(6)
@@ -437,9 +462,10 @@ fn tmp_base(writable: &[PathBuf]) -> Result<(PathBuf, PathBuf, BaseLock), Sandbo
         .mode(0o700)
         .create(&dir)
         .map_err(|err| SandboxError(format!("{}: {err}", dir.display())))?;
-    let lock = locked(&dir, FlockOperation::NonBlockingLockExclusive)
-        .map_err(|err| SandboxError(format!("{}: {err}", dir.display())))?;
-    Ok((parent, dir, BaseLock(std::sync::Arc::new(lock))))
+    // Waited for: another host's look at it, to see whether it was a dead host's, lets go at
+    // once. Where the file system has no locks, the base goes unlocked (its live pid keeps it).
+    let lock = locked(&dir, FlockOperation::LockExclusive).ok();
+    Ok((parent, dir, BaseLock(lock.map(std::sync::Arc::new))))
 }
 
 /// Removes, from `parent`, the temporary bases (`<pid>-<random>`) of hosts that died without
@@ -463,6 +489,11 @@ fn remove_dead_bases(parent: &Path) {
         if !entry.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
+        // ESRCH: no such process; EPERM: someone else's, alive. A live pid's base is not even
+        // looked at (a look takes its lock for a moment).
+        if rustix::process::test_kill_process(pid) != Err(rustix::io::Errno::SRCH) {
+            continue;
+        }
         let path = entry.path();
         let held = rustix::fs::open(
             &path,
@@ -471,12 +502,7 @@ fn remove_dead_bases(parent: &Path) {
         )
         .and_then(|fd| rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive))
         .is_err();
-        // ESRCH: no such process; EPERM: someone else's, alive.
-        let dead = rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH);
-        if !held
-            && dead
-            && let Err(err) = std::fs::remove_dir_all(&path)
-        {
+        if !held && let Err(err) = std::fs::remove_dir_all(&path) {
             tracing::debug!(%err, path = %path.display(), "a dead host's sandbox base");
         }
     }

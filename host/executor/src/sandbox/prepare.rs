@@ -1,6 +1,6 @@
 //! The spawn helper's part of a sandboxed start. While idle (its command not known yet), it
 //! prepares everything the policy alone decides ([`Confined::prepare`]): the Landlock rulesets,
-//! the seccomp filters, the command's private `TMPDIR`, and in the namespace tier the
+//! the seccomp filter, the command's private `TMPDIR`, and in the namespace tier the
 //! namespaces themselves, which the helper enters. Once the request names the workdir, the
 //! protected paths there are bound read-only or snapshotted ([`Confined::for_workdir`]). After
 //! the command, the after-care: a restore (Landlock tier) and the `TMPDIR` removed.

@@ -158,14 +158,19 @@ fn nested_repositories(root: &Path, out: &mut Vec<PathBuf>, record: &mut Freshne
             continue;
         };
         for entry in entries.flatten() {
-            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            let Ok(kind) = entry.file_type() else {
                 continue;
-            }
+            };
             let name = entry.file_name();
-            if name == ".git" {
+            // A git directory, or a file naming one (a submodule's checkout, a linked
+            // worktree): [`find`] protects either.
+            if name == ".git" && (kind.is_dir() || kind.is_file()) {
                 if dir != root {
                     out.push(dir.clone());
                 }
+                continue;
+            }
+            if !kind.is_dir() {
                 continue;
             }
             if depth + 1 < NESTED_DEPTH
@@ -453,12 +458,23 @@ fn read_bounded(
             Ok(Entry::Dir { mode, entries })
         }
         FileType::RegularFile if (stat.st_size as u64) <= *budget => {
+            // Without blocking on a FIFO a command put there meanwhile, and only the regular
+            // file seen.
             let fd = rustix::fs::openat(
                 dir,
                 name,
-                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
                 Mode::empty(),
             )?;
+            let opened = rustix::fs::fstat(&fd)?;
+            if FileType::from_raw_mode(opened.st_mode) != FileType::RegularFile
+                || (opened.st_dev, opened.st_ino) != (stat.st_dev, stat.st_ino)
+            {
+                return Err(io::Error::other(format!(
+                    "{} changed while it was read",
+                    Path::new(name).display()
+                )));
+            }
             // Sized by the size just read, through `Take`, so that the whole file takes one
             // read and the end one more (a `File` asks the kernel its size again first).
             let mut bytes = Vec::with_capacity(stat.st_size as usize + 1);

@@ -9,8 +9,7 @@
 //! ([`super::notify`]), and refuses what could lift or bypass the sandbox, for the command and
 //! everything it starts:
 //! new namespaces (`unshare`, `setns`, `clone` with a namespace flag; `clone3`, whose flags
-//! a filter cannot read, is the notifying filter's: it reports "not implemented", so that the C
-//! library falls back to `clone`),
+//! a filter cannot read, is "not implemented", so that the C library falls back to `clone`),
 //! mounting, `ptrace`, `process_vm_*` and `pidfd_getfd` (reading or writing another process), io_uring (whose
 //! operations no filter sees), kernel keyrings, BPF, kernel modules, `kexec`, `reboot` and swap, and changing
 //! another process's resource limits. A call of another architecture kills the process; on
