@@ -6,6 +6,8 @@
 //! permissions allow the access (a mode-000 directory is the user's refusal, not the
 //! sandbox's).
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -36,6 +38,11 @@ pub(crate) struct Judge {
     pub(crate) read_only_mounts: bool,
     /// What each Landlock layer that handles reading granted entry by entry.
     pub(crate) grants: Vec<Arc<GrantIndex>>,
+    /// For each of `grants`, what was found of the directories on the way while judging this
+    /// command's calls, for those it cannot rename or replace (outside the writable roots): most
+    /// reads are beneath a few of them (`/usr`, `/var/tmp`, the workspace's parent), each then
+    /// judged without a look at it.
+    pub(crate) known: RefCell<Vec<BTreeMap<PathBuf, bool>>>,
 }
 
 /// Where a path argument is resolved from.
@@ -225,7 +232,14 @@ impl Judge {
             None
         } else if self.denied.iter().any(|d| real.starts_with(d)) {
             Some(DenialReason::DeniedRead)
-        } else if self.grants.iter().any(|g| g.refuses(real)) {
+        } else if self.grants.iter().enumerate().any(|(i, g)| {
+            let mut known = self.known.borrow_mut();
+            if known.len() <= i {
+                known.resize(i + 1, BTreeMap::new());
+            }
+            let fixed = |dir: &Path| !self.writable.iter().any(|root| dir.starts_with(root));
+            g.refuses(real, &mut known[i], fixed)
+        }) {
             Some(DenialReason::CreatedAfterSetup)
         } else {
             None

@@ -20,7 +20,7 @@
 //! The command's layer is applied first: each restriction copies the rules of the layers
 //! before it, so the big shared layer goes last.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
@@ -147,7 +147,16 @@ impl GrantIndex {
     /// that is neither a directory nor beneath a denied path) because no directory on the way
     /// to it, nor the file itself, holds a grant: something on the way was made after the
     /// walk. The file itself may be missing (an open that creates it).
-    pub(crate) fn refuses(&self, real: &Path) -> bool {
+    ///
+    /// `known` holds what was found of directories on the way before, that the command cannot
+    /// replace (`fixed`): granted (`true`), or neither granted nor a stop (`false`); those are
+    /// not looked at again.
+    pub(crate) fn refuses(
+        &self,
+        real: &Path,
+        known: &mut BTreeMap<PathBuf, bool>,
+        fixed: impl Fn(&Path) -> bool,
+    ) -> bool {
         if self.beneath.iter().any(|b| real.starts_with(b)) {
             return false;
         }
@@ -158,6 +167,12 @@ impl GrantIndex {
             if self.refused.contains(path) || self.unlisted.contains(path) {
                 return false;
             }
+            match known.get(path) {
+                Some(true) => return false,
+                Some(false) => continue,
+                None => {}
+            }
+            let remember = path != real && fixed(path);
             let stat = rustix::fs::statx(
                 rustix::fs::CWD,
                 path,
@@ -168,6 +183,9 @@ impl GrantIndex {
                 Ok(stat) => {
                     let dev = rustix::fs::makedev(stat.stx_dev_major, stat.stx_dev_minor);
                     if self.granted.contains(&(dev, stat.stx_ino)) {
+                        if remember {
+                            known.insert(path.to_path_buf(), true);
+                        }
                         return false;
                     }
                     let kind = rustix::fs::FileType::from_raw_mode(u32::from(stat.stx_mode));
@@ -185,6 +203,9 @@ impl GrantIndex {
                         && !self.walked.contains(path)
                     {
                         return false;
+                    }
+                    if remember {
+                        known.insert(path.to_path_buf(), false);
                     }
                 }
                 // Being made by the very call judged.
@@ -430,4 +451,43 @@ pub(crate) fn command_layer(
             .map_err(|e| error(&format!("rule for {path}"), e))?;
     }
     created(ruleset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_beneath_a_directory_judged_before_is_judged_from_what_was_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let top = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(top.join("denied")).unwrap();
+        std::fs::create_dir_all(top.join("home")).unwrap();
+        std::fs::write(top.join("home/f"), "x").unwrap();
+        let grants = ReadGrants::make(&[top.join("denied")], &[]).unwrap();
+        let index = &grants.index;
+        std::fs::write(top.join("new"), "x").unwrap();
+
+        // Nothing remembered where the command could replace what it found.
+        let mut known = BTreeMap::new();
+        assert!(!index.refuses(&top.join("home/f"), &mut known, |_| false));
+        assert!(known.is_empty());
+
+        let mut known = BTreeMap::new();
+        assert!(!index.refuses(&top.join("home/f"), &mut known, |_| true));
+        // The walked directories on the way pass, the first granted one grants.
+        assert_eq!(known.get(&top), Some(&false), "{known:?}");
+        assert_eq!(known.get(&top.join("home")), Some(&true), "{known:?}");
+        assert!(!known.contains_key(&top.join("home/f")), "{known:?}");
+        // Made after the walk, beside the denied path: refused, also with what was found.
+        assert!(index.refuses(&top.join("new"), &mut known, |_| true));
+        // What was found decides without a look (which is why only what the command cannot
+        // replace is remembered): `home` made anew is granted no more, but was found granted.
+        std::fs::remove_dir_all(top.join("home")).unwrap();
+        std::fs::create_dir(top.join("home")).unwrap();
+        std::fs::write(top.join("home/g"), "x").unwrap();
+        assert!(!index.refuses(&top.join("home/g"), &mut known, |_| true));
+        let mut fresh = BTreeMap::new();
+        assert!(index.refuses(&top.join("home/g"), &mut fresh, |_| true));
+    }
 }

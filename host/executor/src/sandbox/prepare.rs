@@ -225,6 +225,7 @@ impl Confined {
             // A walked directory changed: a denied path may resolve elsewhere now.
             self.judged.denied = denied_paths(&self.deny_read);
             self.judged.grants = read.grants();
+            self.judged.known = Default::default();
         }
         if !self.nested.current() {
             self.nested = Nested::find(&self.writable);
@@ -324,6 +325,7 @@ fn judge_base(policy: &Policy, tmpdir: &Path, grants: Vec<Arc<GrantIndex>>) -> J
         protected: Vec::new(),
         read_only_mounts: policy.tier == Tier::Namespaces,
         grants,
+        known: Default::default(),
     }
 }
 
