@@ -100,6 +100,9 @@ fn main() {
     if wanted("sandbox_walk") {
         sandbox_walk(scale, &cache, work.path(), &mut report);
     }
+    if wanted("sandbox_read") {
+        sandbox_read(scale, &cache, work.path(), &mut report);
+    }
     if wanted("sandbox_repo") {
         sandbox_repo(scale, &cache, work.path(), &mut report);
     }
@@ -314,6 +317,32 @@ fn sandbox_walk(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
     let [plain, landlock] = median_calls(servers, scale.rounds.div_ceil(5), &command);
     report.compare(
         "`find` over 1,051 directories, Landlock + seccomp sandbox ÷ unsandboxed (both via MCP)",
+        ms(landlock),
+        ms(plain),
+        "ms",
+    );
+}
+
+/// `cat` of 961 small files in 31 directories, in the Landlock tier against unsandboxed: a
+/// command that reads many files, each open handed to the helper and judged.
+fn sandbox_read(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
+    let tree = work.join("read");
+    for d in 0..31 {
+        std::fs::create_dir_all(tree.join(format!("d{d}"))).expect("the tree");
+        for f in 0..31 {
+            std::fs::write(tree.join(format!("d{d}/f{f}")), "x\n").expect("a file");
+        }
+    }
+    let runtime = runtime_dir(cache);
+    let cwd = work.display().to_string();
+    let servers = [
+        McpServer::start(runtime.path(), &["--cwd", &cwd]),
+        sandboxed(runtime.path(), &cwd, "landlock"),
+    ];
+    let command = format!("cat '{}'/*/* > /dev/null", tree.display());
+    let [plain, landlock] = median_calls(servers, scale.rounds.div_ceil(5), &command);
+    report.compare(
+        "`cat` of 961 files, Landlock + seccomp sandbox ÷ unsandboxed (both via MCP)",
         ms(landlock),
         ms(plain),
         "ms",

@@ -39,7 +39,7 @@ pub(crate) struct Judge {
     /// What each Landlock layer that handles reading granted entry by entry.
     pub(crate) grants: Vec<Arc<GrantIndex>>,
     /// For each of `grants`, what was found of the directories on the way while judging this
-    /// command's calls, for those it cannot rename or replace (outside the writable roots): most
+    /// command's calls, for those it cannot rename or replace (not beneath a writable root): most
     /// reads are beneath a few of them (`/usr`, `/var/tmp`, the workspace's parent), each then
     /// judged without a look at it.
     pub(crate) known: RefCell<Vec<BTreeMap<PathBuf, bool>>>,
@@ -237,7 +237,14 @@ impl Judge {
             if known.len() <= i {
                 known.resize(i + 1, BTreeMap::new());
             }
-            let fixed = |dir: &Path| !self.writable.iter().any(|root| dir.starts_with(root));
+            // A writable root itself cannot be renamed or replaced (its parent is not writable,
+            // or is beneath another root).
+            let fixed = |dir: &Path| {
+                !self
+                    .writable
+                    .iter()
+                    .any(|root| dir.starts_with(root) && dir != root)
+            };
             g.refuses(real, &mut known[i], fixed)
         }) {
             Some(DenialReason::CreatedAfterSetup)
