@@ -1612,14 +1612,19 @@ async fn denials_reach_the_result_and_each_read_once() {
     assert!(r.denials.is_empty());
 }
 
+/// The sandboxed executor's temporary base: where its commands' `TMPDIR`s are.
+async fn temporary_base(h: &Harness) -> std::path::PathBuf {
+    let r = h.run("echo \"$TMPDIR\"").await;
+    let tmpdir = std::path::PathBuf::from(r.stdout.text.trim_end());
+    tmpdir.parent().expect("a TMPDIR in the base").to_path_buf()
+}
+
 /// An executor dropped without `shutdown` takes its sandbox's temporary base (every command's
 /// `TMPDIR` lies in it) along: the helper factory, killed with it, would leave it behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_sandboxed_executor_leaves_no_temporary_base() {
     let h = harness(sandboxed);
-    let r = h.run("echo \"$TMPDIR\"").await;
-    let tmpdir = std::path::PathBuf::from(r.stdout.text.trim_end());
-    let base = tmpdir.parent().expect("a TMPDIR in the base").to_path_buf();
+    let base = temporary_base(&h).await;
     assert!(base.is_dir(), "{base:?}");
     drop(h);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -1635,9 +1640,7 @@ async fn a_dropped_sandboxed_executor_leaves_no_temporary_base() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_hosts_temporary_base_goes_when_the_next_host_starts() {
     let h = harness(sandboxed);
-    let r = h.run("echo \"$TMPDIR\"").await;
-    let tmpdir = std::path::PathBuf::from(r.stdout.text.trim_end());
-    let base = tmpdir.parent().expect("a TMPDIR in the base").to_path_buf();
+    let base = temporary_base(&h).await;
     let parent = base.parent().expect("the bases' directory").to_path_buf();
     let mut gone = std::process::Command::new("true").spawn().unwrap();
     let dead_pid = gone.id();

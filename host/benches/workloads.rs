@@ -307,20 +307,10 @@ fn sandbox_walk(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
             std::fs::create_dir_all(tree.join(format!("d{d}/e{e}"))).expect("the tree");
         }
     }
-    let runtime = runtime_dir(cache);
-    let cwd = work.display().to_string();
-    let servers = [
-        McpServer::start(runtime.path(), &["--cwd", &cwd]),
-        sandboxed(runtime.path(), &cwd, "landlock"),
-    ];
     let command = format!("find '{}' -type d > /dev/null", tree.display());
-    let [plain, landlock] = median_calls(servers, scale.rounds.div_ceil(5), &command);
-    report.compare(
-        "`find` over 1,051 directories, Landlock + seccomp sandbox ÷ unsandboxed (both via MCP)",
-        ms(landlock),
-        ms(plain),
-        "ms",
-    );
+    let name =
+        "`find` over 1,051 directories, Landlock + seccomp sandbox ÷ unsandboxed (both via MCP)";
+    landlock_against_plain(scale, cache, work, &command, name, report);
 }
 
 /// `cat` of 961 small files in 31 directories, in the Landlock tier against unsandboxed: a
@@ -333,20 +323,29 @@ fn sandbox_read(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
             std::fs::write(tree.join(format!("d{d}/f{f}")), "x\n").expect("a file");
         }
     }
+    let command = format!("cat '{}'/*/* > /dev/null", tree.display());
+    let name = "`cat` of 961 files, Landlock + seccomp sandbox ÷ unsandboxed (both via MCP)";
+    landlock_against_plain(scale, cache, work, &command, name, report);
+}
+
+/// `command` (a long one: a fifth of the rounds) in `work`, in the Landlock tier against
+/// unsandboxed, reported as `name`.
+fn landlock_against_plain(
+    scale: &Scale,
+    cache: &Path,
+    work: &Path,
+    command: &str,
+    name: &str,
+    report: &mut Report,
+) {
     let runtime = runtime_dir(cache);
     let cwd = work.display().to_string();
     let servers = [
         McpServer::start(runtime.path(), &["--cwd", &cwd]),
         sandboxed(runtime.path(), &cwd, "landlock"),
     ];
-    let command = format!("cat '{}'/*/* > /dev/null", tree.display());
-    let [plain, landlock] = median_calls(servers, scale.rounds.div_ceil(5), &command);
-    report.compare(
-        "`cat` of 961 files, Landlock + seccomp sandbox ÷ unsandboxed (both via MCP)",
-        ms(landlock),
-        ms(plain),
-        "ms",
-    );
+    let [plain, landlock] = median_calls(servers, scale.rounds.div_ceil(5), command);
+    report.compare(name, ms(landlock), ms(plain), "ms");
 }
 
 /// The call of [`sandbox_overhead`] with a git repository as the workspace, as an agent's
