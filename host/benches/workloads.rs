@@ -367,10 +367,11 @@ fn sandbox_repo(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
         .status()
         .expect("git");
     assert!(init.success(), "git init");
-    // As a user's repository is when an agent starts: not changed in the last seconds (the
-    // sandbox looks again at directories changed within two seconds of its last look).
-    std::thread::sleep(Duration::from_millis(2100));
     let runtime = runtime_dir(cache);
+    // As a user's repository is when an agent starts: not changed in the last seconds (the
+    // sandbox looks again at directories changed within two seconds of its last look, the
+    // repository's and those on the way to what it denies, `/var/tmp` among them).
+    std::thread::sleep(Duration::from_millis(2100));
     let cwd = repo.display().to_string();
     let servers = [
         McpServer::start(runtime.path(), &["--cwd", &cwd]),

@@ -93,20 +93,29 @@ pub(crate) fn resolve(path: &Path) -> Option<PathBuf> {
 type Stamp = (u64, i64, i64);
 
 fn stamp(dir: &Path) -> Option<Stamp> {
+    use rustix::fs::{AtFlags, StatxFlags};
     // Asked of the file system itself where it keeps attributes elsewhere (NFS, FUSE), which
-    // could otherwise answer from a cache older than an entry made on the other side.
-    let stat = rustix::fs::statx(
+    // could otherwise answer from a cache older than an entry made on the other side; without
+    // mounting what an automounter would. Where `statx` is refused (a container's seccomp
+    // profile) or gives no change time, `stat` does.
+    let wanted = StatxFlags::INO | StatxFlags::CTIME;
+    match rustix::fs::statx(
         rustix::fs::CWD,
         dir,
-        rustix::fs::AtFlags::STATX_FORCE_SYNC,
-        rustix::fs::StatxFlags::INO | rustix::fs::StatxFlags::CTIME,
-    )
-    .ok()?;
-    Some((
-        stat.stx_ino,
-        stat.stx_ctime.tv_sec,
-        i64::from(stat.stx_ctime.tv_nsec),
-    ))
+        AtFlags::STATX_FORCE_SYNC | AtFlags::NO_AUTOMOUNT,
+        wanted,
+    ) {
+        Ok(stat) if StatxFlags::from_bits_retain(stat.stx_mask).contains(wanted) => Some((
+            stat.stx_ino,
+            stat.stx_ctime.tv_sec,
+            i64::from(stat.stx_ctime.tv_nsec),
+        )),
+        Ok(_) | Err(rustix::io::Errno::PERM | rustix::io::Errno::NOSYS) => {
+            let stat = rustix::fs::stat(dir).ok()?;
+            Some((stat.st_ino, stat.st_ctime, stat.st_ctime_nsec as i64))
+        }
+        Err(_) => None,
+    }
 }
 
 /// The read grants of "everything but the denied paths": whose making costs a walk of every
@@ -204,7 +213,10 @@ impl GrantIndex {
                     {
                         return false;
                     }
-                    if remember {
+                    // Passed through: remembered only for a walked directory, which existed at
+                    // the walk and holds no grant. One made since could be replaced by a granted
+                    // one moved in from outside the sandbox, which a later look would find.
+                    if remember && self.walked.contains(path) {
                         known.insert(path.to_path_buf(), false);
                     }
                 }

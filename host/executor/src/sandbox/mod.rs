@@ -449,7 +449,10 @@ fn tmp_base(writable: &[PathBuf]) -> Result<(PathBuf, PathBuf, BaseLock), Sandbo
         let guarded = parent
             .parent()
             .and_then(|up| std::fs::metadata(up).ok())
-            .is_some_and(|up| up.mode() & 0o1000 != 0 || up.mode() & 0o002 == 0);
+            .is_some_and(|up| {
+                (up.uid() == 0 || up.uid() == uid)
+                    && (up.mode() & 0o1000 != 0 || up.mode() & 0o022 == 0)
+            });
         still && guarded
     });
     if settled_parent {
@@ -462,9 +465,22 @@ fn tmp_base(writable: &[PathBuf]) -> Result<(PathBuf, PathBuf, BaseLock), Sandbo
         .mode(0o700)
         .create(&dir)
         .map_err(|err| SandboxError(format!("{}: {err}", dir.display())))?;
-    // Waited for: another host's look at it, to see whether it was a dead host's, lets go at
-    // once. Where the file system has no locks, the base goes unlocked (its live pid keeps it).
-    let lock = locked(&dir, FlockOperation::LockExclusive).ok();
+    // Waited for a moment: another host's look at it, to see whether it was a dead host's,
+    // lets go at once. Where the file system has no locks, or the lock does not come, the base
+    // goes unlocked (its live pid keeps it).
+    let lock = (0..100)
+        .map_while(
+            |_| match locked(&dir, FlockOperation::NonBlockingLockExclusive) {
+                Ok(fd) => Some(Some(fd)),
+                Err(rustix::io::Errno::WOULDBLOCK) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    Some(None)
+                }
+                Err(_) => None,
+            },
+        )
+        .flatten()
+        .next();
     Ok((parent, dir, BaseLock(lock.map(std::sync::Arc::new))))
 }
 

@@ -162,9 +162,9 @@ fn nested_repositories(root: &Path, out: &mut Vec<PathBuf>, record: &mut Freshne
                 continue;
             };
             let name = entry.file_name();
-            // A git directory, or a file naming one (a submodule's checkout, a linked
-            // worktree): [`find`] protects either.
-            if name == ".git" && (kind.is_dir() || kind.is_file()) {
+            // A git directory, a file naming one (a submodule's checkout, a linked worktree)
+            // or a symlink to one: [`find`] protects each.
+            if name == ".git" && (kind.is_dir() || kind.is_file() || kind.is_symlink()) {
                 if dir != root {
                     out.push(dir.clone());
                 }
@@ -458,26 +458,26 @@ fn read_bounded(
             Ok(Entry::Dir { mode, entries })
         }
         FileType::RegularFile if (stat.st_size as u64) <= *budget => {
-            // Without blocking on a FIFO a command put there meanwhile, and only the regular
-            // file seen.
+            // Without blocking on a FIFO a command put there meanwhile.
             let fd = rustix::fs::openat(
                 dir,
                 name,
                 OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
                 Mode::empty(),
             )?;
+            // What was opened is what is read: a file replaced meanwhile (git renames its new
+            // `config` into place) is read as it is now, if it is still a regular file.
             let opened = rustix::fs::fstat(&fd)?;
-            if FileType::from_raw_mode(opened.st_mode) != FileType::RegularFile
-                || (opened.st_dev, opened.st_ino) != (stat.st_dev, stat.st_ino)
-            {
+            if FileType::from_raw_mode(opened.st_mode) != FileType::RegularFile {
                 return Err(io::Error::other(format!(
-                    "{} changed while it was read",
+                    "{} is no regular file any more",
                     Path::new(name).display()
                 )));
             }
+            let mode = opened.st_mode & 0o7777;
             // Sized by the size just read, through `Take`, so that the whole file takes one
             // read and the end one more (a `File` asks the kernel its size again first).
-            let mut bytes = Vec::with_capacity(stat.st_size as usize + 1);
+            let mut bytes = Vec::with_capacity((opened.st_size as u64).min(*budget) as usize + 1);
             std::fs::File::from(fd)
                 .take(*budget + 1)
                 .read_to_end(&mut bytes)?;
