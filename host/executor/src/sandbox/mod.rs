@@ -379,7 +379,6 @@ impl Sandbox {
 /// (`/var/tmp`), so that a command that may write `/tmp` cannot reach it. Removed at shutdown;
 /// those of hosts that died without one are removed here ([`remove_dead_bases`]).
 fn tmp_base(writable: &[PathBuf]) -> Result<(PathBuf, PathBuf, BaseLock), SandboxError> {
-    use rustix::fs::{FlockOperation, Mode, OFlags};
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let uid = rustix::process::getuid().as_raw();
     let parent = [Path::new("/var/tmp").to_path_buf(), std::env::temp_dir()]
@@ -413,33 +412,11 @@ fn tmp_base(writable: &[PathBuf]) -> Result<(PathBuf, PathBuf, BaseLock), Sandbo
             parent.display()
         )));
     }
-    let locked = |dir: &Path, operation| {
-        let fd = rustix::fs::open(
-            dir,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        rustix::fs::flock(&fd, operation)?;
-        Ok::<_, rustix::io::Errno>(fd)
-    };
     // Held while the dead hosts' bases go and this one is made and locked, so that no other
-    // host starting meanwhile takes this one, not locked yet, for a dead host's. Waited for a
-    // moment at most: a host stopped while holding it would otherwise stop every start; without
-    // it (or where the file system has no locks) nothing is removed, and this host's pid, alive,
-    // keeps its base from the others.
-    let parent_lock = (0..100)
-        .map_while(
-            |_| match locked(&parent, FlockOperation::NonBlockingLockExclusive) {
-                Ok(fd) => Some(Some(fd)),
-                Err(rustix::io::Errno::WOULDBLOCK) => {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                    Some(None)
-                }
-                Err(_) => None,
-            },
-        )
-        .flatten()
-        .next();
+    // host starting meanwhile takes this one, not locked yet, for a dead host's. Without it
+    // (another host stopped while holding it, or a file system without locks) nothing is
+    // removed, and this host's pid, alive, keeps its base from the others.
+    let parent_lock = lock_dir(&parent, LOCK_WAIT);
     // Removed only where no one else can have replaced the directory since it was checked: it
     // is still the one checked, in a directory where only its owner may rename it (`/var/tmp`
     // and `/tmp` are sticky).
@@ -465,30 +442,42 @@ fn tmp_base(writable: &[PathBuf]) -> Result<(PathBuf, PathBuf, BaseLock), Sandbo
         .mode(0o700)
         .create(&dir)
         .map_err(|err| SandboxError(format!("{}: {err}", dir.display())))?;
-    // Waited for a moment: another host's look at it, to see whether it was a dead host's,
-    // lets go at once. Where the file system has no locks, or the lock does not come, the base
-    // goes unlocked (its live pid keeps it).
-    let lock = (0..100)
-        .map_while(
-            |_| match locked(&dir, FlockOperation::NonBlockingLockExclusive) {
-                Ok(fd) => Some(Some(fd)),
-                Err(rustix::io::Errno::WOULDBLOCK) => {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                    Some(None)
-                }
-                Err(_) => None,
-            },
-        )
-        .flatten()
-        .next();
+    // Another host's look at it, to see whether it was a dead host's, lets go at once. Where
+    // the lock does not come, the base goes unlocked (its live pid keeps it).
+    let lock = lock_dir(&dir, LOCK_WAIT);
     Ok((parent, dir, BaseLock(lock.map(std::sync::Arc::new))))
+}
+
+/// How long a host waits for a lock on the bases' directory or its own base.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `dir`, opened without following a symlink and locked exclusively (`flock`), waiting up to
+/// `wait` for another holder to let go; none where the lock does not come or the file system
+/// has no locks.
+fn lock_dir(dir: &Path, wait: std::time::Duration) -> Option<std::os::fd::OwnedFd> {
+    use rustix::fs::{FlockOperation, Mode, OFlags};
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Some(fd),
+            Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(_) => return None,
+        }
+    }
 }
 
 /// Removes, from `parent`, the temporary bases (`<pid>-<random>`) of hosts that died without
 /// removing theirs: those no host holds locked ([`BaseLock`]) and whose pid runs nothing. (An
 /// unlocked base of a live pid may be a host's that takes no lock: it stays.)
 fn remove_dead_bases(parent: &Path) {
-    use rustix::fs::{FlockOperation, Mode, OFlags};
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
@@ -511,13 +500,7 @@ fn remove_dead_bases(parent: &Path) {
             continue;
         }
         let path = entry.path();
-        let held = rustix::fs::open(
-            &path,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .and_then(|fd| rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive))
-        .is_err();
+        let held = lock_dir(&path, std::time::Duration::ZERO).is_none();
         if !held && let Err(err) = std::fs::remove_dir_all(&path) {
             tracing::debug!(%err, path = %path.display(), "a dead host's sandbox base");
         }
