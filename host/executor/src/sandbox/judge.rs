@@ -6,18 +6,15 @@
 //! permissions allow the access (a mode-000 directory is the user's refusal, not the
 //! sandbox's).
 
-use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
-use super::landlock::GrantIndex;
+use super::landlock::GrantLookup;
 use crate::{Denial, DenialReason, DeniedAccess};
 
 /// What the policy lets one command do, with every path resolved as the kernel sees it.
@@ -37,12 +34,7 @@ pub(crate) struct Judge {
     /// that a read-only mount is the sandbox's refusal; elsewhere it is the machine's.
     pub(crate) read_only_mounts: bool,
     /// What each Landlock layer that handles reading granted entry by entry.
-    pub(crate) grants: Vec<Arc<GrantIndex>>,
-    /// For each of `grants`, what was found of the directories on the way while judging this
-    /// command's calls, for those it cannot rename or replace (not beneath a writable root): most
-    /// reads are beneath a few of them (`/usr`, `/var/tmp`, the workspace's parent), each then
-    /// judged without a look at it.
-    pub(crate) known: RefCell<Vec<BTreeMap<PathBuf, bool>>>,
+    pub(crate) grants: Vec<GrantLookup>,
 }
 
 /// Where a path argument is resolved from.
@@ -232,20 +224,15 @@ impl Judge {
             None
         } else if self.denied.iter().any(|d| real.starts_with(d)) {
             Some(DenialReason::DeniedRead)
-        } else if self.grants.iter().enumerate().any(|(i, g)| {
-            let mut known = self.known.borrow_mut();
-            if known.len() <= i {
-                known.resize(i + 1, BTreeMap::new());
-            }
-            // A writable root itself cannot be renamed or replaced (its parent is not writable,
-            // or is beneath another root).
-            let fixed = |dir: &Path| {
+        } else if self.grants.iter().any(|g| {
+            // What the command cannot rename or replace: nothing beneath a writable root (a root
+            // itself: its parent is not writable, or is beneath another root).
+            g.refuses(real, |dir| {
                 !self
                     .writable
                     .iter()
                     .any(|root| dir.starts_with(root) && dir != root)
-            };
-            g.refuses(real, &mut known[i], fixed)
+            })
         }) {
             Some(DenialReason::CreatedAfterSetup)
         } else {

@@ -20,6 +20,7 @@
 //! The command's layer is applied first: each restriction copies the rules of the layers
 //! before it, so the big shared layer goes last.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -87,9 +88,9 @@ pub(crate) fn resolve(path: &Path) -> Option<PathBuf> {
     Some(resolve(parent)?.join(name))
 }
 
-/// A directory's identity and last change, to tell whether a listing of it is still current.
-/// A directory's inode and the time of its last change (an entry made, removed or renamed in
-/// it changes it; unlike the modification time, no command can set it back).
+/// A directory's inode and the time of its last change, to tell whether a listing of it is
+/// still current (an entry made, removed or renamed in it changes it; unlike the modification
+/// time, no command can set it back).
 type Stamp = (u64, i64, i64);
 
 fn stamp(dir: &Path) -> Option<Stamp> {
@@ -229,6 +230,31 @@ impl GrantIndex {
     }
 }
 
+/// A [`GrantIndex`] as one command's judge asks it: with what its reads found of the
+/// directories on the way, where the command cannot replace them ([`GrantIndex::refuses`]).
+/// Most reads are beneath a few of them (`/usr`, `/var/tmp`, the workspace's parent), each then
+/// judged without a look at it.
+#[derive(Debug, Clone)]
+pub(crate) struct GrantLookup {
+    index: Arc<GrantIndex>,
+    known: RefCell<BTreeMap<PathBuf, bool>>,
+}
+
+impl GrantLookup {
+    pub(crate) fn new(index: Arc<GrantIndex>) -> GrantLookup {
+        GrantLookup {
+            index,
+            known: RefCell::default(),
+        }
+    }
+
+    /// [`GrantIndex::refuses`], remembering what it finds.
+    pub(crate) fn refuses(&self, real: &Path, fixed: impl Fn(&Path) -> bool) -> bool {
+        self.index
+            .refuses(real, &mut self.known.borrow_mut(), fixed)
+    }
+}
+
 /// What [`ReadGrants`] were made from: the walked directories as they were, and when.
 #[derive(Debug, Clone)]
 pub(crate) struct Freshness {
@@ -252,7 +278,7 @@ impl ReadGrants {
     }
 
     fn walk(deny: &[PathBuf], walk_dev: bool, whole: &[PathBuf]) -> io::Result<ReadGrants> {
-        let made = std::time::SystemTime::now();
+        let mut freshness = Freshness::start();
         let denied: BTreeSet<PathBuf> = deny
             .iter()
             .filter_map(|path| resolve(path))
@@ -272,14 +298,13 @@ impl ReadGrants {
             }
         }
         let mut grants = Vec::new();
-        let mut walked = Vec::new();
         let mut index = GrantIndex {
             beneath: whole.to_vec(),
             ..GrantIndex::default()
         };
         let mut stack = vec![PathBuf::from("/")];
         while let Some(dir) = stack.pop() {
-            walked.push((dir.clone(), stamp(&dir)));
+            freshness.read(&dir);
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 index.unlisted.insert(dir);
                 continue;
@@ -314,7 +339,7 @@ impl ReadGrants {
         }
         Ok(ReadGrants {
             grants,
-            freshness: Freshness { walked, made },
+            freshness,
             index: Arc::new(index),
         })
     }

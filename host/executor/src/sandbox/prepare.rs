@@ -15,7 +15,7 @@ use std::os::fd::OwnedFd;
 use super::apply::Prepared;
 use super::bpf::Program;
 use super::judge::Judge;
-use super::landlock::{Freshness, GrantIndex, ReadGrants};
+use super::landlock::{Freshness, GrantIndex, GrantLookup, ReadGrants};
 use super::namespaces::{self, NsSetup};
 use super::policy::Policy;
 use super::protect::{self, Nested, Snapshot};
@@ -90,8 +90,11 @@ impl ReadLayers {
     }
 
     /// What each layer reading goes through granted.
-    fn grants(&self) -> Vec<Arc<GrantIndex>> {
-        vec![self.index.clone(), self.tmp_grants.index.clone()]
+    /// What a command's judge asks of each layer reading goes through.
+    fn grants(&self) -> Vec<GrantLookup> {
+        [&self.index, &self.tmp_grants.index]
+            .map(|index| GrantLookup::new(index.clone()))
+            .into()
     }
 
     fn freshness(&self) -> [Freshness; 2] {
@@ -225,7 +228,6 @@ impl Confined {
             // A walked directory changed: a denied path may resolve elsewhere now.
             self.judged.denied = denied_paths(&self.deny_read);
             self.judged.grants = read.grants();
-            self.judged.known = Default::default();
         }
         if !self.nested.current() {
             self.nested = Nested::find(&self.writable);
@@ -311,7 +313,7 @@ pub(crate) fn remove_tmpdir(policy: &Policy, pid: i32) {
 
 /// The supervisor's judge for `policy`, with `tmpdir` the command's own, before the protected
 /// paths are known.
-fn judge_base(policy: &Policy, tmpdir: &Path, grants: Vec<Arc<GrantIndex>>) -> Judge {
+fn judge_base(policy: &Policy, tmpdir: &Path, grants: Vec<GrantLookup>) -> Judge {
     let mut writable = policy.writable.clone();
     writable.push(tmpdir.to_path_buf());
     Judge {
@@ -325,7 +327,6 @@ fn judge_base(policy: &Policy, tmpdir: &Path, grants: Vec<Arc<GrantIndex>>) -> J
         protected: Vec::new(),
         read_only_mounts: policy.tier == Tier::Namespaces,
         grants,
-        known: Default::default(),
     }
 }
 
