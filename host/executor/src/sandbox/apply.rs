@@ -62,6 +62,17 @@ const KEPT: [u32; 9] = [
     14, // CAP_IPC_LOCK
 ];
 
+/// [`KEPT`] as a set of bits.
+const KEPT_MASK: u64 = {
+    let mut mask = 0u64;
+    let mut i = 0;
+    while i < KEPT.len() {
+        mask |= 1 << KEPT[i];
+        i += 1;
+    }
+    mask
+};
+
 /// The highest capability number this code knows (`CAP_CHECKPOINT_RESTORE`); higher ones the
 /// kernel may have are dropped too, up to 63.
 const LAST_CAP: u32 = 63;
@@ -108,9 +119,8 @@ pub(crate) fn drop_bounding_set() -> io::Result<()> {
     if capabilities()?.is_none() {
         return Ok(());
     }
-    let kept: u64 = KEPT.iter().fold(0, |mask, cap| mask | 1 << cap);
     for cap in 0..=LAST_CAP {
-        if kept & (1 << cap) != 0 {
+        if KEPT_MASK & (1 << cap) != 0 {
             continue;
         }
         // SAFETY: prctl with integer arguments; EINVAL marks a capability the kernel lacks.
@@ -143,9 +153,8 @@ fn drop_capabilities() -> io::Result<()> {
     {
         return Err(io::Error::last_os_error());
     }
-    let kept: u64 = KEPT.iter().fold(0, |mask, cap| mask | 1 << cap);
-    let low = kept as u32;
-    let high = (kept >> 32) as u32;
+    let low = KEPT_MASK as u32;
+    let high = (KEPT_MASK >> 32) as u32;
     for (d, mask) in data.iter_mut().zip([low, high]) {
         d.effective &= mask;
         d.permitted &= mask;

@@ -111,8 +111,6 @@ const NESTED_DEPTH: usize = 3;
 const NESTED_DIRS: usize = 200;
 const MAX_GIT_DIRS: usize = 256;
 
-/// Directories holding a `.git` below `root` (not `root` itself), up to [`NESTED_DEPTH`] levels
-/// down and [`NESTED_DIRS`] directories read; dependency and build trees are skipped.
 /// The repositories nested in the writable roots (a submodule's checkout, a repository inside
 /// the workspace), and the directories read to find them as they were. Looked for by the spawn
 /// helper while it waits for its command (a workspace of 51 directories took 0.3 ms to read
@@ -145,6 +143,9 @@ impl Nested {
     }
 }
 
+/// Directories holding a `.git` below `root` (not `root` itself), up to [`NESTED_DEPTH`] levels
+/// down and [`NESTED_DIRS`] directories read, each recorded in `record` before it is read;
+/// dependency and build trees are skipped.
 fn nested_repositories(root: &Path, out: &mut Vec<PathBuf>, record: &mut Freshness) {
     let mut queue = std::collections::VecDeque::from([(root.to_path_buf(), 0)]);
     let mut read = 0;
