@@ -495,7 +495,7 @@ fn component_without_the_tools_export_fails_naming_it() {
     let o = run(&["--component", path.to_str().unwrap(), "tools"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("dsh:bash/tools@0.8.0"),
+        stderr(&o).contains("dsh:bash/tools@0.9.0"),
         "{}",
         stderr(&o)
     );
@@ -514,8 +514,8 @@ fn component_of_the_previous_contract_version_is_refused_naming_its_import() {
     assert!(
         stderr(&o).contains(
             "it imports `dsh:bash/bash-executor@0.2.0`, which this host does not provide \
-             (it provides dsh:bash/bash-executor@0.8.0, dsh:bash/agent@0.8.0, \
-             dsh:bash/approval@0.8.0)"
+             (it provides dsh:bash/bash-executor@0.9.0, dsh:bash/agent@0.9.0, \
+             dsh:bash/approval@0.9.0)"
         ),
         "{}",
         stderr(&o)

@@ -152,9 +152,9 @@ fn the_composed_component_imports_exactly_the_world() {
     assert_eq!(
         imports,
         [
-            "dsh:bash/agent@0.8.0",
-            "dsh:bash/approval@0.8.0",
-            "dsh:bash/bash-executor@0.8.0"
+            "dsh:bash/agent@0.9.0",
+            "dsh:bash/approval@0.9.0",
+            "dsh:bash/bash-executor@0.9.0"
         ]
     );
 }

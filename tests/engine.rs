@@ -251,6 +251,7 @@ impl Executor for Denying {
                 writable: vec!["/w".into(), "/tmp".into()],
                 denied_reads: vec!["/root/.ssh".into()],
                 network: NetworkMode::Off,
+                allowed_hosts: Vec::new(),
             }),
             ..self.inner.limits()
         }

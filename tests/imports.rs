@@ -11,7 +11,7 @@ use wasmtime::component::Component;
 use wasmtime::{Config, Engine};
 
 /// Every import of the tools component, exactly.
-const IMPORTS: [&str; 2] = ["dsh:bash/bash-executor@0.8.0", "dsh:bash/agent@0.8.0"];
+const IMPORTS: [&str; 2] = ["dsh:bash/bash-executor@0.9.0", "dsh:bash/agent@0.9.0"];
 
 /// The embedded tools component, compiled once per test process.
 fn component() -> &'static (Engine, Component) {
@@ -57,5 +57,5 @@ fn the_tools_component_exports_only_the_tools() {
         .exports(engine)
         .map(|(name, _)| name.to_string())
         .collect();
-    assert_eq!(exports, ["dsh:bash/tools@0.8.0"]);
+    assert_eq!(exports, ["dsh:bash/tools@0.9.0"]);
 }

@@ -195,7 +195,7 @@ async function main() {
     },
   };
   // The generated code looks the imports up by these unversioned names, although its .d.ts
-  // names them `dsh:bash/bash-executor@0.8.0` and `dsh:bash/agent@0.8.0`. Nothing else is
+  // names them `dsh:bash/bash-executor@0.9.0` and `dsh:bash/agent@0.9.0`. Nothing else is
   // imported: the component needs no WASI shim.
   const imports = { "dsh:bash/bash-executor": executor.functions(), "dsh:bash/agent": agent };
   const instantiate = await load(process.argv[2] ?? "target/guest-wasm/guest_tools.wasm", executor.dir + "-jco");

@@ -25,9 +25,9 @@ import time
 import wasmtime
 from wasmtime.component import Component, Linker, Record, Variant
 
-EXECUTOR = "dsh:bash/bash-executor@0.8.0"
-AGENT = "dsh:bash/agent@0.8.0"
-TOOLS = "dsh:bash/tools@0.8.0"
+EXECUTOR = "dsh:bash/bash-executor@0.9.0"
+AGENT = "dsh:bash/agent@0.9.0"
+TOOLS = "dsh:bash/tools@0.9.0"
 
 # f64 fields must be Python floats: an int there fails the call. No sandbox: `sandbox` is none.
 LIMITS = {"default-timeout-ms": 120_000.0, "max-timeout-ms": 600_000.0, "max-output-bytes": 64_000, "grace-ms": 3_000.0, "sandbox": None}

@@ -255,6 +255,7 @@ fn denials_from_wit(d: wit_exec::Denials) -> Denials {
                     wit_exec::DenialReason::NetworkOff => DenialReason::NetworkOff,
                     wit_exec::DenialReason::LoopbackOnly => DenialReason::LoopbackOnly,
                     wit_exec::DenialReason::CreatedAfterSetup => DenialReason::CreatedAfterSetup,
+                    wit_exec::DenialReason::HostNotAllowed => DenialReason::HostNotAllowed,
                 },
             })
             .collect(),
@@ -275,6 +276,7 @@ fn sandbox_from_wit(p: wit_exec::SandboxPolicy) -> SandboxPolicy {
             wit_exec::SandboxNetwork::Loopback => SandboxNetwork::Loopback,
             wit_exec::SandboxNetwork::On => SandboxNetwork::On,
         },
+        allowed_hosts: p.allowed_hosts,
     }
 }
 

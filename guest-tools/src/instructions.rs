@@ -39,7 +39,8 @@ pub fn instructions(limits: &Limits) -> String {
 }
 
 /// The sandbox paragraph, one sentence per line: what commands may write, what they may not
-/// read (left out when nothing is denied), what they may reach, and how a denial shows.
+/// read (left out when nothing is denied), what they may reach (under `loopback`, the hosts the
+/// sandbox's proxy may reach, when there are any), and how a denial shows.
 pub fn sandbox_paragraph(policy: &SandboxPolicy) -> String {
     let mut lines = vec![match policy.mode {
         SandboxMode::ReadOnly => "Commands run in a sandbox (read-only): they can write only to \
@@ -68,6 +69,13 @@ pub fn sandbox_paragraph(policy: &SandboxPolicy) -> String {
         }
         .to_string(),
     );
+    if policy.network == SandboxNetwork::Loopback && !policy.allowed_hosts.is_empty() {
+        lines.push(format!(
+            "Beyond that interface, only these hosts are reachable, through the proxy that \
+             HTTP_PROXY and HTTPS_PROXY name: {}.",
+            policy.allowed_hosts.join(", ")
+        ));
+    }
     lines.push(DENIAL_LINE.to_string());
     lines.join("\n")
 }
@@ -108,6 +116,7 @@ mod tests {
             writable: writable.iter().map(|w| w.to_string()).collect(),
             denied_reads: denied_reads.iter().map(|d| d.to_string()).collect(),
             network,
+            allowed_hosts: Vec::new(),
         }
     }
 
@@ -176,6 +185,32 @@ mod tests {
                  They cannot read: /home/u/.ssh.\n\
                  The network is limited to each command's own loopback interface: a server a \
                  command starts is reachable only from within that command.\n\
+                 {DENIAL}"
+            )
+        );
+    }
+
+    #[test]
+    fn loopback_with_allowed_hosts_names_them_after_the_network_line() {
+        let p = SandboxPolicy {
+            allowed_hosts: vec!["registry.npmjs.org".into(), "*.pythonhosted.org".into()],
+            ..policy(
+                SandboxMode::WorkspaceWrite,
+                &["/work"],
+                &[],
+                SandboxNetwork::Loopback,
+            )
+        };
+        assert_eq!(
+            sandbox_paragraph(&p),
+            format!(
+                "Commands run in a sandbox (workspace-write): they can write only under /work and \
+                 their own $TMPDIR; git hooks and configuration there stay read-only, and git \
+                 init, add and commit work.\n\
+                 The network is limited to each command's own loopback interface: a server a \
+                 command starts is reachable only from within that command.\n\
+                 Beyond that interface, only these hosts are reachable, through the proxy that \
+                 HTTP_PROXY and HTTPS_PROXY name: registry.npmjs.org, *.pythonhosted.org.\n\
                  {DENIAL}"
             )
         );

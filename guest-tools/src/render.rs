@@ -169,6 +169,7 @@ fn reason_text(reason: DenialReason) -> &'static str {
         DenialReason::CreatedAfterSetup => {
             "created after this command's sandbox was set up; readable from the next command"
         }
+        DenialReason::HostNotAllowed => "not an allowed host",
     }
 }
 
@@ -546,6 +547,14 @@ mod tests {
                     DenialReason::LoopbackOnly,
                 ),
                 "[sandbox: connect to [2001:db8::1]:443 denied (only loopback is reachable)]",
+            ),
+            (
+                denial(
+                    DeniedAccess::Connect,
+                    "evil.example:443",
+                    DenialReason::HostNotAllowed,
+                ),
+                "[sandbox: connect to evil.example:443 denied (not an allowed host)]",
             ),
             (
                 denial(

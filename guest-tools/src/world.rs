@@ -134,6 +134,7 @@ pub enum DenialReason {
     NetworkOff,
     LoopbackOnly,
     CreatedAfterSetup,
+    HostNotAllowed,
 }
 
 /// `bash-executor.denial`: one denied operation.
@@ -175,6 +176,8 @@ pub struct SandboxPolicy {
     pub writable: Vec<String>,
     pub denied_reads: Vec<String>,
     pub network: SandboxNetwork,
+    /// The hosts the sandbox's proxy lets a command reach; empty without one.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// `bash-executor.limits`, as `current-limits` returns it.

@@ -355,6 +355,11 @@ pub struct CommonArgs {
     /// Another path (absolute) no sandboxed command may read. Repeatable.
     #[arg(long = "sandbox-deny-read", global = true, value_name = "PATH")]
     pub sandbox_deny_read: Vec<PathBuf>,
+    /// A host sandboxed commands may reach through the host's HTTP proxy (a name, `*.` and a
+    /// domain for every name beneath it, or an address); nothing else beyond each command's own
+    /// loopback is reachable. Needs the namespace tier. Repeatable.
+    #[arg(long = "sandbox-allow-net", global = true, value_name = "HOST")]
+    pub sandbox_allow_net: Vec<String>,
     /// Which enforcement the sandbox uses.
     #[arg(long, global = true, value_enum, default_value_t = SandboxTierArg::Auto)]
     pub sandbox_tier: SandboxTierArg,
@@ -655,6 +660,7 @@ impl CommonArgs {
                 SandboxNetworkArg::On => NetworkMode::On,
             },
             allow_write: self.sandbox_allow_write.clone(),
+            allow_net: self.sandbox_allow_net.clone(),
             deny_read,
             hide,
             tier: match self.sandbox_tier {
@@ -1218,7 +1224,7 @@ fn sandbox_report(sandbox: Option<&Sandbox>) -> String {
                 .collect()
         }
     };
-    format!(
+    let mut out = format!(
         "sandbox: {}\nsandbox tier: {} (Landlock ABI {})\nwritable roots (besides a private \
          TMPDIR per command under {}):\n{}denied reads:\n{}sandbox network: {}\n",
         sandbox.mode,
@@ -1228,7 +1234,16 @@ fn sandbox_report(sandbox: Option<&Sandbox>) -> String {
         list(&sandbox.writable),
         list(&sandbox.deny_read),
         sandbox.network
-    )
+    );
+    if let Some(port) = sandbox.proxy_port {
+        out.push_str(&format!(
+            "allowed hosts (through the proxy on each command's 127.0.0.1:{port}):\n"
+        ));
+        for host in &sandbox.allow_net {
+            out.push_str(&format!("  {host}\n"));
+        }
+    }
+    out
 }
 
 /// Write to stdout; a reader that went away (`| head`) is not an error worth a panic.

@@ -33,7 +33,7 @@ export const LINKED = Object.freeze(["dsh:bash/bash-executor", "dsh:bash/agent",
 export const APPROVAL = "dsh:bash/approval";
 
 /** The WIT package version whose interfaces the host supplies. */
-export const WIT_VERSION = "0.8.0";
+export const WIT_VERSION = "0.9.0";
 
 /** Refuses a component that imports anything but the `dsh:bash` interfaces above, naming it. */
 export function checkImports(imports) {

@@ -102,7 +102,7 @@ export interface Task {
 export interface Denial {
   access: "read" | "write" | "socket" | "connect" | "undone";
   target: string;
-  reason: "outside-writable-roots" | "denied-read" | "protected-path" | "network-off" | "loopback-only" | "created-after-setup";
+  reason: "outside-writable-roots" | "denied-read" | "protected-path" | "network-off" | "loopback-only" | "created-after-setup" | "host-not-allowed";
 }
 
 /**
@@ -121,6 +121,11 @@ export interface SandboxPolicy {
   writable: string[];
   deniedReads: string[];
   network: "off" | "loopback" | "on";
+  /**
+   * The hosts a command may reach through the sandbox's proxy (`registry.npmjs.org`,
+   * `*.pythonhosted.org`); the network is then `"loopback"`. Absent is read as none.
+   */
+  allowedHosts?: string[];
 }
 
 /** The limits in force; `sandbox` is undefined when commands run unconfined. */

@@ -114,7 +114,13 @@ function limitsFromWire(l) {
     graceMs: l.grace_ms,
     sandbox: s === null
       ? undefined
-      : { mode: kebab(s.mode), writable: s.writable, deniedReads: s.denied_reads, network: kebab(s.network) },
+      : {
+          mode: kebab(s.mode),
+          writable: s.writable,
+          deniedReads: s.denied_reads,
+          network: kebab(s.network),
+          allowedHosts: s.allowed_hosts ?? [],
+        },
   };
 }
 

@@ -38,6 +38,16 @@ function checkOptions(what, options, known) {
   }
 }
 
+/**
+ * Limits (or a promise of them) as the component takes them: a sandbox whose executor names no
+ * `allowedHosts` (one written for an older version) allows none, since jco lowers every field.
+ */
+function withAllowedHosts(limits) {
+  if (typeof limits?.then === "function") return Promise.resolve(limits).then(withAllowedHosts);
+  const s = limits?.sandbox;
+  return s && s.allowedHosts === undefined ? { ...limits, sandbox: { ...s, allowedHosts: [] } } : limits;
+}
+
 /** `arguments` as the JSON text the component validates. */
 function argumentsText(args) {
   if (typeof args === "string") return args;
@@ -300,7 +310,7 @@ export class Tools {
     const executor = this.executor;
     const step = (op, perform) => binding.step(op, perform);
     const bashExecutor = {
-      currentLimits: () => step("currentLimits", () => executor.currentLimits()),
+      currentLimits: () => step("currentLimits", () => withAllowedHosts(executor.currentLimits())),
       resolve: (req) => step("resolve", () => asResult(() => executor.resolve(req))),
       run: (spec) => step("run", () => asResult(() => executor.run(spec, { signal: binding.signal }))),
       start: (spec) => step("start", () => asResult(() => executor.start(spec))),

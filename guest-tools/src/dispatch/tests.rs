@@ -767,6 +767,40 @@ fn denials_of_a_successful_command_are_its_only_marker() {
 }
 
 #[test]
+fn a_host_the_proxy_refused_ends_the_result() {
+    let exec = FakeExecutor {
+        run: Ok(RunResult {
+            stderr: StreamOutput {
+                text: "curl: (56) CONNECT tunnel failed, response 403\n".into(),
+                ..Default::default()
+            },
+            denials: denials(
+                &[(
+                    DeniedAccess::Connect,
+                    "evil.example:443",
+                    DenialReason::HostNotAllowed,
+                )],
+                0,
+            ),
+            ..exited(56, "")
+        }),
+        ..Default::default()
+    };
+    assert_eq!(
+        call_tool(
+            &exec,
+            "bash",
+            r#"{"command":"curl https://evil.example","description":"Fetch"}"#,
+            &Caller::default()
+        ),
+        ok(
+            "[stderr]\ncurl: (56) CONNECT tunnel failed, response 403\n[exit code: 56]\n\
+            [sandbox: connect to evil.example:443 denied (not an allowed host)]"
+        )
+    );
+}
+
+#[test]
 fn an_aborted_run_shows_no_denials() {
     let exec = FakeExecutor {
         run: Ok(RunResult {
@@ -859,6 +893,7 @@ fn instructions_state_the_executors_sandbox() {
         writable: vec!["/work".into(), "/tmp".into()],
         denied_reads: vec!["/home/u/.ssh".into(), "/home/u/.netrc".into()],
         network: SandboxNetwork::Off,
+        allowed_hosts: Vec::new(),
     });
     assert_eq!(
         instructions(&exec),
@@ -878,6 +913,35 @@ fn instructions_state_the_executors_sandbox() {
     // The tools' descriptions do not change with the sandbox.
     let plain = FakeExecutor::default();
     assert_eq!(list_tools(&exec), list_tools(&plain));
+}
+
+#[test]
+fn instructions_name_the_hosts_the_sandboxs_proxy_may_reach() {
+    let mut exec = FakeExecutor::default();
+    exec.limits.sandbox = Some(SandboxPolicy {
+        mode: SandboxMode::ReadOnly,
+        writable: Vec::new(),
+        denied_reads: vec!["/home/u/.ssh".into()],
+        network: SandboxNetwork::Loopback,
+        allowed_hosts: vec!["registry.npmjs.org".into(), "*.pythonhosted.org".into()],
+    });
+    assert_eq!(
+        instructions(&exec),
+        format!(
+            "{}\n\n\
+             Commands run in a sandbox (read-only): they can write only to their own $TMPDIR and \
+             to devices such as /dev/null.\n\
+             They cannot read: /home/u/.ssh.\n\
+             The network is limited to each command's own loopback interface: a server a command \
+             starts is reachable only from within that command.\n\
+             Beyond that interface, only these hosts are reachable, through the proxy that \
+             HTTP_PROXY and HTTPS_PROXY name: registry.npmjs.org, *.pythonhosted.org.\n\
+             A denied operation fails (Permission denied, Read-only file system or Network is \
+             unreachable), and the result then ends with a [sandbox: …] line naming it; do not try to get around the \
+             sandbox: tell the user what was denied.",
+            instructions::INSTRUCTIONS
+        )
+    );
 }
 
 // ---- bash: background -------------------------------------------------------------------------

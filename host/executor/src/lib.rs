@@ -398,6 +398,8 @@ pub enum DenialReason {
     /// The file was made after the command's sandbox was set up, in a directory whose entries
     /// the sandbox grants one by one (beside a denied path): readable from the next command.
     CreatedAfterSetup,
+    /// The host is not one the sandbox's proxy may reach (`--sandbox-allow-net`).
+    HostNotAllowed,
 }
 
 /// The sandbox in force, as the tools describe it to the model.
@@ -412,6 +414,10 @@ pub struct SandboxPolicy {
     pub denied_reads: Vec<String>,
     /// What a command may reach.
     pub network: NetworkMode,
+    /// The hosts a command may reach through the sandbox's proxy (names, or `*.` and a domain
+    /// for any name beneath it); none without one.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
 }
 
 /// The limits in force, as the tools describe them to the model.

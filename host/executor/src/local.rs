@@ -52,6 +52,8 @@ struct Shared {
     launcher: Arc<Launcher>,
     /// The sandbox in force (its policy goes to the helper factory once, at its start).
     sandbox: Option<Sandbox>,
+    /// The hosts its proxy may reach (`--sandbox-allow-net`), if it has one.
+    allowed: Option<Arc<[crate::sandbox::allow_net::HostPattern]>>,
 }
 
 impl Drop for Shared {
@@ -153,6 +155,10 @@ impl LocalExecutor {
                 spill,
                 shell: bash::find_on_path(bash::SHELL),
                 launcher,
+                allowed: sandbox
+                    .as_ref()
+                    .filter(|s| s.proxy_port.is_some())
+                    .map(|s| s.allow_net.clone().into()),
                 sandbox,
             }),
         }))
@@ -212,6 +218,7 @@ impl LocalExecutor {
                 &spec.command,
                 &spec.workdir,
                 denials.clone(),
+                self.shared.allowed.clone(),
             )
             .await;
             // Once this task next waits (bash is running by then): not on the start's path.

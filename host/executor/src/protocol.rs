@@ -10,6 +10,8 @@
 //!   was started;
 //! - [`Report::Declined`], before anything was started, when the helper's own state is no longer
 //!   the one it was made with, or its factory is gone;
+//! - [`Report::Proxy`], with the listening socket the host's proxy accepts the command's
+//!   connections on passed along, before bash starts (only with `--sandbox-allow-net`);
 //! - [`Report::Started`] with bash's pid, and bash's pidfd passed along, sent by bash itself
 //!   just before its `exec` (so the host knows bash before any of the command runs);
 //! - [`Report::Exited`] with bash's wait status, once bash was reaped;
@@ -225,6 +227,9 @@ pub(crate) enum Report {
     Declined,
     /// The sandbox denied the command this (or undid it).
     Denied(Denial),
+    /// Where the host's proxy takes the command's connections (`--sandbox-allow-net`): the
+    /// listening socket comes along. Sent before bash starts.
+    Proxy,
 }
 
 const REFUSED: u8 = b'R';
@@ -233,6 +238,7 @@ const EXITED: u8 = b'X';
 const TREE_EMPTY: u8 = b'E';
 const DECLINED: u8 = b'D';
 const DENIED: u8 = b'N';
+const PROXY: u8 = b'P';
 
 impl Report {
     /// [`Report::Started`] encoded without allocating (for a vfork child).
@@ -249,6 +255,7 @@ impl Report {
             Report::Exited(status) => (EXITED, *status),
             Report::TreeEmpty => (TREE_EMPTY, 0),
             Report::Declined => (DECLINED, 0),
+            Report::Proxy => (PROXY, 0),
             Report::Denied(denial) => (
                 DENIED,
                 i32::from(access_code(denial.access)) | i32::from(reason_code(denial.reason)) << 8,
@@ -280,6 +287,7 @@ impl Report {
             EXITED => Report::Exited(value),
             TREE_EMPTY => Report::TreeEmpty,
             DECLINED => Report::Declined,
+            PROXY => Report::Proxy,
             REFUSED | DENIED => {
                 let Ok((len, rest)) = split_u32(&bytes[5..]) else {
                     return Ok(None);
@@ -323,13 +331,14 @@ const ACCESSES: [DeniedAccess; 5] = [
     DeniedAccess::Undone,
 ];
 
-const REASONS: [DenialReason; 6] = [
+const REASONS: [DenialReason; 7] = [
     DenialReason::OutsideWritableRoots,
     DenialReason::DeniedRead,
     DenialReason::ProtectedPath,
     DenialReason::NetworkOff,
     DenialReason::LoopbackOnly,
     DenialReason::CreatedAfterSetup,
+    DenialReason::HostNotAllowed,
 ];
 
 fn access_code(access: DeniedAccess) -> u8 {
@@ -414,6 +423,7 @@ mod tests {
             Report::Exited(9),
             Report::TreeEmpty,
             Report::Declined,
+            Report::Proxy,
         ] {
             let bytes = report.encode();
             assert_eq!(

@@ -15,7 +15,7 @@ wasmtime::component::bindgen!({
 pub mod approval_host {
     wasmtime::component::bindgen!({
         path: "../wit",
-        inline: "package dsh:host; world approval-host { import dsh:bash/approval@0.8.0; }",
+        inline: "package dsh:host; world approval-host { import dsh:bash/approval@0.9.0; }",
         world: "dsh:host/approval-host",
         imports: { default: async | trappable },
     });
@@ -206,6 +206,7 @@ impl From<ex::DenialReason> for wit_ex::DenialReason {
             ex::DenialReason::NetworkOff => Self::NetworkOff,
             ex::DenialReason::LoopbackOnly => Self::LoopbackOnly,
             ex::DenialReason::CreatedAfterSetup => Self::CreatedAfterSetup,
+            ex::DenialReason::HostNotAllowed => Self::HostNotAllowed,
         }
     }
 }
@@ -233,6 +234,7 @@ fn sandbox_to_wit(p: ex::SandboxPolicy) -> Option<wit_ex::SandboxPolicy> {
         writable: p.writable,
         denied_reads: p.denied_reads,
         network: p.network.into(),
+        allowed_hosts: p.allowed_hosts,
     })
 }
 

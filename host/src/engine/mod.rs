@@ -465,10 +465,10 @@ fn engine_config(pooling: bool) -> wasmtime::Config {
 }
 
 /// The interfaces the world imports, as the component names them.
-const WORLD_IMPORTS: [&str; 2] = ["dsh:bash/bash-executor@0.8.0", "dsh:bash/agent@0.8.0"];
+const WORLD_IMPORTS: [&str; 2] = ["dsh:bash/bash-executor@0.9.0", "dsh:bash/agent@0.9.0"];
 
 /// What a tools component composed with the policy middleware imports besides.
-const APPROVAL_IMPORT: &str = "dsh:bash/approval@0.8.0";
+const APPROVAL_IMPORT: &str = "dsh:bash/approval@0.9.0";
 
 /// Link the world's imports: the executor and agent interfaces, and nothing else. The tools
 /// component (built without WASI) imports exactly these two. A component that carries WASI

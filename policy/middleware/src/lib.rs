@@ -1,5 +1,5 @@
 //! The permission rules of `dsh-policy` as an executor middleware component: it imports
-//! `dsh:bash/bash-executor@0.8.0` (the real executor) and `dsh:bash/approval@0.8.0` (the rules,
+//! `dsh:bash/bash-executor@0.9.0` (the real executor) and `dsh:bash/approval@0.9.0` (the rules,
 //! the session's grants and the person to ask), and exports `bash-executor`, so that a
 //! composition puts it in front of the tools component's executor import without rebuilding the
 //! tools (world `dsh:bash/policy-middleware`):
@@ -305,6 +305,7 @@ mod component {
                         inner::DenialReason::CreatedAfterSetup => {
                             outer::DenialReason::CreatedAfterSetup
                         }
+                        inner::DenialReason::HostNotAllowed => outer::DenialReason::HostNotAllowed,
                     },
                 })
                 .collect(),
@@ -325,6 +326,7 @@ mod component {
                 inner::SandboxNetwork::Loopback => outer::SandboxNetwork::Loopback,
                 inner::SandboxNetwork::On => outer::SandboxNetwork::On,
             },
+            allowed_hosts: p.allowed_hosts,
         }
     }
 

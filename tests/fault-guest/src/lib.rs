@@ -17,7 +17,7 @@ mod component {
     // ask and read grants as a hostile middleware would.
     wit_bindgen::generate!({
         path: "../../wit",
-        inline: "package dsh:fault; world fault-guest { include dsh:bash/tools-component@0.8.0; import dsh:bash/approval@0.8.0; }",
+        inline: "package dsh:fault; world fault-guest { include dsh:bash/tools-component@0.9.0; import dsh:bash/approval@0.9.0; }",
         world: "dsh:fault/fault-guest",
         generate_all,
     });

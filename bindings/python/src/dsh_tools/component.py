@@ -25,7 +25,7 @@ from .approval import Approval, Question
 from .approval import home as approval_home
 from .executor.types import Executor, ExecutorError
 
-WIT_VERSION = "0.8.0"
+WIT_VERSION = "0.9.0"
 EXECUTOR = f"dsh:bash/bash-executor@{WIT_VERSION}"
 AGENT = f"dsh:bash/agent@{WIT_VERSION}"
 TOOLS = f"dsh:bash/tools@{WIT_VERSION}"

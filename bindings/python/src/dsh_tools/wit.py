@@ -85,7 +85,13 @@ def _denials(d: Denials) -> Record:
 
 
 def _sandbox(p: SandboxPolicy) -> Record:
-    return record(mode=p["mode"], writable=list(p["writable"]), denied_reads=list(p["denied_reads"]), network=p["network"])
+    return record(
+        mode=p["mode"],
+        writable=list(p["writable"]),
+        denied_reads=list(p["denied_reads"]),
+        network=p["network"],
+        allowed_hosts=list(p.get("allowed_hosts", [])),
+    )
 
 
 def run_result(r: RunResult) -> Record:

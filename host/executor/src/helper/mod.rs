@@ -631,6 +631,19 @@ fn serve(
             return Served::NotStarted;
         }
     };
+    // The host's proxy accepts on it from now on (the helper keeps no copy).
+    let confined = match confined {
+        Some(mut confined) => {
+            if let Some(listener) = confined.proxy.take()
+                && let Err(err) =
+                    protocol::send_report(sock, &Report::Proxy, Some(listener.as_fd()))
+            {
+                return refuse(&started, err.raw_os_error().unwrap_or(libc::EIO));
+            }
+            Some(confined)
+        }
+        None => None,
+    };
     // The notifying filter's listener comes from bash's side through this pair.
     let listener_pair = match confined.as_ref().map(|_| listener_pair()).transpose() {
         Ok(pair) => pair,

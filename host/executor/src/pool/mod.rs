@@ -384,7 +384,7 @@ pub struct Heartbeat {
     pub node: String,
     /// The node's epoch: random, new at every start.
     pub epoch: String,
-    /// Its name and version (`dsh-host 0.8.0`).
+    /// Its name and version (`dsh-host 0.9.0`).
     pub server: String,
     /// Background tasks running and foreground runs in flight.
     pub load: usize,

@@ -38,7 +38,7 @@ pub struct NodeOptions {
     pub pool: PoolOptions,
     /// This node's id (unique in the pool; letters, digits, `-`, `_`).
     pub node_id: String,
-    /// Name and version, e.g. `dsh-host 0.8.0`.
+    /// Name and version, e.g. `dsh-host 0.9.0`.
     pub server: String,
 }
 

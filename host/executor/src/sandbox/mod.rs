@@ -14,6 +14,7 @@
 //! Everything a command starts inherits the sandbox; nothing in it can lift it (a Landlock domain
 //! only narrows, and the seccomp filter refuses new namespaces, `ptrace` and io_uring).
 
+pub mod allow_net;
 pub(crate) mod apply;
 pub(crate) mod bpf;
 pub(crate) mod judge;
@@ -25,6 +26,7 @@ pub(crate) mod policy;
 pub(crate) mod preflight;
 pub(crate) mod prepare;
 pub(crate) mod protect;
+pub(crate) mod proxy;
 pub(crate) mod seccomp;
 
 use std::fmt;
@@ -95,6 +97,10 @@ pub struct SandboxConfig {
     pub allow_write: Vec<PathBuf>,
     /// `--sandbox-deny-read`: more paths no command may read, besides [`default_denied`].
     pub deny_read: Vec<PathBuf>,
+    /// `--sandbox-allow-net`: hosts a command may reach through the host's proxy
+    /// ([`proxy`]), in the namespace tier; each command then has a loopback interface of its
+    /// own, where the proxy listens.
+    pub allow_net: Vec<String>,
     /// `--sandbox-tier`.
     pub tier: TierPreference,
     /// Directories of the host's own sockets (its executor sessions'), which no command may
@@ -127,6 +133,12 @@ pub struct Sandbox {
     pub hide: Vec<PathBuf>,
     /// The Landlock ABI of the kernel.
     pub landlock_abi: u32,
+    /// The hosts a command may reach through the proxy (`--sandbox-allow-net`); the network is
+    /// then [`NetworkMode::Loopback`].
+    pub allow_net: Vec<allow_net::HostPattern>,
+    /// Where the proxy listens in each command's network namespace (`127.0.0.1`), when there is
+    /// one.
+    pub proxy_port: Option<u16>,
     /// Held on `tmp_base` while the host runs.
     base_lock: BaseLock,
 }
@@ -196,6 +208,7 @@ impl Sandbox {
             writable: text(&self.writable),
             denied_reads: text(&self.deny_read),
             network: self.network,
+            allowed_hosts: self.allow_net.iter().map(|p| p.to_string()).collect(),
         }
     }
 
@@ -206,9 +219,24 @@ impl Sandbox {
         cwd: &Path,
         support: &Support,
     ) -> Result<Option<Sandbox>, SandboxError> {
+        if let Some(host) = config.allow_net.first()
+            && config.mode == SandboxMode::Off
+        {
+            return Err(SandboxError(format!(
+                "--sandbox-allow-net {host} needs --sandbox read-only or workspace-write"
+            )));
+        }
         if config.mode == SandboxMode::Off {
             return Ok(None);
         }
+        let allow_net = config
+            .allow_net
+            .iter()
+            .map(|text| {
+                allow_net::HostPattern::parse(text)
+                    .map_err(|err| SandboxError(format!("--sandbox-allow-net {err}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let mode_flag = format!("--sandbox {}", config.mode);
         let off = "--sandbox off runs commands unconfined";
         let abi = match &support.landlock {
@@ -242,16 +270,38 @@ impl Sandbox {
                 )));
             }
         };
+        let why_no_namespaces = || match &support.namespaces {
+            Err(why) => format!("namespaces are unavailable: {why}"),
+            Ok(()) => "--sandbox-tier landlock leaves them out".to_string(),
+        };
+        if let Some(host) = allow_net.first() {
+            if config.network == NetworkMode::On {
+                return Err(SandboxError(format!(
+                    "--sandbox-allow-net {host}: --sandbox-network on already reaches every \
+                     host (--sandbox-network off or loopback limits commands to the allowed \
+                     hosts)"
+                )));
+            }
+            if tier != Tier::Namespaces {
+                return Err(SandboxError(format!(
+                    "--sandbox-allow-net {host} needs a network namespace per command, and {} \
+                     (without --sandbox-allow-net, --sandbox-network off or on works without)",
+                    why_no_namespaces()
+                )));
+            }
+        }
         if config.network == NetworkMode::Loopback && tier != Tier::Namespaces {
-            let why = match &support.namespaces {
-                Err(why) => format!("namespaces are unavailable: {why}"),
-                Ok(()) => "--sandbox-tier landlock leaves them out".to_string(),
-            };
             return Err(SandboxError(format!(
-                "--sandbox-network loopback needs a network namespace per command, and {why} \
-                 (--sandbox-network off or on works without)"
+                "--sandbox-network loopback needs a network namespace per command, and {} \
+                 (--sandbox-network off or on works without)",
+                why_no_namespaces()
             )));
         }
+        // The proxy listens on each command's own loopback interface.
+        let network = match allow_net.is_empty() {
+            true => config.network,
+            false => NetworkMode::Loopback,
+        };
         let canonical = |flag: &str, dir: &Path| -> Result<PathBuf, SandboxError> {
             let real = std::fs::canonicalize(dir)
                 .map_err(|err| SandboxError(format!("{flag} {}: {err}", dir.display())))?;
@@ -343,18 +393,24 @@ impl Sandbox {
         let mut seen = std::collections::HashSet::new();
         deny_read.retain(|path| seen.insert(path.clone()));
         // Made last, once nothing can refuse the sandbox any more (a refusal leaves nothing).
+        let proxy_port = match allow_net.is_empty() {
+            true => None,
+            false => Some(proxy_port()?),
+        };
         let (tmp_parent, tmp_base, base_lock) = tmp_base(&writable)?;
         // Other commands' private temporary directories, of this host and of others.
         deny_read.push(tmp_parent);
         Ok(Some(Sandbox {
             mode: config.mode,
             tier,
-            network: config.network,
+            network,
             writable,
             deny_read,
             tmp_base,
             hide,
             landlock_abi: abi,
+            allow_net,
+            proxy_port,
             base_lock,
         }))
     }
@@ -369,8 +425,20 @@ impl Sandbox {
             deny_read: self.deny_read.clone(),
             tmp_base: self.tmp_base.clone(),
             hide: self.hide.clone(),
+            proxy_port: self.proxy_port,
         }
     }
+}
+
+/// A port for the proxy, the same in every command's network namespace (each has its own
+/// loopback, where nothing else listens before the command runs): drawn at random from the
+/// range Linux gives no ephemeral ports by default, so that a command's own servers, which
+/// mostly use fixed low ports, rarely want it.
+fn proxy_port() -> Result<u16, SandboxError> {
+    let random = crate::hex::random_token(2)
+        .map_err(|err| SandboxError(format!("no randomness for the sandbox: {err}")))?;
+    let value = u16::from_str_radix(&random[..4], 16).unwrap_or(0);
+    Ok(20_000 + value % 12_000)
 }
 
 /// The directory each command's private `TMPDIR` is made in: one per host process, `0700`,

@@ -1,6 +1,6 @@
 //! The sandbox policy as it travels to the spawn helper factory, once, in its environment
 //! ([`POLICY_ENV`], hex, removed by the factory at once): the mode, tier and network as one
-//! byte each, then the writable roots, the denied paths and the temporary base, each list
+//! byte each, the proxy's port as two (0 for none), then the writable roots, the denied paths and the temporary base, each list
 //! `[count: u32]` of `[len: u32][bytes]`. Every helper prepares its command's sandbox from it
 //! while idle.
 
@@ -49,6 +49,8 @@ pub(crate) struct Policy {
     pub(crate) tmp_base: PathBuf,
     /// Directories hidden in the namespace tier.
     pub(crate) hide: Vec<PathBuf>,
+    /// Where each command's helper listens for the host's proxy (`--sandbox-allow-net`).
+    pub(crate) proxy_port: Option<u16>,
 }
 
 impl Policy {
@@ -69,6 +71,7 @@ impl Policy {
                 NetworkMode::On => 2,
             },
         ];
+        out.extend_from_slice(&self.proxy_port.unwrap_or(0).to_ne_bytes());
         for list in [
             &self.writable,
             &self.deny_read,
@@ -91,7 +94,7 @@ impl Policy {
         if bytes.is_empty() {
             return Ok(None);
         }
-        let [mode, tier, network, rest @ ..] = bytes else {
+        let [mode, tier, network, port_0, port_1, rest @ ..] = bytes else {
             return Err(bad("a sandbox policy is cut short"));
         };
         let mode = match mode {
@@ -110,6 +113,7 @@ impl Policy {
             2 => NetworkMode::On,
             _ => return Err(bad("a sandbox policy has an unknown network mode")),
         };
+        let proxy_port = Some(u16::from_ne_bytes([*port_0, *port_1])).filter(|&p| p != 0);
         let mut rest = rest;
         let u32_at = |rest: &mut &[u8]| -> io::Result<usize> {
             if rest.len() < 4 {
@@ -153,6 +157,7 @@ impl Policy {
             deny_read,
             tmp_base,
             hide,
+            proxy_port,
         }))
     }
 }
@@ -171,6 +176,7 @@ mod tests {
             deny_read: vec!["/root/.ssh".into()],
             tmp_base: "/var/tmp/x".into(),
             hide: vec!["/run/user/0/dsh-host".into()],
+            proxy_port: Some(23_456),
         };
         let bytes = policy.encode();
         assert_eq!(Policy::decode(&bytes).unwrap(), Some(policy));

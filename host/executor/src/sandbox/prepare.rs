@@ -148,6 +148,9 @@ pub(crate) struct Confined {
     /// What the supervisor judges by but the protected paths, resolved while the helper is
     /// idle: once bash runs, its first file call waits for the supervisor.
     judged: Judge,
+    /// Where the host's proxy takes the command's connections (`--sandbox-allow-net`), until
+    /// handed to the host.
+    pub(crate) proxy: Option<OwnedFd>,
 }
 
 impl Confined {
@@ -195,6 +198,15 @@ impl Confined {
                 .collect();
             namespaces::hide_sockets(&sockets)?;
         }
+        let proxy = match policy.proxy_port {
+            Some(port) if policy.tier == Tier::Namespaces => Some(proxy_listener(port)?),
+            Some(_) => {
+                return Err(io::Error::other(
+                    "the proxy needs a network namespace per command",
+                ));
+            }
+            None => None,
+        };
         // SAFETY: as above.
         unsafe { std::env::remove_var("SSH_AUTH_SOCK") };
         // After the namespaces: entering a user namespace fills the bounding set again.
@@ -213,6 +225,7 @@ impl Confined {
             snapshot: None,
             nested: Nested::find(&policy.writable),
             bound: Vec::new(),
+            proxy,
         })
     }
 
@@ -299,6 +312,32 @@ impl Confined {
         }
         let _ = std::fs::remove_dir(&self.tmpdir);
     }
+}
+
+/// Listens on `127.0.0.1:port` in the helper's network namespace (its own, which bash gets
+/// too), for the host's proxy to accept on, and names it in the environment bash inherits: the
+/// variables HTTP clients read for a proxy (curl, pip, npm, git, cargo, Python's urllib), and
+/// the command's own loopback as reached directly.
+fn proxy_listener(port: u16) -> io::Result<OwnedFd> {
+    let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port))?;
+    let url = format!("http://127.0.0.1:{port}");
+    // SAFETY: the helper is single-threaded; nothing reads the environment concurrently.
+    unsafe {
+        for name in [
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        ] {
+            std::env::set_var(name, &url);
+        }
+        for name in ["NO_PROXY", "no_proxy"] {
+            std::env::set_var(name, "localhost,127.0.0.1,::1");
+        }
+    }
+    Ok(listener.into())
 }
 
 /// The private `TMPDIR` of the command of the helper `pid`.

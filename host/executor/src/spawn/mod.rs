@@ -24,6 +24,7 @@ use tokio::sync::oneshot;
 
 use crate::containment::process::{Exit, ProcTree};
 use crate::protocol::{self, Report, Step};
+use crate::sandbox::allow_net::HostPattern;
 use crate::sandbox::log::DenialLog;
 use crate::spawn::launcher::Helper;
 
@@ -80,13 +81,15 @@ impl Leader {
 }
 
 /// Starts bash (`program`, as found on PATH) with `command` in `workdir` on `helper`, which
-/// serves this one command. What its sandbox denies it goes to `denials`.
+/// serves this one command. What its sandbox denies it goes to `denials`; `allowed` are the
+/// hosts its proxy may reach, when it has one (`--sandbox-allow-net`).
 pub(crate) async fn spawn(
     helper: Helper,
     program: &OsStr,
     command: &str,
     workdir: &str,
     denials: Arc<DenialLog>,
+    allowed: Option<Arc<[HostPattern]>>,
 ) -> Result<Spawned, StartError> {
     let Helper {
         pid,
@@ -144,34 +147,55 @@ pub(crate) async fn spawn(
         });
     }
     let mut reports = Reports::new(sock);
-    let (bash, bash_pidfd) = match with_resume(reports.next(), resume).await {
-        Ok(Some(Report::Refused(message))) => {
-            // It started nothing, and exits.
-            drop(reports);
-            if let Some(cgroup) = cgroup {
-                cgroup.retire(Some(pidfd));
+    // The command's proxy (`--sandbox-allow-net`), served from before bash starts until its
+    // tree is empty.
+    let mut serving = None;
+    let (bash, bash_pidfd) = loop {
+        break match with_resume(reports.next(), resume).await {
+            Ok(Some(Report::Proxy)) if serving.is_none() => {
+                let listener = reports.fd.take();
+                let served = listener.zip(allowed.clone()).map(|(listener, allowed)| {
+                    crate::sandbox::proxy::serve(listener, allowed, denials.clone())
+                });
+                match served {
+                    Some(Ok(proxy)) => serving = Some(proxy),
+                    Some(Err(err)) => return Err(StartError::Helper(err)),
+                    None => {
+                        return Err(StartError::Helper(io::Error::other(
+                            "the spawn helper offered a proxy without a listener, or unasked",
+                        )));
+                    }
+                }
+                continue;
             }
-            return Err(StartError::Workdir(message));
-        }
-        Ok(Some(Report::Declined)) => return Err(StartError::Declined),
-        Ok(Some(Report::Started(bash))) => (bash, reports.fd.take()),
-        // Any other report before `Started` breaks the protocol; bash may have run, so the
-        // command is not handed to another helper.
-        Ok(Some(other)) => {
-            return Err(StartError::Helper(io::Error::other(format!(
-                "the spawn helper reported {other:?} before bash started"
-            ))));
-        }
-        // No word from bash, which reports itself before its `exec` and does not exec when it
-        // cannot: the command never ran. Its helper died before starting it (a command may kill
-        // idle helpers, and a killed one can still look alive for a moment); its death ended the
-        // stream, and another helper may take the command.
-        Ok(None) | Err(_) => {
-            return Err(StartError::Undelivered(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "the spawn helper ended before starting bash",
-            )));
-        }
+            Ok(Some(Report::Refused(message))) => {
+                // It started nothing, and exits.
+                drop(reports);
+                if let Some(cgroup) = cgroup {
+                    cgroup.retire(Some(pidfd));
+                }
+                return Err(StartError::Workdir(message));
+            }
+            Ok(Some(Report::Declined)) => return Err(StartError::Declined),
+            Ok(Some(Report::Started(bash))) => (bash, reports.fd.take()),
+            // Any other report before `Started` breaks the protocol; bash may have run, so the
+            // command is not handed to another helper.
+            Ok(Some(other)) => {
+                return Err(StartError::Helper(io::Error::other(format!(
+                    "the spawn helper reported {other:?} before bash started"
+                ))));
+            }
+            // No word from bash, which reports itself before its `exec` and does not exec when it
+            // cannot: the command never ran. Its helper died before starting it (a command may kill
+            // idle helpers, and a killed one can still look alive for a moment); its death ended the
+            // stream, and another helper may take the command.
+            Ok(None) | Err(_) => {
+                return Err(StartError::Undelivered(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "the spawn helper ended before starting bash",
+                )));
+            }
+        };
     };
 
     let (leader_tx, leader_rx) = oneshot::channel();
@@ -180,6 +204,8 @@ pub(crate) async fn spawn(
     // socket) before that makes the helper kill the tree: the watcher holds them until the end.
     let resume_pidfd = rustix::io::dup(&pidfd).ok();
     let tree_empty = async move {
+        // Held until the tree is empty; dropping it ends the proxy and its connections.
+        let _serving = serving;
         let resume = || {
             if let Some(pidfd) = &resume_pidfd {
                 let _ = rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::CONT);

@@ -38,7 +38,7 @@ fn componentize(core: &std::path::Path, out: &std::path::Path) -> anyhow::Result
 }
 
 /// Whether an export of the core module is part of the component: the WIT functions
-/// (`dsh:bash/bash-executor@0.8.0#run`), their post-return helpers, the allocator and memory.
+/// (`dsh:bash/bash-executor@0.9.0#run`), their post-return helpers, the allocator and memory.
 #[cfg(not(target_arch = "wasm32"))]
 fn kept(name: &str) -> bool {
     name == "memory" || name == "_initialize" || name.starts_with("cabi_") || name.contains('#')

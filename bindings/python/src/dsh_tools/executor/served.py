@@ -220,6 +220,7 @@ def _sandbox(value: Optional[Mapping[str, Any]]) -> Optional[SandboxPolicy]:
         "writable": list(value.get("writable", [])),
         "denied_reads": list(value.get("denied_reads", [])),
         "network": _kebab(value["network"]),
+        "allowed_hosts": list(value.get("allowed_hosts", [])),
     }
 
 

@@ -26,7 +26,7 @@ ErrorCase = Literal[
 
 DeniedAccess = Literal["read", "write", "socket", "connect", "undone"]
 
-DenialReason = Literal["outside-writable-roots", "denied-read", "protected-path", "network-off", "loopback-only", "created-after-setup"]
+DenialReason = Literal["outside-writable-roots", "denied-read", "protected-path", "network-off", "loopback-only", "created-after-setup", "host-not-allowed"]
 
 SandboxMode = Literal["read-only", "workspace-write"]
 
@@ -59,6 +59,10 @@ class SandboxPolicy(TypedDict):
     writable: List[str]
     denied_reads: List[str]
     network: SandboxNetwork
+    # The hosts a command may reach through the sandbox's proxy (`registry.npmjs.org`,
+    # `*.pythonhosted.org`); the network is then "loopback". Read as none when an executor
+    # written for an older version leaves it out.
+    allowed_hosts: List[str]
 
 
 class Limits(TypedDict):

@@ -1,0 +1,439 @@
+//! The host's side of `--sandbox-allow-net`: an HTTP proxy that lets a sandboxed command reach
+//! the allowed hosts ([`super::allow_net`]) and nothing else.
+//!
+//! Each command's spawn helper listens on `127.0.0.1:<port>` inside the command's own network
+//! namespace, where nothing else beyond its loopback is reachable, and hands the listening socket
+//! to the host ([`crate::protocol::Report::Proxy`]). The host accepts on it here, for as long as
+//! the command runs, and connects out from its own network: a `CONNECT host:port` becomes a
+//! tunnel (HTTPS), a plain-HTTP request in absolute form (`GET http://host/path`) is forwarded
+//! with `Connection: close`. A refused host gets `403` and is recorded as the command's denial,
+//! which its result then names; the command's bytes are never changed but the forwarded
+//! request's head.
+
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+use super::allow_net::{Host, HostPattern};
+use super::log::DenialLog;
+use crate::{Denial, DenialReason, DeniedAccess};
+
+/// The longest request head the proxy reads.
+const MAX_HEAD: usize = 32 * 1024;
+/// How long a client has to send its request head.
+const HEAD_WAIT: Duration = Duration::from_secs(30);
+/// How long connecting to an allowed host may take, every address it resolves to included.
+const CONNECT_WAIT: Duration = Duration::from_secs(30);
+/// Connections one command may have open through the proxy at once; more wait to be accepted.
+const MAX_CONNECTIONS: usize = 256;
+
+/// The proxy of one command: it serves until dropped, and then every connection through it
+/// ends too.
+#[derive(Debug)]
+pub(crate) struct Serving(tokio::task::AbortHandle);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Serves the command whose listening socket is `listener` (in its own network namespace),
+/// letting it reach `allowed`; what it refuses goes to `denials`. Must be called within the
+/// host's runtime.
+pub(crate) fn serve(
+    listener: OwnedFd,
+    allowed: Arc<[HostPattern]>,
+    denials: Arc<DenialLog>,
+) -> std::io::Result<Serving> {
+    let listener = std::net::TcpListener::from(listener);
+    listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(listener)?;
+    let task = tokio::spawn(async move {
+        // Dropped with this task: every connection ends with the command's proxy.
+        let mut connections = JoinSet::new();
+        loop {
+            while connections.try_join_next().is_some() {}
+            if connections.len() >= MAX_CONNECTIONS {
+                connections.join_next().await;
+                continue;
+            }
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            };
+            match accepted {
+                Ok((client, _)) => {
+                    connections.spawn(connection(client, allowed.clone(), denials.clone()));
+                }
+                // Out of descriptors, say: another try shortly.
+                Err(err) => {
+                    tracing::debug!(%err, "the sandbox proxy could not accept");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    });
+    Ok(Serving(task.abort_handle()))
+}
+
+/// What a client asked for.
+#[derive(Debug, PartialEq, Eq)]
+struct Request {
+    host: Host,
+    port: u16,
+    /// For a plain-HTTP request, the head to send the origin; none for a tunnel.
+    forward: Option<Vec<u8>>,
+}
+
+/// Why a request head was refused (the text of the `400` answer).
+#[derive(Debug, PartialEq, Eq)]
+struct Malformed(&'static str);
+
+async fn connection(mut client: TcpStream, allowed: Arc<[HostPattern]>, denials: Arc<DenialLog>) {
+    let (head, rest) = match tokio::time::timeout(HEAD_WAIT, read_head(&mut client)).await {
+        Ok(Ok(Some(got))) => got,
+        Ok(Ok(None)) => {
+            let _ = answer(&mut client, 431, "the request head is too long").await;
+            return;
+        }
+        Ok(Err(_)) => return,
+        Err(_) => {
+            let _ = answer(&mut client, 408, "no request head in time").await;
+            return;
+        }
+    };
+    let request = match parse(&head) {
+        Ok(request) => request,
+        Err(Malformed(why)) => {
+            let _ = answer(&mut client, 400, why).await;
+            return;
+        }
+    };
+    let matched: Vec<&HostPattern> = allowed
+        .iter()
+        .filter(|pattern| pattern.allows(&request.host))
+        .collect();
+    // Only through a `*.` pattern: not the host's own addresses (see `own_address`).
+    let beneath_only = matched
+        .iter()
+        .all(|pattern| matches!(pattern, HostPattern::Beneath(_)));
+    if matched.is_empty() {
+        // Recorded before the answer: the command learns of it no sooner than its result does.
+        denials.add(Denial {
+            access: DeniedAccess::Connect,
+            target: format!("{}:{}", request.host, request.port),
+            reason: DenialReason::HostNotAllowed,
+        });
+        let why = format!(
+            "{} is not among the hosts this sandbox allows (--sandbox-allow-net)",
+            request.host
+        );
+        let _ = answer(&mut client, 403, &why).await;
+        return;
+    }
+    let connecting = connect(&request.host, request.port, beneath_only);
+    let mut upstream = match tokio::time::timeout(CONNECT_WAIT, connecting).await {
+        Ok(Ok(upstream)) => upstream,
+        Ok(Err(err)) if err.kind() == std::io::ErrorKind::PermissionDenied => {
+            denials.add(Denial {
+                access: DeniedAccess::Connect,
+                target: format!("{}:{}", request.host, request.port),
+                reason: DenialReason::HostNotAllowed,
+            });
+            let why = format!("{}: {err}", request.host);
+            let _ = answer(&mut client, 403, &why).await;
+            return;
+        }
+        Ok(Err(err)) => {
+            let why = format!("cannot reach {}:{}: {err}", request.host, request.port);
+            let _ = answer(&mut client, 502, &why).await;
+            return;
+        }
+        Err(_) => {
+            let why = format!("no connection to {}:{} in time", request.host, request.port);
+            let _ = answer(&mut client, 504, &why).await;
+            return;
+        }
+    };
+    let sent = match &request.forward {
+        Some(head) => upstream.write_all(head).await,
+        None => {
+            client
+                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .await
+        }
+    };
+    if sent.is_err() || upstream.write_all(&rest).await.is_err() {
+        return;
+    }
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+}
+
+/// Reads up to the end of the request head: the head (without its blank line) and what came
+/// after it; `None` when the head is longer than [`MAX_HEAD`].
+async fn read_head(client: &mut TcpStream) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buf.split_off(end + 4);
+            buf.truncate(end);
+            return Ok(Some((buf, rest)));
+        }
+        if buf.len() > MAX_HEAD {
+            return Ok(None);
+        }
+        let n = client.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The request a head (without its blank line) asks for.
+fn parse(head: &[u8]) -> Result<Request, Malformed> {
+    let head = std::str::from_utf8(head).map_err(|_| Malformed("the request head is not text"))?;
+    let mut lines = head.split("\r\n");
+    let line = lines.next().unwrap_or_default();
+    let mut words = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        return Err(Malformed("expected METHOD TARGET HTTP/1.x"));
+    };
+    if !matches!(version, "HTTP/1.1" | "HTTP/1.0") {
+        return Err(Malformed("expected HTTP/1.1 or HTTP/1.0"));
+    }
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(Malformed("expected a method such as GET or CONNECT"));
+    }
+    if method == "CONNECT" {
+        let (host, port) = authority(target, None)?;
+        return Ok(Request {
+            host,
+            port,
+            forward: None,
+        });
+    }
+    let scheme_end = target
+        .find("://")
+        .ok_or(Malformed("expected an absolute http:// URL, or CONNECT"))?;
+    if !target[..scheme_end].eq_ignore_ascii_case("http") {
+        return Err(Malformed(
+            "only http:// URLs are forwarded; other schemes go through CONNECT",
+        ));
+    }
+    let after = &target[scheme_end + 3..];
+    let end = after.find(['/', '?', '#']).unwrap_or(after.len());
+    let (host, port) = authority(&after[..end], Some(80))?;
+    // Without its fragment; `http://host?query` gives the origin `/?query`.
+    let path = after[end..].split('#').next().unwrap_or_default();
+    let path = match path.starts_with('/') {
+        true => path.to_string(),
+        false => format!("/{path}"),
+    };
+    let mut forward = format!("{method} {path} {version}\r\n").into_bytes();
+    for header in lines {
+        let name = header.split(':').next().unwrap_or_default().trim();
+        if [
+            "proxy-connection",
+            "proxy-authorization",
+            "connection",
+            "keep-alive",
+        ]
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h))
+        {
+            continue;
+        }
+        forward.extend_from_slice(header.as_bytes());
+        forward.extend_from_slice(b"\r\n");
+    }
+    forward.extend_from_slice(b"Connection: close\r\n\r\n");
+    Ok(Request {
+        host,
+        port,
+        forward: Some(forward),
+    })
+}
+
+/// `host:port` (the port may be left out where `default` is given).
+fn authority(text: &str, default: Option<u16>) -> Result<(Host, u16), Malformed> {
+    if text.contains('@') {
+        return Err(Malformed("a user name in the request target is not taken"));
+    }
+    // The port follows the last colon outside an IPv6 address's brackets.
+    let split = match text.rfind(':') {
+        Some(colon) if !text[colon..].contains(']') => Some(colon),
+        _ => None,
+    };
+    let (host, port) = match (split, default) {
+        (Some(colon), _) => {
+            let port = text[colon + 1..]
+                .parse::<u16>()
+                .ok()
+                .filter(|&p| p != 0)
+                .ok_or(Malformed("expected a port from 1 to 65535"))?;
+            (&text[..colon], port)
+        }
+        (None, Some(port)) => (text, port),
+        (None, None) => return Err(Malformed("expected host:port")),
+    };
+    let host = Host::parse(host).ok_or(Malformed("expected a host name or an address"))?;
+    Ok((host, port))
+}
+
+/// A connection to `host:port` from the host's network: the first of its addresses that
+/// answers. With `not_own`, a name that resolves to one of the host's own addresses
+/// ([`own_address`]) is refused (`PermissionDenied`).
+async fn connect(host: &Host, port: u16, not_own: bool) -> std::io::Result<TcpStream> {
+    let addresses: Vec<SocketAddr> = match host {
+        Host::Address(address) => vec![SocketAddr::new(*address, port)],
+        Host::Name(name) => tokio::net::lookup_host((name.as_str(), port))
+            .await?
+            .collect(),
+    };
+    if not_own && addresses.iter().any(|a| own_address(a.ip())) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "a name allowed only through a *. pattern resolves to a loopback, unspecified or \
+             link-local address (name the host or the address itself to allow that)",
+        ));
+    }
+    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
+    for address in addresses {
+        match TcpStream::connect(address).await {
+            Ok(stream) => return Ok(stream),
+            Err(err) => last = err,
+        }
+    }
+    Err(last)
+}
+
+/// Whether `address` reaches the host itself or its link (its loopback services, a cloud
+/// metadata service at `169.254.169.254`): a name beneath an allowed domain whose DNS someone
+/// else controls could point there.
+fn own_address(address: IpAddr) -> bool {
+    match address.to_canonical() {
+        IpAddr::V4(v4) => v4.is_loopback() || v4.is_unspecified() || v4.is_link_local(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.is_unspecified() || v6.segments()[0] & 0xffc0 == 0xfe80
+        }
+    }
+}
+
+/// Answers `status` with `why` as a short text body, and closes.
+async fn answer(client: &mut TcpStream, status: u16, why: &str) -> std::io::Result<()> {
+    let reason = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        408 => "Request Timeout",
+        431 => "Request Header Fields Too Large",
+        502 => "Bad Gateway",
+        _ => "Gateway Timeout",
+    };
+    let body = format!("dsh-host sandbox proxy: {why}\n");
+    let reply = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    client.write_all(reply.as_bytes()).await?;
+    client.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hosts_own_addresses_are_told_apart() {
+        for own in [
+            "127.0.0.1",
+            "127.8.9.10",
+            "0.0.0.0",
+            "169.254.169.254",
+            "::1",
+            "::",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+        ] {
+            assert!(own_address(own.parse().unwrap()), "{own}");
+        }
+        for other in ["10.0.0.1", "192.0.2.1", "2001:db8::1", "::ffff:192.0.2.1"] {
+            assert!(!own_address(other.parse().unwrap()), "{other}");
+        }
+    }
+
+    fn name(text: &str) -> Host {
+        Host::parse(text).unwrap()
+    }
+
+    #[test]
+    fn a_connect_names_its_host_and_port() {
+        assert_eq!(
+            parse(b"CONNECT Registry.npmjs.org:443 HTTP/1.1\r\nHost: x").unwrap(),
+            Request {
+                host: name("registry.npmjs.org"),
+                port: 443,
+                forward: None
+            }
+        );
+        assert_eq!(
+            parse(b"CONNECT [::1]:8443 HTTP/1.1").unwrap().host,
+            name("[::1]")
+        );
+        for bad in [
+            &b"CONNECT x.org HTTP/1.1"[..],
+            b"CONNECT x.org:0 HTTP/1.1",
+            b"CONNECT x.org:99999 HTTP/1.1",
+            b"CONNECT localhost@127.0.0.2:80 HTTP/1.1",
+            b"CONNECT 127.0.0.2#localhost:80 HTTP/1.1",
+            b"CONNECT ::1:80 HTTP/1.1",
+            b"CONNECT x.org:443 HTTP/2",
+            b"CONNECT  x.org:443 HTTP/1.1",
+            b"connect x.org:443 HTTP/1.1",
+            b"\xff x.org:443 HTTP/1.1",
+        ] {
+            assert!(parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn a_plain_request_is_forwarded_in_origin_form_with_its_connection_closed() {
+        let request = parse(
+            b"GET http://Example.org:8080/a/b?c=d#frag HTTP/1.1\r\nHost: example.org:8080\r\n\
+              Proxy-Connection: keep-alive\r\nConnection: keep-alive\r\nProxy-Authorization: x\r\n\
+              Accept: */*",
+        )
+        .unwrap();
+        assert_eq!((request.host, request.port), (name("example.org"), 8080));
+        assert_eq!(
+            String::from_utf8(request.forward.unwrap()).unwrap(),
+            "GET /a/b?c=d HTTP/1.1\r\nHost: example.org:8080\r\nAccept: */*\r\n\
+             Connection: close\r\n\r\n"
+        );
+        let bare = parse(b"HEAD http://x.org HTTP/1.0").unwrap();
+        assert_eq!(bare.port, 80);
+        assert_eq!(
+            bare.forward.unwrap(),
+            b"HEAD / HTTP/1.0\r\nConnection: close\r\n\r\n"
+        );
+        for bad in [
+            &b"GET /relative HTTP/1.1"[..],
+            b"GET https://x.org/ HTTP/1.1",
+            b"GET http://localhost@127.0.0.2:80/ HTTP/1.1",
+            b"GET http:///path HTTP/1.1",
+            b"GET http://x.org:/ HTTP/1.1",
+        ] {
+            assert!(parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+}
