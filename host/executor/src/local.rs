@@ -448,6 +448,10 @@ impl LocalExecutor {
 /// The sandbox `config` asks for, after a preflight of what the machine supports; an error
 /// (naming what is missing and the flag that changes it) when it cannot be enforced.
 fn sandbox_for(config: &Config, helper: &OsStr) -> Result<Option<Sandbox>, ConfigError> {
+    config.sandbox.check_off().map_err(|err| ConfigError {
+        setting: "sandbox",
+        reason: err.0,
+    })?;
     if config.sandbox.mode == SandboxMode::Off {
         return Ok(None);
     }

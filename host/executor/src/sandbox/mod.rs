@@ -111,6 +111,20 @@ pub struct SandboxConfig {
     pub hide: Vec<PathBuf>,
 }
 
+impl SandboxConfig {
+    /// Refuses what only a sandbox can give when there is none (`--sandbox off`): hosts to allow
+    /// would otherwise be ignored while every host is reachable.
+    pub fn check_off(&self) -> Result<(), SandboxError> {
+        match self.allow_net.first() {
+            Some(host) if self.mode == SandboxMode::Off => Err(SandboxError(format!(
+                "--sandbox-allow-net {host} needs --sandbox read-only or workspace-write \
+                 (without a sandbox, commands reach every host)"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The sandbox in force.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {
@@ -219,13 +233,7 @@ impl Sandbox {
         cwd: &Path,
         support: &Support,
     ) -> Result<Option<Sandbox>, SandboxError> {
-        if let Some(host) = config.allow_net.first()
-            && config.mode == SandboxMode::Off
-        {
-            return Err(SandboxError(format!(
-                "--sandbox-allow-net {host} needs --sandbox read-only or workspace-write"
-            )));
-        }
+        config.check_off()?;
         if config.mode == SandboxMode::Off {
             return Ok(None);
         }
