@@ -1344,6 +1344,53 @@ _, status = os.waitpid(pid, 0)
 sys.exit(os.waitstatus_to_exitcode(status))
 "#;
 
+/// The host's sockets (its descriptors that are sockets), counted from `/proc`.
+fn sockets_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+        })
+        .count()
+}
+
+/// Each command's proxy listener and its connections are the host's descriptors while the
+/// command runs: once it is over, they are closed, however many commands used the proxy.
+#[test]
+fn the_hosts_descriptors_stay_level_across_proxied_commands() {
+    let a = Origin::start("a", &["127.0.0.1"]);
+    let b = Origin::start("b", &["127.0.0.2"]);
+    let w = world(User::Root);
+    let mut mcp = Mcp::start(&w, &allow("workspace-write", &["localhost"]));
+    let call = |mcp: &mut Mcp, n: usize| {
+        let out = mcp.bash(&py(
+            &format!("through_proxy(); fetch('n{n}', 'http://localhost:PORT_A/n{n}')"),
+            &a,
+            &b,
+        ));
+        let got = results(&out)
+            .get(&format!("n{n}"))
+            .cloned()
+            .unwrap_or_default();
+        assert!(got.ok() && got.from(&a), "{out}");
+    };
+    call(&mut mcp, 0);
+    let pid = mcp.child.id();
+    // Settled: the spawn helpers kept ready have been made again.
+    std::thread::sleep(Duration::from_millis(300));
+    let before = sockets_of(pid);
+    for n in 1..=12 {
+        call(&mut mcp, n);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let after = sockets_of(pid);
+    assert!(
+        after <= before + 2,
+        "the host held {before} sockets after one proxied command and {after} after 12 more"
+    );
+}
+
 /// `dsh-host args` as the world's user where namespaces are unavailable.
 fn without_namespaces(world: &World, args: &[&str]) -> std::process::Output {
     let template = world.host(args);

@@ -52,8 +52,8 @@ struct Shared {
     launcher: Arc<Launcher>,
     /// The sandbox in force (its policy goes to the helper factory once, at its start).
     sandbox: Option<Sandbox>,
-    /// The hosts its proxy may reach (`--sandbox-allow-net`), if it has one.
-    allowed: Option<Arc<[crate::sandbox::allow_net::HostPattern]>>,
+    /// Its proxy to the allowed hosts (`--sandbox-allow-net`), if it has one.
+    proxy: Option<Arc<crate::sandbox::proxy::Proxy>>,
 }
 
 impl Drop for Shared {
@@ -155,10 +155,10 @@ impl LocalExecutor {
                 spill,
                 shell: bash::find_on_path(bash::SHELL),
                 launcher,
-                allowed: sandbox
+                proxy: sandbox
                     .as_ref()
                     .filter(|s| s.proxy_port.is_some())
-                    .map(|s| s.allow_net.clone().into()),
+                    .map(|s| Arc::new(crate::sandbox::proxy::Proxy::new(s.allow_net.clone()))),
                 sandbox,
             }),
         }))
@@ -218,7 +218,7 @@ impl LocalExecutor {
                 &spec.command,
                 &spec.workdir,
                 denials.clone(),
-                self.shared.allowed.clone(),
+                self.shared.proxy.clone(),
             )
             .await;
             // Once this task next waits (bash is running by then): not on the start's path.

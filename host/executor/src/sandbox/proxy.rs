@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::allow_net::{Host, HostPattern};
@@ -31,6 +32,35 @@ const HEAD_WAIT: Duration = Duration::from_secs(30);
 const CONNECT_WAIT: Duration = Duration::from_secs(30);
 /// Connections one command may have open through the proxy at once; more wait to be accepted.
 const MAX_CONNECTIONS: usize = 256;
+/// Name lookups in progress at once, for every command together: each holds a thread of the
+/// host's blocking pool until the resolver answers, however long that takes.
+const MAX_LOOKUPS: usize = 8;
+
+/// What every command's proxy of one executor shares: the allowed hosts, and the host's
+/// descriptors and resolver threads, which no command may take all of.
+#[derive(Debug)]
+pub(crate) struct Proxy {
+    allowed: Vec<HostPattern>,
+    /// One permit a connection (two descriptors: the command's and the host's).
+    connections: Arc<Semaphore>,
+    lookups: Arc<Semaphore>,
+}
+
+impl Proxy {
+    /// The proxy letting commands reach `allowed`, with at most an eighth of the host's
+    /// descriptor limit taken by connections through it.
+    pub(crate) fn new(allowed: Vec<HostPattern>) -> Proxy {
+        let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(1 << 20);
+        let connections = usize::try_from(soft / 16).unwrap_or(4096).clamp(16, 4096);
+        Proxy {
+            allowed,
+            connections: Arc::new(Semaphore::new(connections)),
+            lookups: Arc::new(Semaphore::new(MAX_LOOKUPS)),
+        }
+    }
+}
 
 /// The proxy of one command: it serves until dropped, and then every connection through it
 /// ends too.
@@ -44,11 +74,11 @@ impl Drop for Serving {
 }
 
 /// Serves the command whose listening socket is `listener` (in its own network namespace),
-/// letting it reach `allowed`; what it refuses goes to `denials`. Must be called within the
-/// host's runtime.
+/// through `proxy`; what it refuses goes to `denials`. Must be called within the host's
+/// runtime.
 pub(crate) fn serve(
     listener: OwnedFd,
-    allowed: Arc<[HostPattern]>,
+    proxy: Arc<Proxy>,
     denials: Arc<DenialLog>,
 ) -> std::io::Result<Serving> {
     let listener = std::net::TcpListener::from(listener);
@@ -63,18 +93,33 @@ pub(crate) fn serve(
                 connections.join_next().await;
                 continue;
             }
+            let Ok(permit) = proxy.connections.clone().acquire_owned().await else {
+                return;
+            };
             let accepted = tokio::select! {
                 accepted = listener.accept() => accepted,
                 Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             };
             match accepted {
                 Ok((client, _)) => {
-                    connections.spawn(connection(client, allowed.clone(), denials.clone()));
+                    let (proxy, denials) = (proxy.clone(), denials.clone());
+                    connections.spawn(async move {
+                        connection(client, &proxy, &denials).await;
+                        drop(permit);
+                    });
                 }
-                // Out of descriptors, say: another try shortly.
-                Err(err) => {
-                    tracing::debug!(%err, "the sandbox proxy could not accept");
+                // Short of descriptors or memory for now: another try shortly.
+                Err(err)
+                    if matches!(
+                        err.raw_os_error(),
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                    ) =>
+                {
                     tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(err) => {
+                    tracing::debug!(%err, "the sandbox proxy cannot accept; it stops");
+                    return;
                 }
             }
         }
@@ -95,7 +140,7 @@ struct Request {
 #[derive(Debug, PartialEq, Eq)]
 struct Malformed(&'static str);
 
-async fn connection(mut client: TcpStream, allowed: Arc<[HostPattern]>, denials: Arc<DenialLog>) {
+async fn connection(mut client: TcpStream, proxy: &Proxy, denials: &DenialLog) {
     let (head, rest) = match tokio::time::timeout(HEAD_WAIT, read_head(&mut client)).await {
         Ok(Ok(Some(got))) => got,
         Ok(Ok(None)) => {
@@ -115,7 +160,8 @@ async fn connection(mut client: TcpStream, allowed: Arc<[HostPattern]>, denials:
             return;
         }
     };
-    let matched: Vec<&HostPattern> = allowed
+    let matched: Vec<&HostPattern> = proxy
+        .allowed
         .iter()
         .filter(|pattern| pattern.allows(&request.host))
         .collect();
@@ -137,7 +183,7 @@ async fn connection(mut client: TcpStream, allowed: Arc<[HostPattern]>, denials:
         let _ = answer(&mut client, 403, &why).await;
         return;
     }
-    let connecting = connect(&request.host, request.port, beneath_only);
+    let connecting = connect(&request.host, request.port, beneath_only, &proxy.lookups);
     let mut upstream = match tokio::time::timeout(CONNECT_WAIT, connecting).await {
         Ok(Ok(upstream)) => upstream,
         Ok(Err(err)) if err.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -180,12 +226,16 @@ async fn connection(mut client: TcpStream, allowed: Arc<[HostPattern]>, denials:
 async fn read_head(client: &mut TcpStream) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
+    // Where the blank line may start: each read is searched once, not the whole head again.
+    let mut searched = 0;
     loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+        if let Some(end) = buf[searched..].windows(4).position(|w| w == b"\r\n\r\n") {
+            let end = searched + end;
             let rest = buf.split_off(end + 4);
             buf.truncate(end);
             return Ok(Some((buf, rest)));
         }
+        searched = buf.len().saturating_sub(3);
         if buf.len() > MAX_HEAD {
             return Ok(None);
         }
@@ -239,10 +289,17 @@ fn parse(head: &[u8]) -> Result<Request, Malformed> {
         true => path.to_string(),
         false => format!("/{path}"),
     };
-    let mut forward = format!("{method} {path} {version}\r\n").into_bytes();
+    // The origin is told the host the proxy connects to, whatever `Host` the client gave (a
+    // front end serving many hosts would route by it).
+    let named = match port {
+        80 => host.to_string(),
+        port => format!("{host}:{port}"),
+    };
+    let mut forward = format!("{method} {path} {version}\r\nHost: {named}\r\n").into_bytes();
     for header in lines {
         let name = header.split(':').next().unwrap_or_default().trim();
         if [
+            "host",
             "proxy-connection",
             "proxy-authorization",
             "connection",
@@ -291,20 +348,45 @@ fn authority(text: &str, default: Option<u16>) -> Result<(Host, u16), Malformed>
 }
 
 /// A connection to `host:port` from the host's network: the first of its addresses that
-/// answers. With `not_own`, a name that resolves to one of the host's own addresses
-/// ([`own_address`]) is refused (`PermissionDenied`).
-async fn connect(host: &Host, port: u16, not_own: bool) -> std::io::Result<TcpStream> {
+/// answers. With `wildcard` (the name is allowed only as one beneath an allowed domain), the name
+/// is looked up as absolute (no search domain of the host's resolver appended), and one that
+/// resolves to an address other than a global one ([`global`]) is refused (`PermissionDenied`).
+/// At most `lookups` names are looked up at once.
+async fn connect(
+    host: &Host,
+    port: u16,
+    wildcard: bool,
+    lookups: &Arc<Semaphore>,
+) -> std::io::Result<TcpStream> {
     let addresses: Vec<SocketAddr> = match host {
         Host::Address(address) => vec![SocketAddr::new(*address, port)],
-        Host::Name(name) => tokio::net::lookup_host((name.as_str(), port))
-            .await?
-            .collect(),
+        Host::Name(name) => {
+            let name = match wildcard {
+                true => format!("{name}."),
+                false => name.clone(),
+            };
+            let permit = lookups
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(std::io::Error::other)?;
+            // The permit goes with the lookup's thread: a lookup the caller gave up on still
+            // counts until the resolver answers.
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), port))
+                    .map(Iterator::collect)
+            })
+            .await
+            .map_err(std::io::Error::other)??
+        }
     };
-    if not_own && addresses.iter().any(|a| own_address(a.ip())) {
+    if wildcard && !addresses.iter().all(|a| global(a.ip())) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
-            "a name allowed only through a *. pattern resolves to a loopback, unspecified or \
-             link-local address (name the host or the address itself to allow that)",
+            "a name allowed only through a *. pattern resolves to a loopback, private, \
+             link-local or other non-global address (name the host or the address itself to \
+             allow that)",
         ));
     }
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
@@ -317,14 +399,40 @@ async fn connect(host: &Host, port: u16, not_own: bool) -> std::io::Result<TcpSt
     Err(last)
 }
 
-/// Whether `address` reaches the host itself or its link (its loopback services, a cloud
-/// metadata service at `169.254.169.254`): a name beneath an allowed domain whose DNS someone
-/// else controls could point there.
-fn own_address(address: IpAddr) -> bool {
+/// Whether `address` is a global one: not the host itself, its link or a private network
+/// (loopback, unspecified, link-local, private, shared, unique-local, site-local, multicast,
+/// broadcast, reserved; an IPv4 address mapped into IPv6 or behind the NAT64 prefix is judged as
+/// itself). A name beneath an allowed domain whose DNS someone else controls could point at any
+/// of these: the host's own services, a cloud metadata service (`169.254.169.254`,
+/// `fd00:ec2::254`).
+fn global(address: IpAddr) -> bool {
+    let v4 = |v4: std::net::Ipv4Addr| {
+        let [a, b, c, _] = v4.octets();
+        !(v4.is_loopback()
+            || v4.is_unspecified()
+            || v4.is_link_local()
+            || v4.is_private()
+            || v4.is_broadcast()
+            || a == 0
+            || a >= 224
+            || (a == 100 && (64..128).contains(&b))
+            || (a == 192 && b == 0 && c == 0))
+    };
     match address.to_canonical() {
-        IpAddr::V4(v4) => v4.is_loopback() || v4.is_unspecified() || v4.is_link_local(),
+        IpAddr::V4(address) => v4(address),
         IpAddr::V6(v6) => {
-            v6.is_loopback() || v6.is_unspecified() || v6.segments()[0] & 0xffc0 == 0xfe80
+            let s = v6.segments();
+            if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                let [a, b] = s[6].to_be_bytes();
+                let [c, d] = s[7].to_be_bytes();
+                return v4(std::net::Ipv4Addr::new(a, b, c, d));
+            }
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || s[0] & 0xfe00 == 0xfc00
+                || s[0] & 0xffc0 == 0xfe80
+                || s[0] & 0xffc0 == 0xfec0
+                || s[0] & 0xff00 == 0xff00)
         }
     }
 }
@@ -354,21 +462,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_hosts_own_addresses_are_told_apart() {
+    fn only_global_addresses_pass_for_a_wildcard() {
         for own in [
             "127.0.0.1",
             "127.8.9.10",
             "0.0.0.0",
             "169.254.169.254",
+            "10.1.2.3",
+            "172.17.0.1",
+            "192.168.1.1",
+            "100.100.100.200",
+            "192.0.0.1",
+            "224.0.0.1",
+            "255.255.255.255",
+            "240.0.0.1",
             "::1",
             "::",
             "fe80::1",
+            "fd00:ec2::254",
+            "fc00::1",
+            "fec0::1",
+            "ff02::1",
             "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b::7f00:1",
         ] {
-            assert!(own_address(own.parse().unwrap()), "{own}");
+            assert!(!global(own.parse().unwrap()), "{own}");
         }
-        for other in ["10.0.0.1", "192.0.2.1", "2001:db8::1", "::ffff:192.0.2.1"] {
-            assert!(!own_address(other.parse().unwrap()), "{other}");
+        for other in [
+            "93.184.216.34",
+            "192.0.2.1",
+            "2001:db8::1",
+            "2606:4700::1111",
+            "::ffff:93.184.216.34",
+            "64:ff9b::5db8:d822",
+        ] {
+            assert!(global(other.parse().unwrap()), "{other}");
         }
     }
 
@@ -409,7 +539,7 @@ mod tests {
     #[test]
     fn a_plain_request_is_forwarded_in_origin_form_with_its_connection_closed() {
         let request = parse(
-            b"GET http://Example.org:8080/a/b?c=d#frag HTTP/1.1\r\nHost: example.org:8080\r\n\
+            b"GET http://Example.org:8080/a/b?c=d#frag HTTP/1.1\r\nHost: internal.evil\r\n\
               Proxy-Connection: keep-alive\r\nConnection: keep-alive\r\nProxy-Authorization: x\r\n\
               Accept: */*",
         )
@@ -424,7 +554,7 @@ mod tests {
         assert_eq!(bare.port, 80);
         assert_eq!(
             bare.forward.unwrap(),
-            b"HEAD / HTTP/1.0\r\nConnection: close\r\n\r\n"
+            b"HEAD / HTTP/1.0\r\nHost: x.org\r\nConnection: close\r\n\r\n"
         );
         for bad in [
             &b"GET /relative HTTP/1.1"[..],

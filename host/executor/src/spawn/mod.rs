@@ -24,8 +24,8 @@ use tokio::sync::oneshot;
 
 use crate::containment::process::{Exit, ProcTree};
 use crate::protocol::{self, Report, Step};
-use crate::sandbox::allow_net::HostPattern;
 use crate::sandbox::log::DenialLog;
+use crate::sandbox::proxy::Proxy;
 use crate::spawn::launcher::Helper;
 
 /// How often a start waiting for a report continues the helper (a command may stop it).
@@ -81,15 +81,15 @@ impl Leader {
 }
 
 /// Starts bash (`program`, as found on PATH) with `command` in `workdir` on `helper`, which
-/// serves this one command. What its sandbox denies it goes to `denials`; `allowed` are the
-/// hosts its proxy may reach, when it has one (`--sandbox-allow-net`).
+/// serves this one command. What its sandbox denies it goes to `denials`; `proxy` serves its
+/// connections to the allowed hosts, when it has one (`--sandbox-allow-net`).
 pub(crate) async fn spawn(
     helper: Helper,
     program: &OsStr,
     command: &str,
     workdir: &str,
     denials: Arc<DenialLog>,
-    allowed: Option<Arc<[HostPattern]>>,
+    proxy: Option<Arc<Proxy>>,
 ) -> Result<Spawned, StartError> {
     let Helper {
         pid,
@@ -154,8 +154,8 @@ pub(crate) async fn spawn(
         break match with_resume(reports.next(), resume).await {
             Ok(Some(Report::Proxy)) if serving.is_none() => {
                 let listener = reports.fd.take();
-                let served = listener.zip(allowed.clone()).map(|(listener, allowed)| {
-                    crate::sandbox::proxy::serve(listener, allowed, denials.clone())
+                let served = listener.zip(proxy.clone()).map(|(listener, proxy)| {
+                    crate::sandbox::proxy::serve(listener, proxy, denials.clone())
                 });
                 match served {
                     Some(Ok(proxy)) => serving = Some(proxy),
