@@ -278,16 +278,21 @@ fn serve(stream: TcpStream, index: usize, name: &'static str, log: &Mutex<Vec<Co
         });
         let target = first.split(' ').nth(1).unwrap_or("");
         let body = format!("origin-{name} {target}\n");
+        // An origin that keeps connections open whatever the request said.
+        let keep = target.contains("/keepalive");
         let _ = writer.write_all(
             format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
-                 Connection: close\r\n\r\n{body}",
-                body.len()
+                 Connection: {}\r\n\r\n{body}",
+                body.len(),
+                if keep { "keep-alive" } else { "close" }
             )
             .as_bytes(),
         );
         let _ = writer.flush();
-        let _ = writer.shutdown(Shutdown::Write);
+        if !keep {
+            let _ = writer.shutdown(Shutdown::Write);
+        }
         // Until the peer is done, so that the proxy reads the whole answer.
         let mut sink = [0u8; 1024];
         while matches!(writer.read(&mut sink), Ok(n) if n > 0) {}
@@ -1343,6 +1348,39 @@ os.write(w2, b"x")
 _, status = os.waitpid(pid, 0)
 sys.exit(os.waitstatus_to_exitcode(status))
 "#;
+
+/// A plain-HTTP answer tells the client the connection closes, even from an origin that would
+/// keep it open: a client that keeps proxy connections for requests to any host then sends no
+/// request meant for another host down a connection that leads to this origin.
+#[test]
+fn a_forwarded_answer_closes_its_connection() {
+    let a = Origin::start("a", &["127.0.0.1"]);
+    let b = Origin::start("b", &["127.0.0.2"]);
+    for user in User::ALL {
+        let w = world(user);
+        let ran = run(
+            &w,
+            &allow("workspace-write", &["localhost"]),
+            "import socket\n\
+             s = socket.create_connection(proxy_addr())\n\
+             s.sendall(b'GET http://localhost:PORT_A/keepalive HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n')\n\
+             data = b''\n\
+             while b'\\r\\n\\r\\n' not in data:\n    data += s.recv(4096)\n\
+             print('HEAD', repr(data.split(b'\\r\\n\\r\\n')[0]))",
+            &a,
+            &b,
+        );
+        let case = format!("{}: {}", who(user), ran.called.text);
+        let head = ran
+            .called
+            .text
+            .lines()
+            .find(|l| l.starts_with("HEAD "))
+            .unwrap_or_else(|| panic!("{case}"));
+        assert!(head.contains("Connection: close"), "{case}");
+        assert!(!head.to_ascii_lowercase().contains("keep-alive"), "{case}");
+    }
+}
 
 /// The host's sockets (its descriptors that are sockets), counted from `/proc`.
 fn sockets_of(pid: u32) -> usize {

@@ -218,13 +218,87 @@ async fn connection(mut client: TcpStream, proxy: &Proxy, denials: &DenialLog) {
     if sent.is_err() || upstream.write_all(&rest).await.is_err() {
         return;
     }
-    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    match request.forward {
+        Some(_) => relay_closing(&mut client, &mut upstream).await,
+        None => {
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        }
+    }
+}
+
+/// Relays a forwarded request's exchange: the client's bytes to the origin as they come, and the
+/// origin's back with its response head saying `Connection: close` (1xx heads passed as they
+/// are). A client that keeps proxy connections open for requests to any host (as HTTP client
+/// libraries do for plain HTTP) then sends no later request down this one, which goes to this
+/// origin only.
+async fn relay_closing(client: &mut TcpStream, upstream: &mut TcpStream) {
+    let (mut from_client, mut to_client) = client.split();
+    let (mut from_origin, mut to_origin) = upstream.split();
+    let requests = async {
+        let _ = tokio::io::copy(&mut from_client, &mut to_origin).await;
+        let _ = to_origin.shutdown().await;
+    };
+    let responses = async {
+        let mut pending = Vec::new();
+        loop {
+            let Ok(Some((head, rest))) = read_head_after(&mut from_origin, pending).await else {
+                break;
+            };
+            let interim = head.starts_with(b"HTTP/1.1 1") || head.starts_with(b"HTTP/1.0 1");
+            let head = match interim {
+                true => [&head[..], b"\r\n\r\n"].concat(),
+                false => closing(&head),
+            };
+            if to_client.write_all(&head).await.is_err() {
+                break;
+            }
+            if interim {
+                pending = rest;
+                continue;
+            }
+            if to_client.write_all(&rest).await.is_ok() {
+                let _ = tokio::io::copy(&mut from_origin, &mut to_client).await;
+            }
+            break;
+        }
+        let _ = to_client.shutdown().await;
+    };
+    tokio::join!(requests, responses);
+}
+
+/// A response head (without its blank line) with its connection headers replaced by
+/// `Connection: close`, blank line included.
+fn closing(head: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(head.len() + 24);
+    for (i, line) in head.split(|&b| b == b'\n').enumerate() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        let name = String::from_utf8_lossy(name);
+        if i > 0
+            && ["connection", "keep-alive", "proxy-connection"]
+                .iter()
+                .any(|h| name.trim().eq_ignore_ascii_case(h))
+        {
+            continue;
+        }
+        out.extend_from_slice(line);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    out
 }
 
 /// Reads up to the end of the request head: the head (without its blank line) and what came
 /// after it; `None` when the head is longer than [`MAX_HEAD`].
 async fn read_head(client: &mut TcpStream) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
-    let mut buf = Vec::with_capacity(1024);
+    read_head_after(client, Vec::with_capacity(1024)).await
+}
+
+/// As [`read_head`], from a stream of which `buf` was read already.
+async fn read_head_after(
+    client: &mut (impl tokio::io::AsyncRead + Unpin),
+    mut buf: Vec<u8>,
+) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
     let mut chunk = [0u8; 4096];
     // Where the blank line may start: each read is searched once, not the whole head again.
     let mut searched = 0;
@@ -534,6 +608,22 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn a_response_head_tells_the_client_the_connection_closes() {
+        assert_eq!(
+            String::from_utf8(closing(
+                b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n\
+                  Content-Length: 2"
+            ))
+            .unwrap(),
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n"
+        );
+        assert_eq!(
+            closing(b"HTTP/1.0 204 No Content"),
+            b"HTTP/1.0 204 No Content\r\nConnection: close\r\n\r\n"
+        );
     }
 
     #[test]
