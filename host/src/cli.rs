@@ -1173,10 +1173,18 @@ fn pool_report(options: &PoolOptions, nodes: &[dsh_executor::pool::survey::LiveN
                 } else {
                     sandbox.writable.join(", ")
                 };
+                let network = match sandbox.allowed_hosts.is_empty() {
+                    true => sandbox.network.to_string(),
+                    false => format!(
+                        "{} and, through the proxy, {}",
+                        sandbox.network,
+                        sandbox.allowed_hosts.join(", ")
+                    ),
+                };
                 out.push_str(&format!(
-                    "  sandbox: {}, network {}; writable roots: {writable}; {} denied reads\n",
+                    "  sandbox: {}, network {network}; writable roots: {writable}; {} denied \
+                     reads\n",
                     sandbox.mode,
-                    sandbox.network,
                     sandbox.denied_reads.len()
                 ));
             }
