@@ -7,7 +7,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandbox::{SECRET, TIERS, User, World, flags, holds};
+use sandbox::{Mcp, SECRET, TIERS, User, World, flags, holds};
 
 const MODES: [&str; 2] = ["read-only", "workspace-write"];
 
@@ -416,78 +416,6 @@ fn timeouts_and_escapees_still_take_the_whole_tree() {
             "{tier}: left running: {}",
             String::from_utf8_lossy(&left.stdout)
         );
-    }
-}
-
-/// `dsh-host mcp` on stdio, initialized.
-struct Mcp {
-    child: std::process::Child,
-    stdin: Option<std::process::ChildStdin>,
-    lines: std::io::BufReader<std::process::ChildStdout>,
-    id: u64,
-}
-
-impl Mcp {
-    fn start(world: &World, args: &[&str]) -> Mcp {
-        let mut all = vec!["mcp"];
-        all.extend_from_slice(args);
-        let mut child = world
-            .host(&all)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let lines = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut mcp = Mcp {
-            child,
-            stdin: Some(stdin),
-            lines,
-            id: 0,
-        };
-        mcp.request(
-            "initialize",
-            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"}}),
-        );
-        let note = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        writeln!(mcp.stdin.as_ref().unwrap(), "{note}").unwrap();
-        mcp
-    }
-
-    fn request(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
-        self.id += 1;
-        let msg = serde_json::json!({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params});
-        writeln!(self.stdin.as_ref().unwrap(), "{msg}").unwrap();
-        loop {
-            let mut line = String::new();
-            std::io::BufRead::read_line(&mut self.lines, &mut line).unwrap();
-            assert!(!line.is_empty(), "the server ended");
-            let value: serde_json::Value = serde_json::from_str(&line).unwrap();
-            if value["id"] == self.id {
-                return value;
-            }
-        }
-    }
-
-    fn bash(&mut self, command: &str) -> String {
-        let out = self.request(
-            "tools/call",
-            serde_json::json!({"name": "bash", "arguments": {"command": command, "description": "x"}}),
-        );
-        out["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    }
-}
-
-impl Drop for Mcp {
-    /// Ends the server as a client does, by closing its stdin: a clean shutdown.
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let _ = self.child.wait();
     }
 }
 

@@ -10,12 +10,12 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Shutdown, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
-use sandbox::{Called, User, World, flags};
+use sandbox::{Called, Findings, Mcp, User, World, flags};
 
 /// The system's Python, reachable by every user (a pyenv shim under /root is not).
 const PY: &str = "/usr/bin/python3";
@@ -63,31 +63,6 @@ fn sandbox_line(text: &str) -> Option<&str> {
 /// The line the host adds for a refused host.
 fn not_allowed(hostport: &str) -> String {
     format!("[sandbox: connect to {hostport} denied (not an allowed host)]")
-}
-
-/// Every attack that got through, reported together at the end of a test.
-#[derive(Default)]
-struct Findings(Vec<String>);
-
-impl Findings {
-    fn check(&mut self, held: bool, who: &str, attack: &str, called: &Called) {
-        if !held {
-            self.0.push(format!(
-                "[{who}] {attack}\n    result: {}\n    host stderr: {}",
-                called.text.trim_end().replace('\n', "\n            "),
-                called.stderr.trim_end()
-            ));
-        }
-    }
-
-    fn done(self) {
-        assert!(
-            self.0.is_empty(),
-            "{} attack(s) got through:\n{}",
-            self.0.len(),
-            self.0.join("\n")
-        );
-    }
 }
 
 // ---- origin servers on the host ----------------------------------------------------------------
@@ -1130,85 +1105,6 @@ fn addresses_are_allowed_as_written() {
         }
     }
     found.done();
-}
-
-/// `dsh-host mcp` on stdio, initialized.
-struct Mcp {
-    child: std::process::Child,
-    stdin: Option<std::process::ChildStdin>,
-    lines: BufReader<std::process::ChildStdout>,
-    id: u64,
-}
-
-impl Mcp {
-    fn start(world: &World, args: &[&str]) -> Mcp {
-        let mut all = vec!["mcp"];
-        all.extend_from_slice(args);
-        let mut child = world
-            .host(&all)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let lines = BufReader::new(child.stdout.take().unwrap());
-        let mut mcp = Mcp {
-            child,
-            stdin: Some(stdin),
-            lines,
-            id: 0,
-        };
-        mcp.request(
-            "initialize",
-            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"}}),
-        );
-        let note = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        writeln!(mcp.stdin.as_ref().unwrap(), "{note}").unwrap();
-        mcp
-    }
-
-    fn request(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
-        self.id += 1;
-        let msg = serde_json::json!({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params});
-        writeln!(self.stdin.as_ref().unwrap(), "{msg}").unwrap();
-        loop {
-            let mut line = String::new();
-            self.lines.read_line(&mut line).unwrap();
-            assert!(!line.is_empty(), "the server ended");
-            let value: serde_json::Value = serde_json::from_str(&line).unwrap();
-            if value["id"] == self.id {
-                return value;
-            }
-        }
-    }
-
-    /// One tool call's text.
-    fn tool(&mut self, name: &str, arguments: serde_json::Value) -> String {
-        let out = self.request(
-            "tools/call",
-            serde_json::json!({"name": name, "arguments": arguments}),
-        );
-        out["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    }
-
-    fn bash(&mut self, command: &str) -> String {
-        self.tool(
-            "bash",
-            serde_json::json!({"command": command, "description": "x"}),
-        )
-    }
-}
-
-impl Drop for Mcp {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let _ = self.child.wait();
-    }
 }
 
 /// Python that opens a tunnel to `localhost:PORT_A` through the proxy, says `HOLD <tag>`,

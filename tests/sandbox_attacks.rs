@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Once;
 use std::time::Duration;
 
-use sandbox::{Called, NOBODY, SECRET, TIERS, User, World, flags};
+use sandbox::{Called, Findings, NOBODY, SECRET, TIERS, User, World, flags};
 
 /// The system's Python, reachable by every user (a pyenv shim under /root is not).
 const PY: &str = "/usr/bin/python3";
@@ -49,31 +49,6 @@ fn who(user: User, tier: &str) -> String {
 /// A Python program run from a here-document (quoting-free).
 fn py(code: &str) -> String {
     format!("{PY} - <<'PYEOF'\n{code}\nPYEOF\n")
-}
-
-/// Every attack that got through, reported together at the end of a test.
-#[derive(Default)]
-struct Findings(Vec<String>);
-
-impl Findings {
-    fn check(&mut self, held: bool, who: &str, attack: &str, called: &Called) {
-        if !held {
-            self.0.push(format!(
-                "[{who}] {attack}\n    result: {}\n    host stderr: {}",
-                called.text.trim_end().replace('\n', "\n            "),
-                called.stderr.trim_end()
-            ));
-        }
-    }
-
-    fn done(self) {
-        assert!(
-            self.0.is_empty(),
-            "{} attack(s) got through:\n{}",
-            self.0.len(),
-            self.0.join("\n")
-        );
-    }
 }
 
 /// A control: the same action unconfined (or inside the roots) must have its effect, so that a

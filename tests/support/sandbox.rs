@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -179,4 +180,109 @@ pub fn flags<'a>(mode: &'a str, tier: &'a str) -> Vec<&'a str> {
 /// Whether `path` still holds `text`.
 pub fn holds(path: &Path, text: &str) -> bool {
     std::fs::read_to_string(path).is_ok_and(|t| t == text)
+}
+
+/// Every attack that got through, reported together at the end of a test.
+#[derive(Default)]
+pub struct Findings(Vec<String>);
+
+impl Findings {
+    pub fn check(&mut self, held: bool, who: &str, attack: &str, called: &Called) {
+        if !held {
+            self.0.push(format!(
+                "[{who}] {attack}\n    result: {}\n    host stderr: {}",
+                called.text.trim_end().replace('\n', "\n            "),
+                called.stderr.trim_end()
+            ));
+        }
+    }
+
+    pub fn done(self) {
+        assert!(
+            self.0.is_empty(),
+            "{} attack(s) got through:\n{}",
+            self.0.len(),
+            self.0.join("\n")
+        );
+    }
+}
+
+/// `dsh-host mcp` on stdio, initialized.
+pub struct Mcp {
+    pub child: std::process::Child,
+    pub stdin: Option<std::process::ChildStdin>,
+    pub lines: std::io::BufReader<std::process::ChildStdout>,
+    id: u64,
+}
+
+impl Mcp {
+    pub fn start(world: &World, args: &[&str]) -> Mcp {
+        let mut all = vec!["mcp"];
+        all.extend_from_slice(args);
+        let mut child = world
+            .host(&all)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut mcp = Mcp {
+            child,
+            stdin: Some(stdin),
+            lines,
+            id: 0,
+        };
+        mcp.request(
+            "initialize",
+            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}}),
+        );
+        let note = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        writeln!(mcp.stdin.as_ref().unwrap(), "{note}").unwrap();
+        mcp
+    }
+
+    pub fn request(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        self.id += 1;
+        let msg = serde_json::json!({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params});
+        writeln!(self.stdin.as_ref().unwrap(), "{msg}").unwrap();
+        loop {
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut self.lines, &mut line).unwrap();
+            assert!(!line.is_empty(), "the server ended");
+            let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if value["id"] == self.id {
+                return value;
+            }
+        }
+    }
+
+    /// One tool call's text.
+    pub fn tool(&mut self, name: &str, arguments: serde_json::Value) -> String {
+        let out = self.request(
+            "tools/call",
+            serde_json::json!({"name": name, "arguments": arguments}),
+        );
+        out["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    pub fn bash(&mut self, command: &str) -> String {
+        self.tool(
+            "bash",
+            serde_json::json!({"command": command, "description": "x"}),
+        )
+    }
+}
+
+impl Drop for Mcp {
+    /// Ends the server as a client does, by closing its stdin: a clean shutdown.
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
 }
