@@ -311,7 +311,7 @@ test("permission options with a component that does not import approval are refu
   assert.ok(!plain.imports.some((name) => name.startsWith("dsh:bash/approval")));
   for (const options of [{ policy }, { approve: () => "once" }, { policy: [], approveTimeoutMs: 1000 }]) {
     assert.throws(() => new Tools({ component: plain, ...options }), (e) => {
-      assert.match(e.message, /the component does not import dsh:bash\/approval@0\.8\.0/);
+      assert.match(e.message, /the component does not import dsh:bash\/approval@0\.9\.0/);
       assert.match(e.message, /policy\/middleware\/compose\.sh/);
       assert.ok(e.message.startsWith(Object.keys(options).join(", ")), e.message);
       return true;

@@ -344,7 +344,7 @@ def test_an_unreadable_file_stops_construction_naming_it(component: str, tmp_pat
 
 def test_policy_needs_a_component_with_the_approval_import(tmp_path: Path) -> None:
     # The bundled component has no permission rules: refused, rather than ignoring the rules.
-    needs = r"needs a component that imports dsh:bash/approval@0\.8\.0.*policy/middleware/compose\.sh"
+    needs = r"needs a component that imports dsh:bash/approval@0\.9\.0.*policy/middleware/compose\.sh"
     with pytest.raises(ComponentError, match="^policy= " + needs):
         Tools(policy=FILES)
     with pytest.raises(ComponentError, match="^approve= " + needs):
