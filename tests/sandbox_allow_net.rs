@@ -1278,6 +1278,85 @@ fn a_forwarded_answer_closes_its_connection() {
     }
 }
 
+/// One command cannot take every connection the host's proxies may hold: with the host's
+/// descriptor limit at 1024 (64 connections for all commands, 16 for one), a background task
+/// holding 80 tunnels open leaves the next command's proxy its own.
+#[test]
+fn one_command_cannot_take_every_proxy_connection() {
+    use std::os::unix::process::CommandExt;
+    let a = Origin::start("a", &["127.0.0.1"]);
+    let b = Origin::start("b", &["127.0.0.2"]);
+    let w = world(User::Root);
+    let mut command = w.host(&[
+        "mcp",
+        "--sandbox",
+        "workspace-write",
+        "--sandbox-allow-net",
+        "localhost",
+    ]);
+    // SAFETY: only setrlimit, async-signal-safe, between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            rustix::process::setrlimit(
+                rustix::process::Resource::Nofile,
+                rustix::process::Rlimit {
+                    current: Some(1024),
+                    maximum: Some(1024),
+                },
+            )
+            .map_err(std::io::Error::from)
+        });
+    }
+    let mut mcp = Mcp::from_command(command);
+    let hog = py(
+        "import socket\n\
+         held = []\n\
+         for i in range(80):\n    \
+             s = socket.create_connection(proxy_addr())\n    \
+             s.sendall(b'CONNECT localhost:PORT_A HTTP/1.1\\r\\n\\r\\nHOLD hog-%d\\n' % i)\n    \
+             held.append(s)\n\
+         open('hogging', 'w').close()\n\
+         time.sleep(120)",
+        &a,
+        &b,
+    );
+    let started = mcp.tool(
+        "bash",
+        serde_json::json!({"command": hog, "description": "x", "run_in_background": true}),
+    );
+    assert!(started.starts_with("started background task "), "{started}");
+    let task = started
+        .trim()
+        .rsplit(' ')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    if !eventually(15, || {
+        w.work.join("hogging").exists() && a.find("HOLD hog-15").is_some()
+    }) {
+        let output = mcp.tool("bash_output", serde_json::json!({ "task_id": task }));
+        panic!(
+            "the background task's tunnels never arrived: {output}; the origin saw {:?}",
+            firsts(&a.fresh())
+        );
+    }
+    let out = mcp.bash(&py(
+        "through_proxy(); fetch('mine', 'http://localhost:PORT_A/mine')",
+        &a,
+        &b,
+    ));
+    let mine = results(&out).get("mine").cloned().unwrap_or_default();
+    assert!(
+        mine.ok() && mine.from(&a),
+        "the next command's proxy was starved: {out}"
+    );
+    a.settle();
+    assert!(
+        a.find("HOLD hog-16").is_none(),
+        "one command held more than its share of the proxy's connections"
+    );
+}
+
 /// The host's sockets (its descriptors that are sockets), counted from `/proc`.
 fn sockets_of(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))

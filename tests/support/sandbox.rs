@@ -219,8 +219,12 @@ impl Mcp {
     pub fn start(world: &World, args: &[&str]) -> Mcp {
         let mut all = vec!["mcp"];
         all.extend_from_slice(args);
-        let mut child = world
-            .host(&all)
+        Mcp::from_command(world.host(&all))
+    }
+
+    /// The server `command` (`dsh-host mcp …`) starts.
+    pub fn from_command(mut command: Command) -> Mcp {
+        let mut child = command
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())

@@ -30,7 +30,8 @@ const MAX_HEAD: usize = 32 * 1024;
 const HEAD_WAIT: Duration = Duration::from_secs(30);
 /// How long connecting to an allowed host may take, every address it resolves to included.
 const CONNECT_WAIT: Duration = Duration::from_secs(30);
-/// Connections one command may have open through the proxy at once; more wait to be accepted.
+/// Connections one command may have open through the proxy at once (fewer where the host's
+/// share for all commands is small: a quarter of it); more wait to be accepted.
 const MAX_CONNECTIONS: usize = 256;
 /// Name lookups in progress at once, for every command together: each holds a thread of the
 /// host's blocking pool until the resolver answers, however long that takes.
@@ -43,12 +44,15 @@ pub(crate) struct Proxy {
     allowed: Vec<HostPattern>,
     /// One permit a connection (two descriptors: the command's and the host's).
     connections: Arc<Semaphore>,
+    /// Connections one command may have open at once.
+    per_command: usize,
     lookups: Arc<Semaphore>,
 }
 
 impl Proxy {
     /// The proxy letting commands reach `allowed`, with at most an eighth of the host's
-    /// descriptor limit taken by connections through it.
+    /// descriptor limit taken by connections through it (two descriptors each), and a quarter
+    /// of that by one command's.
     pub(crate) fn new(allowed: Vec<HostPattern>) -> Proxy {
         let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
             .current
@@ -57,6 +61,7 @@ impl Proxy {
         Proxy {
             allowed,
             connections: Arc::new(Semaphore::new(connections)),
+            per_command: (connections / 4).min(MAX_CONNECTIONS),
             lookups: Arc::new(Semaphore::new(MAX_LOOKUPS)),
         }
     }
@@ -89,7 +94,7 @@ pub(crate) fn serve(
         let mut connections = JoinSet::new();
         loop {
             while connections.try_join_next().is_some() {}
-            if connections.len() >= MAX_CONNECTIONS {
+            if connections.len() >= proxy.per_command {
                 connections.join_next().await;
                 continue;
             }
