@@ -30,40 +30,60 @@ const MAX_HEAD: usize = 32 * 1024;
 const HEAD_WAIT: Duration = Duration::from_secs(30);
 /// How long connecting to an allowed host may take, every address it resolves to included.
 const CONNECT_WAIT: Duration = Duration::from_secs(30);
+/// How long connecting to one of its addresses may take before the next is tried.
+const ADDRESS_WAIT: Duration = Duration::from_secs(10);
 /// Connections one command may have open through the proxy at once (fewer where the host's
 /// share for all commands is small: a quarter of it); more wait to be accepted.
 const MAX_CONNECTIONS: usize = 256;
 /// Name lookups in progress at once, for every command together: each holds a thread of the
 /// host's blocking pool until the resolver answers, however long that takes.
 const MAX_LOOKUPS: usize = 8;
+/// Name lookups in progress at once for one command.
+const COMMAND_LOOKUPS: usize = 2;
 
 /// What every command's proxy of one executor shares: the allowed hosts, and the host's
 /// descriptors and resolver threads, which no command may take all of.
 #[derive(Debug)]
 pub(crate) struct Proxy {
     allowed: Vec<HostPattern>,
-    /// One permit a connection (two descriptors: the command's and the host's).
-    connections: Arc<Semaphore>,
-    /// Connections one command may have open at once.
-    per_command: usize,
+    /// Sized when the first command is served, from the descriptor limit then (a server raises
+    /// its own after the executor is made).
+    pool: std::sync::OnceLock<Pool>,
     lookups: Arc<Semaphore>,
 }
 
+/// The connections every command's proxy may hold together, and one command's.
+#[derive(Debug)]
+struct Pool {
+    /// One permit a connection (two descriptors: the command's and the host's).
+    connections: Arc<Semaphore>,
+    per_command: usize,
+}
+
 impl Proxy {
-    /// The proxy letting commands reach `allowed`, with at most an eighth of the host's
-    /// descriptor limit taken by connections through it (two descriptors each), and a quarter
-    /// of that by one command's.
+    /// The proxy letting commands reach `allowed`.
     pub(crate) fn new(allowed: Vec<HostPattern>) -> Proxy {
-        let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
-            .current
-            .unwrap_or(1 << 20);
-        let connections = usize::try_from(soft / 16).unwrap_or(4096).clamp(16, 4096);
         Proxy {
             allowed,
-            connections: Arc::new(Semaphore::new(connections)),
-            per_command: (connections / 4).min(MAX_CONNECTIONS),
+            pool: std::sync::OnceLock::new(),
             lookups: Arc::new(Semaphore::new(MAX_LOOKUPS)),
         }
+    }
+
+    /// At most an eighth of the host's descriptors held by connections through every proxy (two
+    /// descriptors each: from 16 to 4096 connections), a quarter of those, and at most
+    /// [`MAX_CONNECTIONS`], by one command's.
+    fn pool(&self) -> &Pool {
+        self.pool.get_or_init(|| {
+            let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+                .current
+                .unwrap_or(1 << 20);
+            let connections = usize::try_from(soft / 16).unwrap_or(4096).clamp(16, 4096);
+            Pool {
+                connections: Arc::new(Semaphore::new(connections)),
+                per_command: (connections / 4).min(MAX_CONNECTIONS),
+            }
+        })
     }
 }
 
@@ -89,27 +109,37 @@ pub(crate) fn serve(
     let listener = std::net::TcpListener::from(listener);
     listener.set_nonblocking(true)?;
     let listener = TcpListener::from_std(listener)?;
+    let per_command = proxy.pool().per_command;
+    // This command's share of the name lookups.
+    let lookups = Arc::new(Semaphore::new(COMMAND_LOOKUPS));
     let task = tokio::spawn(async move {
         // Dropped with this task: every connection ends with the command's proxy.
         let mut connections = JoinSet::new();
         loop {
             while connections.try_join_next().is_some() {}
-            if connections.len() >= proxy.per_command {
+            if connections.len() >= per_command {
                 connections.join_next().await;
                 continue;
             }
-            let Ok(permit) = proxy.connections.clone().acquire_owned().await else {
-                return;
-            };
             let accepted = tokio::select! {
                 accepted = listener.accept() => accepted,
                 Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             };
             match accepted {
-                Ok((client, _)) => {
-                    let (proxy, denials) = (proxy.clone(), denials.clone());
+                Ok((mut client, _)) => {
+                    // Taken once a connection is there: an idle command holds none.
+                    let Ok(permit) = proxy.pool().connections.clone().try_acquire_owned() else {
+                        connections.spawn(async move {
+                            let why = "every connection the host's proxy may hold is in use; \
+                                       try again later";
+                            let _ = answer(&mut client, 503, why).await;
+                        });
+                        continue;
+                    };
+                    let (proxy, denials, lookups) =
+                        (proxy.clone(), denials.clone(), lookups.clone());
                     connections.spawn(async move {
-                        connection(client, &proxy, &denials).await;
+                        connection(client, &proxy, &denials, &lookups).await;
                         drop(permit);
                     });
                 }
@@ -145,7 +175,12 @@ struct Request {
 #[derive(Debug, PartialEq, Eq)]
 struct Malformed(&'static str);
 
-async fn connection(mut client: TcpStream, proxy: &Proxy, denials: &DenialLog) {
+async fn connection(
+    mut client: TcpStream,
+    proxy: &Proxy,
+    denials: &DenialLog,
+    lookups: &Arc<Semaphore>,
+) {
     let (head, rest) = match tokio::time::timeout(HEAD_WAIT, read_head(&mut client)).await {
         Ok(Ok(Some(got))) => got,
         Ok(Ok(None)) => {
@@ -188,20 +223,25 @@ async fn connection(mut client: TcpStream, proxy: &Proxy, denials: &DenialLog) {
         let _ = answer(&mut client, 403, &why).await;
         return;
     }
-    let connecting = connect(&request.host, request.port, beneath_only, &proxy.lookups);
+    let connecting = connect(
+        &request.host,
+        request.port,
+        beneath_only,
+        [&proxy.lookups, lookups],
+    );
     let mut upstream = match tokio::time::timeout(CONNECT_WAIT, connecting).await {
         Ok(Ok(upstream)) => upstream,
-        Ok(Err(err)) if err.kind() == std::io::ErrorKind::PermissionDenied => {
+        Ok(Err(Unreachable::NotGlobal(why))) => {
             denials.add(Denial {
                 access: DeniedAccess::Connect,
                 target: format!("{}:{}", request.host, request.port),
                 reason: DenialReason::HostNotAllowed,
             });
-            let why = format!("{}: {err}", request.host);
+            let why = format!("{}: {why}", request.host);
             let _ = answer(&mut client, 403, &why).await;
             return;
         }
-        Ok(Err(err)) => {
+        Ok(Err(Unreachable::Io(err))) => {
             let why = format!("cannot reach {}:{}: {err}", request.host, request.port);
             let _ = answer(&mut client, 502, &why).await;
             return;
@@ -246,8 +286,17 @@ async fn relay_closing(client: &mut TcpStream, upstream: &mut TcpStream) {
     let responses = async {
         let mut pending = Vec::new();
         loop {
-            let Ok(Some((head, rest))) = read_head_after(&mut from_origin, pending).await else {
-                break;
+            let (head, rest) = match read_head_after(&mut from_origin, pending).await {
+                Ok(Head::Whole(head, rest)) => (head, rest),
+                // No head to tell apart (too long, lines ending in a bare line feed, or none
+                // before the origin closed): passed on as it came.
+                Ok(Head::Unread(bytes)) => {
+                    if to_client.write_all(&bytes).await.is_ok() {
+                        let _ = tokio::io::copy(&mut from_origin, &mut to_client).await;
+                    }
+                    break;
+                }
+                Err(_) => break,
             };
             let interim = head.starts_with(b"HTTP/1.1 1") || head.starts_with(b"HTTP/1.0 1");
             let head = match interim {
@@ -296,14 +345,26 @@ fn closing(head: &[u8]) -> Vec<u8> {
 /// Reads up to the end of the request head: the head (without its blank line) and what came
 /// after it; `None` when the head is longer than [`MAX_HEAD`].
 async fn read_head(client: &mut TcpStream) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
-    read_head_after(client, Vec::with_capacity(1024)).await
+    match read_head_after(client, Vec::with_capacity(1024)).await? {
+        Head::Whole(head, rest) => Ok(Some((head, rest))),
+        Head::Unread(bytes) if bytes.len() > MAX_HEAD => Ok(None),
+        Head::Unread(_) => Err(std::io::ErrorKind::UnexpectedEof.into()),
+    }
+}
+
+/// What came before a blank line ending with `\r\n`.
+enum Head {
+    /// The head (without its blank line), and what came after it.
+    Whole(Vec<u8>, Vec<u8>),
+    /// Everything read, where no head ended within [`MAX_HEAD`] bytes or before the stream did.
+    Unread(Vec<u8>),
 }
 
 /// As [`read_head`], from a stream of which `buf` was read already.
 async fn read_head_after(
-    client: &mut (impl tokio::io::AsyncRead + Unpin),
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
     mut buf: Vec<u8>,
-) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
+) -> std::io::Result<Head> {
     let mut chunk = [0u8; 4096];
     // Where the blank line may start: each read is searched once, not the whole head again.
     let mut searched = 0;
@@ -312,15 +373,15 @@ async fn read_head_after(
             let end = searched + end;
             let rest = buf.split_off(end + 4);
             buf.truncate(end);
-            return Ok(Some((buf, rest)));
+            return Ok(Head::Whole(buf, rest));
         }
         searched = buf.len().saturating_sub(3);
         if buf.len() > MAX_HEAD {
-            return Ok(None);
+            return Ok(Head::Unread(buf));
         }
-        let n = client.read(&mut chunk).await?;
+        let n = stream.read(&mut chunk).await?;
         if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
+            return Ok(Head::Unread(buf));
         }
         buf.extend_from_slice(&chunk[..n]);
     }
@@ -426,17 +487,32 @@ fn authority(text: &str, default: Option<u16>) -> Result<(Host, u16), Malformed>
     Ok((host, port))
 }
 
+/// Why an allowed host was not connected to.
+#[derive(Debug)]
+enum Unreachable {
+    /// A name allowed only beneath a domain resolved to an address other than a global one.
+    NotGlobal(&'static str),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for Unreachable {
+    fn from(err: std::io::Error) -> Self {
+        Unreachable::Io(err)
+    }
+}
+
 /// A connection to `host:port` from the host's network: the first of its addresses that
-/// answers. With `wildcard` (the name is allowed only as one beneath an allowed domain), the name
-/// is looked up as absolute (no search domain of the host's resolver appended), and one that
-/// resolves to an address other than a global one ([`global`]) is refused (`PermissionDenied`).
-/// At most `lookups` names are looked up at once.
+/// answers, each given [`ADDRESS_WAIT`]. With `wildcard` (the name is allowed only as one beneath
+/// an allowed domain), the name is looked up as absolute (no search domain of the host's
+/// resolver appended), and one that resolves to an address other than a global one
+/// ([`global`]) is refused. A lookup holds a permit of each of `lookups` (every command's, this
+/// command's).
 async fn connect(
     host: &Host,
     port: u16,
     wildcard: bool,
-    lookups: &Arc<Semaphore>,
-) -> std::io::Result<TcpStream> {
+    lookups: [&Arc<Semaphore>; 2],
+) -> Result<TcpStream, Unreachable> {
     let addresses: Vec<SocketAddr> = match host {
         Host::Address(address) => vec![SocketAddr::new(*address, port)],
         Host::Name(name) => {
@@ -444,15 +520,16 @@ async fn connect(
                 true => format!("{name}."),
                 false => name.clone(),
             };
-            let permit = lookups
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(std::io::Error::other)?;
-            // The permit goes with the lookup's thread: a lookup the caller gave up on still
+            // This command's first: a command waiting for its own cannot hold everyone's.
+            let mine = lookups[1].clone().acquire_owned().await;
+            let every = lookups[0].clone().acquire_owned().await;
+            let (Ok(mine), Ok(every)) = (mine, every) else {
+                return Err(std::io::Error::other("no name lookups any more").into());
+            };
+            // The permits go with the lookup's thread: a lookup the caller gave up on still
             // counts until the resolver answers.
             tokio::task::spawn_blocking(move || {
-                let _permit = permit;
+                let _permits = (mine, every);
                 std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), port))
                     .map(Iterator::collect)
             })
@@ -461,8 +538,7 @@ async fn connect(
         }
     };
     if wildcard && !addresses.iter().all(|a| global(a.ip())) {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
+        return Err(Unreachable::NotGlobal(
             "a name allowed only through a *. pattern resolves to a loopback, private, \
              link-local or other non-global address (name the host or the address itself to \
              allow that)",
@@ -470,12 +546,13 @@ async fn connect(
     }
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
     for address in addresses {
-        match TcpStream::connect(address).await {
-            Ok(stream) => return Ok(stream),
-            Err(err) => last = err,
+        match tokio::time::timeout(ADDRESS_WAIT, TcpStream::connect(address)).await {
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(err)) => last = err,
+            Err(_) => last = std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"),
         }
     }
-    Err(last)
+    Err(last.into())
 }
 
 /// Whether `address` is a global one: not the host itself, its link or a private network
@@ -501,7 +578,8 @@ fn global(address: IpAddr) -> bool {
         IpAddr::V4(address) => v4(address),
         IpAddr::V6(v6) => {
             let s = v6.segments();
-            if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+            // The well-known NAT64 prefix, and the local-use one (64:ff9b:1::/48).
+            if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] || s[..3] == [0x64, 0xff9b, 1] {
                 let [a, b] = s[6].to_be_bytes();
                 let [c, d] = s[7].to_be_bytes();
                 return v4(std::net::Ipv4Addr::new(a, b, c, d));
@@ -566,6 +644,7 @@ mod tests {
             "::ffff:10.0.0.1",
             "64:ff9b::a9fe:a9fe",
             "64:ff9b::7f00:1",
+            "64:ff9b:1::a00:1",
         ] {
             assert!(!global(own.parse().unwrap()), "{own}");
         }
