@@ -72,7 +72,7 @@ pub fn sandbox_paragraph(policy: &SandboxPolicy) -> String {
     if policy.network == SandboxNetwork::Loopback && !policy.allowed_hosts.is_empty() {
         lines.push(format!(
             "Beyond that interface, only these hosts are reachable, through the proxy that \
-             HTTP_PROXY and HTTPS_PROXY name: {}.",
+             HTTP_PROXY and HTTPS_PROXY name (it answers 403 Forbidden for any other): {}.",
             policy.allowed_hosts.join(", ")
         ));
     }
@@ -210,7 +210,8 @@ mod tests {
                  The network is limited to each command's own loopback interface: a server a \
                  command starts is reachable only from within that command.\n\
                  Beyond that interface, only these hosts are reachable, through the proxy that \
-                 HTTP_PROXY and HTTPS_PROXY name: registry.npmjs.org, *.pythonhosted.org.\n\
+                 HTTP_PROXY and HTTPS_PROXY name (it answers 403 Forbidden for any other): \
+                 registry.npmjs.org, *.pythonhosted.org.\n\
                  {DENIAL}"
             )
         );

@@ -935,7 +935,8 @@ fn instructions_name_the_hosts_the_sandboxs_proxy_may_reach() {
              The network is limited to each command's own loopback interface: a server a command \
              starts is reachable only from within that command.\n\
              Beyond that interface, only these hosts are reachable, through the proxy that \
-             HTTP_PROXY and HTTPS_PROXY name: registry.npmjs.org, *.pythonhosted.org.\n\
+             HTTP_PROXY and HTTPS_PROXY name (it answers 403 Forbidden for any other): \
+             registry.npmjs.org, *.pythonhosted.org.\n\
              A denied operation fails (Permission denied, Read-only file system or Network is \
              unreachable), and the result then ends with a [sandbox: …] line naming it; do not try to get around the \
              sandbox: tell the user what was denied.",

@@ -1,8 +1,8 @@
 //! The sandbox policy as it travels to the spawn helper factory, once, in its environment
 //! ([`POLICY_ENV`], hex, removed by the factory at once): the mode, tier and network as one
-//! byte each, the proxy's port as two (0 for none), then the writable roots, the denied paths and the temporary base, each list
-//! `[count: u32]` of `[len: u32][bytes]`. Every helper prepares its command's sandbox from it
-//! while idle.
+//! byte each, the proxy's port as two (0 for none), then the writable roots, the denied paths,
+//! the temporary base and the hidden directories, each list `[count: u32]` of
+//! `[len: u32][bytes]`. Every helper prepares its command's sandbox from it while idle.
 
 use std::io;
 use std::os::unix::ffi::OsStrExt;

@@ -429,8 +429,9 @@ fn parse(head: &[u8]) -> Result<Request, Malformed> {
         true => path.to_string(),
         false => format!("/{path}"),
     };
-    // The origin is told the host the proxy connects to, whatever `Host` the client gave (a
-    // front end serving many hosts would route by it).
+    // The origin is told the host the proxy connects to, whatever `Host` the client gave: a
+    // front end serving many hosts routes plain requests by it. (A tunnel to the same front end
+    // can still name another site; an allowed host comes with whatever serves its addresses.)
     let named = match port {
         80 => host.to_string(),
         port => format!("{host}:{port}"),

@@ -185,10 +185,10 @@ pub(crate) async fn spawn(
                     "the spawn helper reported {other:?} before bash started"
                 ))));
             }
-            // No word from bash, which reports itself before its `exec` and does not exec when it
-            // cannot: the command never ran. Its helper died before starting it (a command may kill
-            // idle helpers, and a killed one can still look alive for a moment); its death ended the
-            // stream, and another helper may take the command.
+            // No word from bash, which reports itself before its `exec` and does not exec when
+            // it cannot: the command never ran. Its helper died before starting it (a command
+            // may kill idle helpers, and a killed one can still look alive for a moment); its
+            // death ended the stream, and another helper may take the command.
             Ok(None) | Err(_) => {
                 return Err(StartError::Undelivered(io::Error::new(
                     io::ErrorKind::BrokenPipe,

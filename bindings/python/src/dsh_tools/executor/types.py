@@ -60,8 +60,8 @@ class SandboxPolicy(TypedDict):
     denied_reads: List[str]
     network: SandboxNetwork
     # The hosts a command may reach through the sandbox's proxy (`registry.npmjs.org`,
-    # `*.pythonhosted.org`); the network is then "loopback". Read as none when an executor
-    # written for an older version leaves it out.
+    # `*.pythonhosted.org`); the network is then "loopback". Executors give it; the tools
+    # read one an executor of an older version leaves out as none.
     allowed_hosts: List[str]
 
 
