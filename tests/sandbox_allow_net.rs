@@ -1403,10 +1403,10 @@ fn the_hosts_descriptors_stay_level_across_proxied_commands() {
             .get(&format!("n{n}"))
             .cloned()
             .unwrap_or_default();
+        assert!(got.ok() && got.from(&a), "{out}");
     };
     call(&mut mcp, 0);
     let pid = mcp.child.id();
-    // Settled: the spawn helpers kept ready have been made again.
     let before = settled_sockets_of(pid);
     for n in 1..=12 {
         call(&mut mcp, n);
