@@ -1358,6 +1358,110 @@ fn one_command_cannot_take_every_proxy_connection() {
 }
 
 /// The host's sockets (its descriptors that are sockets), counted from `/proc`.
+/// A resolver on `127.0.0.1:53` answering every `A` question with `127.0.0.1` (and every other
+/// with no answer), for as long as the test runs.
+fn loopback_resolver() {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:53").expect("port 53 on 127.0.0.1");
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while let Ok((n, from)) = socket.recv_from(&mut buf) {
+            let query = &buf[..n];
+            // The header, then one question: its name's labels, its type and class.
+            let mut end = 12;
+            while end < n && query[end] != 0 {
+                end += 1 + usize::from(query[end]);
+            }
+            if end + 5 > n {
+                continue;
+            }
+            let question = &query[12..end + 5];
+            let a = question[question.len() - 4..question.len() - 2] == [0, 1];
+            let mut reply = vec![
+                query[0],
+                query[1],
+                0x81,
+                0x80,
+                0,
+                1,
+                0,
+                u8::from(a),
+                0,
+                0,
+                0,
+                0,
+            ];
+            reply.extend_from_slice(question);
+            if a {
+                // The name by a pointer to the question's; type A, class IN, no time to live.
+                reply.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4, 127, 0, 0, 1]);
+            }
+            let _ = socket.send_to(&reply, from);
+        }
+    });
+}
+
+/// A name allowed only through `*.` that resolves to a loopback address is refused (whoever
+/// controls that domain's DNS could point it at the host's own services), and the same name
+/// allowed by itself is reached: the host runs with a resolver that says every name is
+/// `127.0.0.1` (in a mount namespace of its own, where `/etc/resolv.conf` names it). Root only.
+#[test]
+fn a_wildcard_name_that_resolves_to_the_hosts_own_address_is_refused() {
+    let a = Origin::start("a", &["127.0.0.1"]);
+    let b = Origin::start("b", &["127.0.0.2"]);
+    loopback_resolver();
+    let w = world(User::Root);
+    let resolv = w.work.parent().unwrap().join("resolv.conf");
+    std::fs::write(&resolv, "nameserver 127.0.0.1\n").unwrap();
+    let fetch = py(
+        "through_proxy(); fetch('wild', 'http://a.example.test:PORT_A/wild')",
+        &a,
+        &b,
+    );
+    let args = serde_json::json!({"command": fetch, "description": "x"}).to_string();
+    let call = |pattern: &str| {
+        let direct = w.host(&[
+            "call",
+            "bash",
+            &args,
+            "--sandbox",
+            "workspace-write",
+            "--sandbox-allow-net",
+            pattern,
+        ]);
+        let mut wrapped = Command::new("unshare");
+        wrapped
+            .args(["-m", "--propagation", "private", "sh", "-c"])
+            .arg("mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"")
+            .arg(&resolv)
+            .arg(direct.get_program())
+            .args(direct.get_args());
+        for (key, value) in direct.get_envs() {
+            match value {
+                Some(value) => wrapped.env(key, value),
+                None => wrapped.env_remove(key),
+            };
+        }
+        if let Some(dir) = direct.get_current_dir() {
+            wrapped.current_dir(dir);
+        }
+        let out = wrapped.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let refused = call("*.example.test");
+    assert_eq!(
+        sandbox_line(&refused),
+        Some(not_allowed(&format!("a.example.test:{}", a.port)).as_str()),
+        "{refused}"
+    );
+    a.settle();
+    assert!(a.find("GET /wild HTTP/1.1").is_none(), "{refused}");
+    // The control: named by itself, the same name is reached at the address it resolves to.
+    let reached = call("a.example.test");
+    let got = results(&reached).get("wild").cloned().unwrap_or_default();
+    assert!(got.ok() && got.from(&a), "{reached}");
+}
+
 /// [`sockets_of`] once it reads the same three times 100 ms apart (the spawn helpers kept ready
 /// made again, the last command's let go), or after 10 s.
 fn settled_sockets_of(pid: u32) -> usize {
