@@ -7,7 +7,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandbox::{Mcp, SECRET, TIERS, User, World, flags, holds};
+use sandbox::{Mcp, SECRET, TIERS, User, World, flags, holds, without_namespaces};
 
 const MODES: [&str; 2] = ["read-only", "workspace-write"];
 
@@ -450,51 +450,6 @@ fn a_sandboxed_command_cannot_poison_the_next() {
         assert_ne!(lines.next(), Some("5"), "{case}");
         assert_eq!(lines.next(), Some("0"), "{case}");
     }
-}
-
-/// Starts `argv` as the user `argv[1]` in a user namespace that may hold no further user
-/// namespace (`max_user_namespaces` 0); unprivileged there, it can make no mount or network
-/// namespace either. The parent writes the child's maps (only a process outside may map more
-/// than its own user).
-const WITHOUT_NAMESPACES: &str = r#"
-import ctypes, os, sys
-uid = int(sys.argv[1]); argv = sys.argv[2:]
-libc = ctypes.CDLL(None, use_errno=True)
-r, w = os.pipe(); r2, w2 = os.pipe()
-pid = os.fork()
-if pid == 0:
-    if libc.unshare(0x10000000) != 0: os._exit(90)
-    os.write(w, b"x"); os.read(r2, 1)
-    with open("/proc/sys/user/max_user_namespaces", "w") as f: f.write("0")
-    os.setgroups([]); os.setresgid(uid, uid, uid); os.setresuid(uid, uid, uid)
-    os.execvp(argv[0], argv)
-os.read(r, 1)
-for m in ("uid_map", "gid_map"):
-    with open(f"/proc/{pid}/{m}", "w") as f: f.write(f"0 0 1\n{uid} {uid} 1\n")
-os.write(w2, b"x")
-_, status = os.waitpid(pid, 0)
-sys.exit(os.waitstatus_to_exitcode(status))
-"#;
-
-/// `dsh-host args` as the world's user where namespaces are unavailable for real.
-fn without_namespaces(world: &World, args: &[&str]) -> std::process::Output {
-    let template = world.host(args);
-    let mut cmd = Command::new("python3");
-    cmd.arg("-c")
-        .arg(WITHOUT_NAMESPACES)
-        .arg(world.user.uid().to_string())
-        .arg(env!("CARGO_BIN_EXE_dsh-host"))
-        .args(args)
-        .arg("--cwd")
-        .arg(&world.work)
-        .current_dir(&world.work);
-    for (key, value) in template.get_envs() {
-        match value {
-            Some(value) => cmd.env(key, value),
-            None => cmd.env_remove(key),
-        };
-    }
-    cmd.output().unwrap()
 }
 
 #[test]

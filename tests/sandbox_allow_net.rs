@@ -9,13 +9,12 @@ mod sandbox;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Shutdown, TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sandbox::{Called, Findings, Mcp, User, World, flags};
+use sandbox::{Called, Findings, Mcp, User, World, flags, with_env_of, without_namespaces, world};
 
 /// The system's Python, reachable by every user (a pyenv shim under /root is not).
 const PY: &str = "/usr/bin/python3";
@@ -34,23 +33,6 @@ fn allow<'a>(mode: &'a str, hosts: &[&'a str]) -> Vec<&'a str> {
         f.extend([FLAG, host]);
     }
     f
-}
-
-/// A world whose component cache is warm: compiling it in every world would cost seconds each.
-fn world(user: User) -> World {
-    static WARM: Once = Once::new();
-    WARM.call_once(|| {
-        let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache");
-        std::fs::create_dir_all(&cache).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_dsh-host"))
-            .args(["call", "bash", r#"{"command":"true","description":"warm"}"#])
-            .env("DSH_CACHE_DIR", &cache)
-            .env_remove("DSH_LOG")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "warming the cache: {out:?}");
-    });
-    World::new(user)
 }
 
 /// The result's `[sandbox: …]` line: its last, when there is one.
@@ -1223,28 +1205,6 @@ fn the_proxy_and_its_tunnels_end_with_the_command() {
     }
 }
 
-/// Starts `argv` as the user `argv[1]` in a user namespace that may hold no further user
-/// namespace (`max_user_namespaces` 0): namespaces are unavailable for real.
-const WITHOUT_NAMESPACES: &str = r#"
-import ctypes, os, sys
-uid = int(sys.argv[1]); argv = sys.argv[2:]
-libc = ctypes.CDLL(None, use_errno=True)
-r, w = os.pipe(); r2, w2 = os.pipe()
-pid = os.fork()
-if pid == 0:
-    if libc.unshare(0x10000000) != 0: os._exit(90)
-    os.write(w, b"x"); os.read(r2, 1)
-    with open("/proc/sys/user/max_user_namespaces", "w") as f: f.write("0")
-    os.setgroups([]); os.setresgid(uid, uid, uid); os.setresuid(uid, uid, uid)
-    os.execvp(argv[0], argv)
-os.read(r, 1)
-for m in ("uid_map", "gid_map"):
-    with open(f"/proc/{pid}/{m}", "w") as f: f.write(f"0 0 1\n{uid} {uid} 1\n")
-os.write(w2, b"x")
-_, status = os.waitpid(pid, 0)
-sys.exit(os.waitstatus_to_exitcode(status))
-"#;
-
 /// A plain-HTTP answer tells the client the connection closes, even from an origin that would
 /// keep it open: a client that keeps proxy connections for requests to any host then sends no
 /// request meant for another host down a connection that leads to this origin.
@@ -1435,12 +1395,7 @@ fn a_wildcard_name_that_resolves_to_the_hosts_own_address_is_refused() {
             .arg(&resolv)
             .arg(direct.get_program())
             .args(direct.get_args());
-        for (key, value) in direct.get_envs() {
-            match value {
-                Some(value) => wrapped.env(key, value),
-                None => wrapped.env_remove(key),
-            };
-        }
+        with_env_of(&mut wrapped, &direct);
         if let Some(dir) = direct.get_current_dir() {
             wrapped.current_dir(dir);
         }
@@ -1520,27 +1475,6 @@ fn the_hosts_descriptors_stay_level_across_proxied_commands() {
         after <= before + 2,
         "the host held {before} sockets after one proxied command and {after} after 12 more"
     );
-}
-
-/// `dsh-host args` as the world's user where namespaces are unavailable.
-fn without_namespaces(world: &World, args: &[&str]) -> std::process::Output {
-    let template = world.host(args);
-    let mut cmd = Command::new(PY);
-    cmd.arg("-c")
-        .arg(WITHOUT_NAMESPACES)
-        .arg(world.user.uid().to_string())
-        .arg(env!("CARGO_BIN_EXE_dsh-host"))
-        .args(args)
-        .arg("--cwd")
-        .arg(&world.work)
-        .current_dir(&world.work);
-    for (key, value) in template.get_envs() {
-        match value {
-            Some(value) => cmd.env(key, value),
-            None => cmd.env_remove(key),
-        };
-    }
-    cmd.output().unwrap()
 }
 
 /// `--sandbox-allow-net` refuses to start (non-zero, the problem on stderr, nothing run) in the

@@ -11,10 +11,9 @@ use std::os::unix::net::{SocketAddr, UnixListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Once;
 use std::time::Duration;
 
-use sandbox::{Called, Findings, NOBODY, SECRET, TIERS, User, World, flags};
+use sandbox::{Called, Findings, NOBODY, SECRET, TIERS, User, World, flags, world};
 
 /// The system's Python, reachable by every user (a pyenv shim under /root is not).
 const PY: &str = "/usr/bin/python3";
@@ -23,23 +22,6 @@ const OFF: [&str; 2] = ["--sandbox", "off"];
 
 fn ww(tier: &str) -> Vec<&str> {
     flags("workspace-write", tier)
-}
-
-/// A world whose component cache is warm: compiling it in every world would cost seconds each.
-fn world(user: User) -> World {
-    static WARM: Once = Once::new();
-    WARM.call_once(|| {
-        let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache");
-        std::fs::create_dir_all(&cache).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_dsh-host"))
-            .args(["call", "bash", r#"{"command":"true","description":"warm"}"#])
-            .env("DSH_CACHE_DIR", &cache)
-            .env_remove("DSH_LOG")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "warming the cache: {out:?}");
-    });
-    World::new(user)
 }
 
 fn who(user: User, tier: &str) -> String {

@@ -290,3 +290,69 @@ impl Drop for Mcp {
         let _ = self.child.wait();
     }
 }
+
+/// A world whose component cache is warm: compiling it in every world would cost seconds each.
+pub fn world(user: User) -> World {
+    static WARM: std::sync::Once = std::sync::Once::new();
+    WARM.call_once(|| {
+        let cache = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_dsh-host"))
+            .args(["call", "bash", r#"{"command":"true","description":"warm"}"#])
+            .env("DSH_CACHE_DIR", &cache)
+            .env_remove("DSH_LOG")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "warming the cache: {out:?}");
+    });
+    World::new(user)
+}
+
+/// Starts `argv` as the user `argv[1]` in a user namespace that may hold no further user
+/// namespace (`max_user_namespaces` 0); unprivileged there, it can make no mount or network
+/// namespace either. The parent writes the child's maps (only a process outside may map more
+/// than its own user).
+pub const WITHOUT_NAMESPACES: &str = r#"
+import ctypes, os, sys
+uid = int(sys.argv[1]); argv = sys.argv[2:]
+libc = ctypes.CDLL(None, use_errno=True)
+r, w = os.pipe(); r2, w2 = os.pipe()
+pid = os.fork()
+if pid == 0:
+    if libc.unshare(0x10000000) != 0: os._exit(90)
+    os.write(w, b"x"); os.read(r2, 1)
+    with open("/proc/sys/user/max_user_namespaces", "w") as f: f.write("0")
+    os.setgroups([]); os.setresgid(uid, uid, uid); os.setresuid(uid, uid, uid)
+    os.execvp(argv[0], argv)
+os.read(r, 1)
+for m in ("uid_map", "gid_map"):
+    with open(f"/proc/{pid}/{m}", "w") as f: f.write(f"0 0 1\n{uid} {uid} 1\n")
+os.write(w2, b"x")
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
+
+/// `dsh-host args` as the world's user where namespaces are unavailable for real.
+pub fn without_namespaces(world: &World, args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c")
+        .arg(WITHOUT_NAMESPACES)
+        .arg(world.user.uid().to_string())
+        .arg(env!("CARGO_BIN_EXE_dsh-host"))
+        .args(args)
+        .arg("--cwd")
+        .arg(&world.work)
+        .current_dir(&world.work);
+    with_env_of(&mut cmd, &world.host(args));
+    cmd.output().unwrap()
+}
+
+/// Gives `cmd` the environment `template` sets (the world's HOME, cache, ...).
+pub fn with_env_of(cmd: &mut Command, template: &Command) {
+    for (key, value) in template.get_envs() {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+}
