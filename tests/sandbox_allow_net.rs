@@ -1240,7 +1240,8 @@ fn a_forwarded_answer_closes_its_connection() {
 
 /// One command cannot take every connection the host's proxies may hold: with the host's
 /// descriptor limit at 1024 (64 connections for all commands, 16 for one), a background task
-/// holding 80 tunnels open leaves the next command's proxy its own.
+/// holding 80 tunnels open leaves the next command's proxy its own. Once four such tasks hold
+/// all 64, the next command's proxy answers 503 at once rather than leaving it waiting.
 #[test]
 fn one_command_cannot_take_every_proxy_connection() {
     use std::os::unix::process::CommandExt;
@@ -1268,38 +1269,45 @@ fn one_command_cannot_take_every_proxy_connection() {
         });
     }
     let mut mcp = Mcp::from_command(command);
-    let hog = py(
-        "import socket\n\
-         held = []\n\
-         for i in range(80):\n    \
-             s = socket.create_connection(proxy_addr())\n    \
-             s.sendall(b'CONNECT localhost:PORT_A HTTP/1.1\\r\\n\\r\\nHOLD hog-%d\\n' % i)\n    \
-             held.append(s)\n\
-         open('hogging', 'w').close()\n\
-         time.sleep(120)",
-        &a,
-        &b,
-    );
-    let started = mcp.tool(
-        "bash",
-        serde_json::json!({"command": hog, "description": "x", "run_in_background": true}),
-    );
-    assert!(started.starts_with("started background task "), "{started}");
-    let task = started
-        .trim()
-        .rsplit(' ')
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    if !eventually(15, || {
-        w.work.join("hogging").exists() && a.find("HOLD hog-15").is_some()
-    }) {
-        let output = mcp.tool("bash_output", serde_json::json!({ "task_id": task }));
-        panic!(
-            "the background task's tunnels never arrived: {output}; the origin saw {:?}",
-            firsts(&a.fresh())
+    // A background task opening 80 tunnels, each saying `HOLD <tag>-<n>`.
+    let hog = |mcp: &mut Mcp, tag: &str| {
+        let code = py(
+            &format!(
+                "import socket\n\
+                 held = []\n\
+                 for i in range(80):\n    \
+                     s = socket.create_connection(proxy_addr())\n    \
+                     s.sendall(b'CONNECT localhost:PORT_A HTTP/1.1\\r\\n\\r\\nHOLD {tag}-%d\\n' % i)\n    \
+                     held.append(s)\n\
+                 open('{tag}', 'w').close()\n\
+                 time.sleep(120)"
+            ),
+            &a,
+            &b,
         );
-    }
+        let started = mcp.tool(
+            "bash",
+            serde_json::json!({"command": code, "description": "x", "run_in_background": true}),
+        );
+        assert!(started.starts_with("started background task "), "{started}");
+        let task = started
+            .trim()
+            .rsplit(' ')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let first16 = format!("HOLD {tag}-15");
+        if !eventually(15, || {
+            w.work.join(tag).exists() && a.find(&first16).is_some()
+        }) {
+            let output = mcp.tool("bash_output", serde_json::json!({ "task_id": task }));
+            panic!(
+                "the background task's tunnels never arrived: {output}; the origin saw {:?}",
+                firsts(&a.fresh())
+            );
+        }
+    };
+    hog(&mut mcp, "hog");
     let out = mcp.bash(&py(
         "through_proxy(); fetch('mine', 'http://localhost:PORT_A/mine')",
         &a,
@@ -1315,6 +1323,16 @@ fn one_command_cannot_take_every_proxy_connection() {
         a.find("HOLD hog-16").is_none(),
         "one command held more than its share of the proxy's connections"
     );
+    for tag in ["hog2", "hog3", "hog4"] {
+        hog(&mut mcp, tag);
+    }
+    let out = mcp.bash(&py(
+        "through_proxy(); fetch('full', 'http://localhost:PORT_A/full')",
+        &a,
+        &b,
+    ));
+    let full = results(&out).get("full").cloned().unwrap_or_default();
+    assert_eq!(full.status, "503", "with every connection in use: {out}");
 }
 
 /// The host's sockets (its descriptors that are sockets), counted from `/proc`.
