@@ -175,83 +175,114 @@ struct Request {
 #[derive(Debug, PartialEq, Eq)]
 struct Malformed(&'static str);
 
+/// Why the proxy answers a request without relaying it: the status and its text, and the denial
+/// it records for a host the sandbox refuses.
+struct Refusal {
+    status: u16,
+    why: String,
+    denied: Option<Denial>,
+}
+
+impl Refusal {
+    fn new(status: u16, why: impl Into<String>) -> Refusal {
+        Refusal {
+            status,
+            why: why.into(),
+            denied: None,
+        }
+    }
+
+    /// A host the sandbox refuses: `403`, and the command's denial.
+    fn host(request: &Request, why: String) -> Refusal {
+        Refusal {
+            status: 403,
+            why,
+            denied: Some(Denial {
+                access: DeniedAccess::Connect,
+                target: format!("{}:{}", request.host, request.port),
+                reason: DenialReason::HostNotAllowed,
+            }),
+        }
+    }
+}
+
 async fn connection(
     mut client: TcpStream,
     proxy: &Proxy,
     denials: &DenialLog,
     lookups: &Arc<Semaphore>,
 ) {
-    let (head, rest) = match tokio::time::timeout(HEAD_WAIT, read_head(&mut client)).await {
+    match open(&mut client, proxy, lookups).await {
+        Ok(Some((request, rest, upstream))) => relay(client, request, rest, upstream).await,
+        // The client went away.
+        Ok(None) => {}
+        Err(refusal) => {
+            // Recorded before the answer: the command learns of it no sooner than its result
+            // does.
+            if let Some(denial) = refusal.denied {
+                denials.add(denial);
+            }
+            let _ = answer(&mut client, refusal.status, &refusal.why).await;
+        }
+    }
+}
+
+/// Reads the client's request and connects to the host it names, if the sandbox allows it: the
+/// request, what came after its head, and the connection; none when the client went away first.
+async fn open(
+    client: &mut TcpStream,
+    proxy: &Proxy,
+    lookups: &Arc<Semaphore>,
+) -> Result<Option<(Request, Vec<u8>, TcpStream)>, Refusal> {
+    let (head, rest) = match tokio::time::timeout(HEAD_WAIT, read_head(client)).await {
         Ok(Ok(Some(got))) => got,
-        Ok(Ok(None)) => {
-            let _ = answer(&mut client, 431, "the request head is too long").await;
-            return;
-        }
-        Ok(Err(_)) => return,
-        Err(_) => {
-            let _ = answer(&mut client, 408, "no request head in time").await;
-            return;
-        }
+        Ok(Ok(None)) => return Err(Refusal::new(431, "the request head is too long")),
+        Ok(Err(_)) => return Ok(None),
+        Err(_) => return Err(Refusal::new(408, "no request head in time")),
     };
-    let request = match parse(&head) {
-        Ok(request) => request,
-        Err(Malformed(why)) => {
-            let _ = answer(&mut client, 400, why).await;
-            return;
-        }
-    };
+    let request = parse(&head).map_err(|Malformed(why)| Refusal::new(400, why))?;
     let matched: Vec<&HostPattern> = proxy
         .allowed
         .iter()
         .filter(|pattern| pattern.allows(&request.host))
         .collect();
-    // Only through a `*.` pattern: not the host's own addresses (see `own_address`).
-    let beneath_only = matched
-        .iter()
-        .all(|pattern| matches!(pattern, HostPattern::Beneath(_)));
     if matched.is_empty() {
-        // Recorded before the answer: the command learns of it no sooner than its result does.
-        denials.add(Denial {
-            access: DeniedAccess::Connect,
-            target: format!("{}:{}", request.host, request.port),
-            reason: DenialReason::HostNotAllowed,
-        });
         let why = format!(
             "{} is not among the hosts this sandbox allows (--sandbox-allow-net)",
             request.host
         );
-        let _ = answer(&mut client, 403, &why).await;
-        return;
+        return Err(Refusal::host(&request, why));
     }
+    // Only through a `*.` pattern: then only global addresses (see `global`).
+    let wildcard = matched
+        .iter()
+        .all(|pattern| matches!(pattern, HostPattern::Beneath(_)));
     let connecting = connect(
         &request.host,
         request.port,
-        beneath_only,
+        wildcard,
         [&proxy.lookups, lookups],
     );
-    let mut upstream = match tokio::time::timeout(CONNECT_WAIT, connecting).await {
-        Ok(Ok(upstream)) => upstream,
+    match tokio::time::timeout(CONNECT_WAIT, connecting).await {
+        Ok(Ok(upstream)) => Ok(Some((request, rest, upstream))),
         Ok(Err(Unreachable::NotGlobal(why))) => {
-            denials.add(Denial {
-                access: DeniedAccess::Connect,
-                target: format!("{}:{}", request.host, request.port),
-                reason: DenialReason::HostNotAllowed,
-            });
             let why = format!("{}: {why}", request.host);
-            let _ = answer(&mut client, 403, &why).await;
-            return;
+            Err(Refusal::host(&request, why))
         }
-        Ok(Err(Unreachable::Io(err))) => {
-            let why = format!("cannot reach {}:{}: {err}", request.host, request.port);
-            let _ = answer(&mut client, 502, &why).await;
-            return;
-        }
-        Err(_) => {
-            let why = format!("no connection to {}:{} in time", request.host, request.port);
-            let _ = answer(&mut client, 504, &why).await;
-            return;
-        }
-    };
+        Ok(Err(Unreachable::Io(err))) => Err(Refusal::new(
+            502,
+            format!("cannot reach {}:{}: {err}", request.host, request.port),
+        )),
+        Err(_) => Err(Refusal::new(
+            504,
+            format!("no connection to {}:{} in time", request.host, request.port),
+        )),
+    }
+}
+
+/// Carries the exchange once connected: a tunnel both ways, or a forwarded request (its head,
+/// then [`relay_closing`]); `rest` is what the client sent after its request head.
+async fn relay(mut client: TcpStream, request: Request, rest: Vec<u8>, mut upstream: TcpStream) {
     let sent = match &request.forward {
         Some(head) => upstream.write_all(head).await,
         None => {
@@ -679,7 +710,7 @@ mod tests {
             parse(b"CONNECT [::1]:8443 HTTP/1.1").unwrap().host,
             name("[::1]")
         );
-        for bad in [
+        all_refused(&[
             &b"CONNECT x.org HTTP/1.1"[..],
             b"CONNECT x.org:0 HTTP/1.1",
             b"CONNECT x.org:99999 HTTP/1.1",
@@ -690,7 +721,12 @@ mod tests {
             b"CONNECT  x.org:443 HTTP/1.1",
             b"connect x.org:443 HTTP/1.1",
             b"\xff x.org:443 HTTP/1.1",
-        ] {
+        ]);
+    }
+
+    /// Asserts that each request head in `heads` is refused.
+    fn all_refused(heads: &[&[u8]]) {
+        for bad in heads {
             assert!(parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
     }
@@ -731,14 +767,12 @@ mod tests {
             bare.forward.unwrap(),
             b"HEAD / HTTP/1.0\r\nHost: x.org\r\nConnection: close\r\n\r\n"
         );
-        for bad in [
+        all_refused(&[
             &b"GET /relative HTTP/1.1"[..],
             b"GET https://x.org/ HTTP/1.1",
             b"GET http://localhost@127.0.0.2:80/ HTTP/1.1",
             b"GET http:///path HTTP/1.1",
             b"GET http://x.org:/ HTTP/1.1",
-        ] {
-            assert!(parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
-        }
+        ]);
     }
 }

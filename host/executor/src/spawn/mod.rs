@@ -151,22 +151,9 @@ pub(crate) async fn spawn(
     // tree is empty.
     let mut serving = None;
     let (bash, bash_pidfd) = loop {
-        break match with_resume(reports.next(), resume).await {
+        match with_resume(reports.next(), resume).await {
             Ok(Some(Report::Proxy)) if serving.is_none() => {
-                let listener = reports.fd.take();
-                let served = listener.zip(proxy.clone()).map(|(listener, proxy)| {
-                    crate::sandbox::proxy::serve(listener, proxy, denials.clone())
-                });
-                match served {
-                    Some(Ok(proxy)) => serving = Some(proxy),
-                    Some(Err(err)) => return Err(StartError::Helper(err)),
-                    None => {
-                        return Err(StartError::Helper(io::Error::other(
-                            "the spawn helper offered a proxy without a listener, or unasked",
-                        )));
-                    }
-                }
-                continue;
+                serving = Some(serve_proxy(reports.fd.take(), proxy.clone(), &denials)?);
             }
             Ok(Some(Report::Refused(message))) => {
                 // It started nothing, and exits.
@@ -177,7 +164,7 @@ pub(crate) async fn spawn(
                 return Err(StartError::Workdir(message));
             }
             Ok(Some(Report::Declined)) => return Err(StartError::Declined),
-            Ok(Some(Report::Started(bash))) => (bash, reports.fd.take()),
+            Ok(Some(Report::Started(bash))) => break (bash, reports.fd.take()),
             // Any other report before `Started` breaks the protocol; bash may have run, so the
             // command is not handed to another helper.
             Ok(Some(other)) => {
@@ -195,7 +182,7 @@ pub(crate) async fn spawn(
                     "the spawn helper ended before starting bash",
                 )));
             }
-        };
+        }
     };
 
     let (leader_tx, leader_rx) = oneshot::channel();
@@ -236,6 +223,21 @@ pub(crate) async fn spawn(
             pidfd: bash_pidfd,
         },
     })
+}
+
+/// Serves the listener that came with the helper's [`Report::Proxy`] through `proxy`; an error
+/// where none came, or the executor has no proxy to serve it with.
+fn serve_proxy(
+    listener: Option<OwnedFd>,
+    proxy: Option<Arc<Proxy>>,
+    denials: &Arc<DenialLog>,
+) -> Result<crate::sandbox::proxy::Serving, StartError> {
+    let (Some(listener), Some(proxy)) = (listener, proxy) else {
+        return Err(StartError::Helper(io::Error::other(
+            "the spawn helper offered a proxy without a listener, or unasked",
+        )));
+    };
+    crate::sandbox::proxy::serve(listener, proxy, denials.clone()).map_err(StartError::Helper)
 }
 
 fn receiver(fd: OwnedFd) -> Result<Receiver, StartError> {
