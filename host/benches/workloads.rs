@@ -349,7 +349,7 @@ fn landlock_against_plain(
 }
 
 /// The call of [`sandbox_overhead`] with a git repository as the workspace, as an agent's
-/// usually is: 60 directories three deep, `git init`'s hooks and configuration. Before each
+/// usually is: 68 directories three deep, `git init`'s hooks and configuration. Before each
 /// command the sandbox finds what to protect in it (git's hooks and configuration, nested
 /// repositories), and in the Landlock tier snapshots them, then checks them after.
 fn sandbox_repo(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
@@ -380,14 +380,14 @@ fn sandbox_repo(scale: &Scale, cache: &Path, work: &Path, report: &mut Report) {
     ];
     let [plain, landlock, namespaces] = median_true_calls(servers, scale.rounds);
     report.compare(
-        "`bash` true in a git repository of 60 directories, Landlock + seccomp sandbox ÷ \
+        "`bash` true in a git repository of 68 directories, Landlock + seccomp sandbox ÷ \
          unsandboxed (both via MCP)",
         ms(landlock),
         ms(plain),
         "ms",
     );
     report.compare(
-        "`bash` true in a git repository of 60 directories, namespace-tier sandbox ÷ unsandboxed \
+        "`bash` true in a git repository of 68 directories, namespace-tier sandbox ÷ unsandboxed \
          (both via MCP)",
         ms(namespaces),
         ms(plain),

@@ -211,7 +211,7 @@ impl Findings {
 pub struct Mcp {
     pub child: std::process::Child,
     pub stdin: Option<std::process::ChildStdin>,
-    pub lines: std::io::BufReader<std::process::ChildStdout>,
+    lines: std::io::BufReader<std::process::ChildStdout>,
     id: u64,
 }
 

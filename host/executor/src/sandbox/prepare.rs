@@ -89,7 +89,6 @@ impl ReadLayers {
         self.freshness().iter().all(Freshness::current)
     }
 
-    /// What each layer reading goes through granted.
     /// What a command's judge asks of each layer reading goes through.
     fn grants(&self) -> Vec<GrantLookup> {
         [&self.index, &self.tmp_grants.index]

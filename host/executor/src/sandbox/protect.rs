@@ -326,8 +326,7 @@ impl Snapshot {
                 put_back_at(dir, &name, before)?;
                 Ok(true)
             };
-            let restored = restored();
-            match restored {
+            match restored() {
                 Ok(false) => {}
                 Ok(true) => changed.push(path),
                 Err(err) => {
@@ -370,10 +369,7 @@ impl Walker {
             root.to_path_buf(),
             below.parent().unwrap_or(below).to_path_buf(),
         );
-        let name = below
-            .file_name()
-            .ok_or_else(|| io::Error::other("a protected path is a writable root itself"))?
-            .to_os_string();
+        let name = last_part(below)?;
         if self.last.as_ref().is_none_or(|(last, _)| *last != key) {
             self.last = None;
             let (dir, _) = walk(root, below, repair)?;
@@ -382,6 +378,14 @@ impl Walker {
         let (_, dir) = self.last.as_ref().expect("just walked");
         Ok((dir, name))
     }
+}
+
+/// The last component of `below` (a path beneath a writable root, never the root itself).
+fn last_part(below: &Path) -> io::Result<OsString> {
+    below
+        .file_name()
+        .map(OsStr::to_os_string)
+        .ok_or_else(|| io::Error::other("a protected path is a writable root itself"))
 }
 
 /// The directory holding `root/below`, reached component by component without following
@@ -393,12 +397,9 @@ fn walk(root: &Path, below: &Path, repair: bool) -> io::Result<(OwnedFd, OsStrin
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
-    let mut parts: Vec<&OsStr> = below.iter().collect();
-    let name = parts
-        .pop()
-        .ok_or_else(|| io::Error::other("a protected path is a writable root itself"))?
-        .to_os_string();
-    for part in parts {
+    let name = last_part(below)?;
+    let parts: Vec<&OsStr> = below.iter().collect();
+    for &part in &parts[..parts.len() - 1] {
         dir = match open_dir(&dir, part) {
             Ok(next) => next,
             Err(err) if repair => {
