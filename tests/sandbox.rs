@@ -7,7 +7,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandbox::{Mcp, SECRET, TIERS, User, World, flags, holds, without_namespaces};
+use sandbox::{Mcp, SECRET, TIERS, User, World, flags, holds, without_namespaces, wrapped};
 
 const MODES: [&str; 2] = ["read-only", "workspace-write"];
 
@@ -797,6 +797,61 @@ fn block_devices_keyrings_and_agent_sockets_are_out_of_reach() {
         "{out}"
     );
     assert!(listener.accept().is_ok(), "{out}");
+}
+
+/// The read rules grant every entry of a directory on the way to a denied path (the home) one
+/// by one: a home holding more entries than the host may hold descriptors still gets its
+/// sandbox, with every entry readable and the secret not.
+#[test]
+fn a_home_of_more_entries_than_descriptors_is_sandboxed_whole() {
+    for user in User::ALL {
+        for tier in TIERS {
+            let world = World::new(user);
+            for i in 0..1500 {
+                std::fs::write(world.home.join(format!("f{i}")), format!("entry {i}\n")).unwrap();
+            }
+            let uid = user.uid();
+            let status = Command::new("chown")
+                .arg("-R")
+                .arg(format!("{uid}:{uid}"))
+                .arg(&world.home)
+                .status()
+                .unwrap();
+            assert!(status.success());
+            let args = serde_json::json!({
+                "command": "cat ~/f0 ~/f1499; cat ~/.ssh/id_ed25519",
+                "description": "sandbox test",
+            })
+            .to_string();
+            let direct = world.host(&[
+                "call",
+                "bash",
+                &args,
+                "--sandbox",
+                "read-only",
+                "--sandbox-tier",
+                tier,
+            ]);
+            let out = wrapped(&["prlimit", "--nofile=256:256", "--"], &direct)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            let case = format!(
+                "{user:?} {tier}: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(out.status.code(), Some(0), "{case}");
+            assert!(text.starts_with("entry 0\nentry 1499\n"), "{case}");
+            assert!(!text.contains(SECRET), "{case}");
+            reported(
+                &text,
+                &format!(
+                    "read of {}/.ssh/id_ed25519 denied (a denied path)",
+                    real(&world.home)
+                ),
+            );
+        }
+    }
 }
 
 #[test]

@@ -7,6 +7,7 @@
 mod sandbox;
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Shutdown, TcpListener, TcpStream};
 use std::process::Command;
@@ -14,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sandbox::{Called, Findings, Mcp, User, World, flags, with_env_of, without_namespaces, world};
+use sandbox::{Called, Findings, Mcp, User, World, flags, without_namespaces, world, wrapped};
 
 /// The system's Python, reachable by every user (a pyenv shim under /root is not).
 const PY: &str = "/usr/bin/python3";
@@ -1406,18 +1407,21 @@ fn a_wildcard_name_that_resolves_to_the_hosts_own_address_is_refused() {
             "--sandbox-allow-net",
             pattern,
         ]);
-        let mut wrapped = Command::new("unshare");
-        wrapped
-            .args(["-m", "--propagation", "private", "sh", "-c"])
-            .arg("mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"")
-            .arg(&resolv)
-            .arg(direct.get_program())
-            .args(direct.get_args());
-        with_env_of(&mut wrapped, &direct);
-        if let Some(dir) = direct.get_current_dir() {
-            wrapped.current_dir(dir);
-        }
-        let out = wrapped.output().unwrap();
+        let out = wrapped(
+            &[
+                OsStr::new("unshare"),
+                OsStr::new("-m"),
+                OsStr::new("--propagation"),
+                OsStr::new("private"),
+                OsStr::new("sh"),
+                OsStr::new("-c"),
+                OsStr::new("mount --bind \"$0\" /etc/resolv.conf && exec \"$@\""),
+                resolv.as_os_str(),
+            ],
+            &direct,
+        )
+        .output()
+        .unwrap();
         assert_eq!(out.status.code(), Some(0), "{out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };

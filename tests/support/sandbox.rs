@@ -356,3 +356,17 @@ pub fn with_env_of(cmd: &mut Command, template: &Command) {
         };
     }
 }
+
+/// `direct` run through `prefix` (a program and its arguments, which end by running the rest):
+/// same arguments, environment and directory.
+pub fn wrapped<S: AsRef<std::ffi::OsStr>>(prefix: &[S], direct: &Command) -> Command {
+    let mut cmd = Command::new(prefix[0].as_ref());
+    cmd.args(&prefix[1..])
+        .arg(direct.get_program())
+        .args(direct.get_args());
+    with_env_of(&mut cmd, direct);
+    if let Some(dir) = direct.get_current_dir() {
+        cmd.current_dir(dir);
+    }
+    cmd
+}

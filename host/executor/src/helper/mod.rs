@@ -162,8 +162,9 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
         eprintln!("dsh-spawn-helper: unreadable sandbox policy");
         return 1;
     };
-    // What every helper's sandbox starts from, remade when out of date.
-    let mut shared: Option<crate::sandbox::prepare::Shared> = None;
+    // What every helper's sandbox starts from, remade when out of date; or why it could not be
+    // made (each helper then refuses its command with it).
+    let mut shared: Option<io::Result<crate::sandbox::prepare::Shared>> = None;
     let baseline = Baseline::read(open_oom_score_adj().as_ref());
     // Read once: every helper forked from here has the same dispositions.
     let changed_signals = exec::changed_signals();
@@ -213,11 +214,13 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
             }
         };
         if let Some(policy) = &policy
-            && !shared.as_ref().is_some_and(|s| s.current())
+            && !shared
+                .as_ref()
+                .is_some_and(|s| s.as_ref().is_ok_and(|s| s.current()))
         {
             // Dropped first: its descriptors are not needed twice.
             drop(shared.take());
-            shared = crate::sandbox::prepare::Shared::make(policy).ok();
+            shared = Some(crate::sandbox::prepare::Shared::make(policy));
         }
         // The helper starts inside the command's cgroup: bash, started from it, then is too.
         // SAFETY: this process is single-threaded.
@@ -226,7 +229,9 @@ fn factory(host: i32, root: Option<&Path>) -> i32 {
                 drop(control);
                 drop(signals);
                 drop(host_pidfd);
-                let sandbox = policy.as_ref().map(|p| (p, shared.as_ref()));
+                let sandbox = policy
+                    .as_ref()
+                    .map(|p| (p, shared.as_ref().map(Result::as_ref)));
                 let code = helper(sock, cgroup, &baseline, &changed_signals, sandbox);
                 // Nothing to flush or clean up: the process just ends.
                 // SAFETY: _exit ends the process at once.
@@ -429,7 +434,10 @@ fn helper(
     cgroup: Option<OwnedFd>,
     baseline: &Baseline,
     changed_signals: &[i32],
-    sandbox: Option<(&Policy, Option<&crate::sandbox::prepare::Shared>)>,
+    sandbox: Option<(
+        &Policy,
+        Option<Result<&crate::sandbox::prepare::Shared, &io::Error>>,
+    )>,
 ) -> i32 {
     // A session and process group of its own (see `factory`); bash then starts another.
     if rustix::process::setsid().is_err() {
@@ -444,9 +452,13 @@ fn helper(
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::CONT));
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     // The sandbox, prepared while idle (its failure is the command's).
+    // Never unconfined: without its rules, the command is refused.
     let confined = sandbox.map(|(policy, shared)| match shared {
-        Some(shared) => Confined::prepare(policy, shared),
-        // Never unconfined: the command is refused.
+        Some(Ok(shared)) => Confined::prepare(policy, shared),
+        Some(Err(err)) => Err(crate::sandbox::error::context(
+            err,
+            "the sandbox's rules could not be made",
+        )),
         None => Err(io::Error::other("the sandbox's rules could not be made")),
     });
     if confined.is_some() {
@@ -626,7 +638,7 @@ fn serve(
         Ok(confined) => confined,
         Err(err) => {
             eprintln!("dsh-spawn-helper: sandbox: {err}");
-            let errno = err.raw_os_error().unwrap_or(libc::EIO);
+            let errno = crate::sandbox::error::errno(&err).unwrap_or(libc::EIO);
             let _ = rustix::io::write(&started, &fail_record_at(protocol::Step::Sandbox, errno));
             return Served::NotStarted;
         }

@@ -5,7 +5,7 @@
 //!   paths. Landlock only grants, so "all but these" is spelled out: every directory is listable,
 //!   and reading and executing are granted beneath every entry of `/` except the one leading to a
 //!   denied path, recursively along that path, the denied path itself getting nothing
-//!   ([`ReadGrants`]). A denied path made later is denied too: it never had a grant. The
+//!   ([`walk`]). A denied path made later is denied too: it never had a grant. The
 //!   directory of this host's private `TMPDIR`s is granted whole: the layer is the same for
 //!   every command of the host, made once by the helper factory (its rules are most of the
 //!   sandbox's cost).
@@ -119,10 +119,10 @@ fn stamp(dir: &Path) -> Option<Stamp> {
     }
 }
 
-/// The read grants of "everything but the denied paths": whose making costs a walk of every
-/// directory leading to a denied path (and of /dev) and a descriptor per entry, so the helper
-/// factory makes them once and every helper it forks inherits them, until a walked directory
-/// changes ([`ReadGrants::current`]).
+/// The read grants of "everything but a directory" ([`ReadGrants::all_but`]), each entry's
+/// descriptor held: each command's own layer is made from them. The helper factory makes them
+/// once and every helper it forks inherits them, until a walked directory changes
+/// ([`Freshness::current`]).
 #[derive(Debug)]
 pub(crate) struct ReadGrants {
     /// Each entry's descriptor and whether it is a directory.
@@ -263,86 +263,119 @@ pub(crate) struct Freshness {
 }
 
 impl ReadGrants {
-    /// Walks from `/` along every denied path (resolved through symlinks first), granting every
-    /// entry off those paths; the denied paths themselves, symlinks (reached through their
-    /// targets) and block devices (a disk holds every denied file) get nothing. `whole` is
-    /// granted whole by rules of its own, even where it lies under a denied path.
-    pub(crate) fn make(deny: &[PathBuf], whole: &[PathBuf]) -> io::Result<ReadGrants> {
-        Self::walk(deny, true, whole)
-    }
-
     /// The grants of "everything but `dir`" (a directory whose ancestors hold few entries), for
-    /// a layer of one command that leaves `/dev` to the others.
+    /// a layer of one command that leaves `/dev` to the others. Kept, descriptors and all: each
+    /// command's layer is made from them.
     pub(crate) fn all_but(dir: &Path) -> io::Result<ReadGrants> {
-        Self::walk(&[dir.to_path_buf()], false, &[])
-    }
-
-    fn walk(deny: &[PathBuf], walk_dev: bool, whole: &[PathBuf]) -> io::Result<ReadGrants> {
-        let mut freshness = Freshness::start();
-        let denied: BTreeSet<PathBuf> = deny
-            .iter()
-            .filter_map(|path| resolve(path))
-            .filter(|path| path != Path::new("/"))
-            .collect();
-        // Every proper ancestor of a denied path is walked, not granted; so are /dev and every
-        // directory in it.
-        let mut ancestors = BTreeSet::new();
-        if walk_dev {
-            ancestors.insert(PathBuf::from("/dev"));
-        }
-        for path in &denied {
-            let mut up = path.parent();
-            while let Some(dir) = up {
-                ancestors.insert(dir.to_path_buf());
-                up = dir.parent();
-            }
-        }
         let mut grants = Vec::new();
-        let mut index = GrantIndex {
-            beneath: whole.to_vec(),
-            ..GrantIndex::default()
-        };
-        let mut stack = vec![PathBuf::from("/")];
-        while let Some(dir) = stack.pop() {
-            freshness.read(&dir);
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                index.unlisted.insert(dir);
-                continue;
-            };
-            index.walked.insert(dir.clone());
-            for entry in entries.flatten() {
-                let path = entry.path();
-                if denied.contains(&path) {
-                    index.refused.insert(path);
-                    continue;
-                }
-                let Ok(kind) = entry.file_type() else {
-                    continue;
-                };
-                if kind.is_symlink() || kind.is_block_device() {
-                    index.refused.insert(path);
-                    continue;
-                }
-                if ancestors.contains(&path)
-                    || (walk_dev && kind.is_dir() && path.starts_with("/dev"))
-                {
-                    stack.push(path);
-                    continue;
-                }
-                if let Ok(fd) = open_path(&path) {
-                    if let Ok(stat) = rustix::fs::fstat(&fd) {
-                        index.granted.insert((stat.st_dev, stat.st_ino));
-                    }
-                    grants.push((fd, kind.is_dir()));
-                }
-            }
-        }
+        let (freshness, index) = walk(&[dir.to_path_buf()], false, &[], |fd, is_dir| {
+            grants.push((fd, is_dir));
+            Ok(())
+        })?;
         Ok(ReadGrants {
             grants,
             freshness,
             index: Arc::new(index),
         })
     }
+}
+
+/// Walks from `/` along every denied path (resolved through symlinks first), handing `grant`
+/// every entry off those paths as it is found (its descriptor, and whether it is a directory);
+/// the denied paths themselves, symlinks (reached through their targets) and block devices (a
+/// disk holds every denied file) get nothing. `whole` is granted whole by rules of its own,
+/// even where it lies under a denied path. `walk_dev` walks `/dev` and every directory in it
+/// too.
+///
+/// One entry's descriptor at a time: a directory on the way (a home) may hold more entries
+/// than the process may hold descriptors.
+fn walk(
+    deny: &[PathBuf],
+    walk_dev: bool,
+    whole: &[PathBuf],
+    mut grant: impl FnMut(OwnedFd, bool) -> io::Result<()>,
+) -> io::Result<(Freshness, GrantIndex)> {
+    let mut freshness = Freshness::start();
+    let denied: BTreeSet<PathBuf> = deny
+        .iter()
+        .filter_map(|path| resolve(path))
+        .filter(|path| path != Path::new("/"))
+        .collect();
+    // Every proper ancestor of a denied path is walked, not granted; so are /dev and every
+    // directory in it.
+    let mut ancestors = BTreeSet::new();
+    if walk_dev {
+        ancestors.insert(PathBuf::from("/dev"));
+    }
+    for path in &denied {
+        let mut up = path.parent();
+        while let Some(dir) = up {
+            ancestors.insert(dir.to_path_buf());
+            up = dir.parent();
+        }
+    }
+    let mut index = GrantIndex {
+        beneath: whole.to_vec(),
+        ..GrantIndex::default()
+    };
+    let mut stack = vec![PathBuf::from("/")];
+    while let Some(dir) = stack.pop() {
+        freshness.read(&dir);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            index.unlisted.insert(dir);
+            continue;
+        };
+        index.walked.insert(dir.clone());
+        for entry in entries {
+            let entry = entry.map_err(|err| walk_error(&dir, err))?;
+            let path = entry.path();
+            if denied.contains(&path) {
+                index.refused.insert(path);
+                continue;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_symlink() || kind.is_block_device() {
+                index.refused.insert(path);
+                continue;
+            }
+            if ancestors.contains(&path) || (walk_dev && kind.is_dir() && path.starts_with("/dev"))
+            {
+                stack.push(path);
+                continue;
+            }
+            let fd = match open_path(&path) {
+                Ok(fd) => fd,
+                // Gone since the listing, or beneath a directory that can be listed but not
+                // searched (nothing in it is reachable anyway): nothing to grant.
+                Err(err)
+                    if matches!(
+                        err.raw_os_error(),
+                        Some(libc::ENOENT | libc::ENOTDIR | libc::EACCES)
+                    ) =>
+                {
+                    continue;
+                }
+                // Out of descriptors or memory: an entry left without its grant would be
+                // unreadable for no reason the judge could name.
+                Err(err) => return Err(walk_error(&path, err)),
+            };
+            if let Ok(stat) = rustix::fs::fstat(&fd) {
+                index.granted.insert((stat.st_dev, stat.st_ino));
+            }
+            grant(fd, kind.is_dir())?;
+        }
+    }
+    Ok((freshness, index))
+}
+
+/// A failure of the walk at `path`, naming it and keeping its error number.
+fn walk_error(path: &Path, err: io::Error) -> io::Error {
+    super::error::context(
+        &err,
+        format_args!("reading {} for the read rules", path.display()),
+    )
 }
 
 impl Freshness {
@@ -375,14 +408,24 @@ impl Freshness {
     }
 }
 
-/// The read layer: everything readable, listable and executable but the denied paths (as
-/// `grants` spell it out, with what they grant whole), and moving files between directories
-/// allowed beneath `writable`.
+/// The read layer ([`read_layer`]), and what its grants were made from.
+#[derive(Debug)]
+pub(crate) struct ReadLayer {
+    pub(crate) layer: OwnedFd,
+    pub(crate) freshness: Freshness,
+    /// What was granted, for the judge.
+    pub(crate) index: Arc<GrantIndex>,
+}
+
+/// The read layer: everything readable, listable and executable but the `deny` paths (see
+/// [`walk`]), `whole` granted whole, and moving files between directories allowed beneath
+/// `writable`. Each entry's rule is added as the walk finds it, and its descriptor closed.
 pub(crate) fn read_layer(
     abi: u32,
-    grants: &ReadGrants,
+    deny: &[PathBuf],
+    whole: &[PathBuf],
     writable: &[PathBuf],
-) -> io::Result<OwnedFd> {
+) -> io::Result<ReadLayer> {
     let abi = ABI::from(abi as i32);
     let read = AccessFs::from_read(abi);
     // Every layer refuses moving a file to another directory unless it grants it: granted
@@ -401,13 +444,14 @@ pub(crate) fn read_layer(
             AccessFs::ReadDir,
         ))
         .map_err(|e| error("rule for /", e))?;
-    for (fd, is_dir) in &grants.grants {
-        let access = if *is_dir { read } else { file };
-        ruleset = ruleset
-            .add_rule(PathBeneath::new(fd.as_fd(), access))
-            .map_err(|e| error("read rule", e))?;
-    }
-    for path in &grants.index.beneath {
+    let (freshness, index) = walk(deny, true, whole, |fd, is_dir| {
+        let access = if is_dir { read } else { file };
+        (&mut ruleset)
+            .add_rule(PathBeneath::new(fd, access))
+            .map(drop)
+            .map_err(|e| error("read rule", e))
+    })?;
+    for path in &index.beneath {
         ruleset = ruleset
             .add_rule(PathBeneath::new(open_path(path)?, read))
             .map_err(|e| error(&format!("rule for {}", path.display()), e))?;
@@ -417,7 +461,11 @@ pub(crate) fn read_layer(
             .add_rule(PathBeneath::new(open_path(root)?, refer))
             .map_err(|e| error(&format!("rule for {}", root.display()), e))?;
     }
-    created(ruleset)
+    Ok(ReadLayer {
+        layer: created(ruleset)?,
+        freshness,
+        index: Arc::new(index),
+    })
 }
 
 /// One command's own layer. Reading: its private `TMPDIR` (`tmpdir`) and everything but the
@@ -501,8 +549,8 @@ mod tests {
         std::fs::create_dir_all(top.join("denied")).unwrap();
         std::fs::create_dir_all(top.join("home")).unwrap();
         std::fs::write(top.join("home/f"), "x").unwrap();
-        let grants = ReadGrants::make(&[top.join("denied")], &[]).unwrap();
-        let index = &grants.index;
+        let (_, index) = walk(&[top.join("denied")], true, &[], |_, _| Ok(())).unwrap();
+        let index = &index;
         std::fs::write(top.join("new"), "x").unwrap();
 
         // Nothing remembered where the command could replace what it found.

@@ -17,6 +17,7 @@
 pub mod allow_net;
 pub(crate) mod apply;
 pub(crate) mod bpf;
+pub(crate) mod error;
 pub(crate) mod judge;
 pub(crate) mod landlock;
 pub(crate) mod log;

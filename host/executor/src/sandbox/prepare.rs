@@ -67,18 +67,18 @@ impl ReadLayers {
         writable: &[PathBuf],
         tmp_base: &Path,
     ) -> io::Result<ReadLayers> {
-        // This host's `TMPDIR`s are readable whole (the command's own layer keeps each to its
-        // command).
-        let grants = ReadGrants::make(deny_read, std::slice::from_ref(&tmp_base.to_path_buf()))?;
         // Files move freely beneath the writable roots and the private `TMPDIR`s (the write
         // layer grants each command its own).
         let mut refer = writable.to_vec();
         refer.push(tmp_base.to_path_buf());
-        let layer = super::landlock::read_layer(abi, &grants, &refer)?;
+        // This host's `TMPDIR`s are readable whole (the command's own layer keeps each to its
+        // command).
+        let whole = [tmp_base.to_path_buf()];
+        let read = super::landlock::read_layer(abi, deny_read, &whole, &refer)?;
         Ok(ReadLayers {
-            layer,
-            index: grants.index.clone(),
-            freshness: grants.freshness,
+            layer: read.layer,
+            index: read.index,
+            freshness: read.freshness,
             // The directory of every host's: unlike this host's, it changes whenever a host
             // starts, and is denied by the read layer all the same.
             tmp_grants: ReadGrants::all_but(tmp_base.parent().unwrap_or(tmp_base))?,
