@@ -799,31 +799,42 @@ fn block_devices_keyrings_and_agent_sockets_are_out_of_reach() {
     assert!(listener.accept().is_ok(), "{out}");
 }
 
-/// The read rules grant every entry of a directory on the way to a denied path (the home) one
-/// by one: a home holding more entries than the host may hold descriptors still gets its
-/// sandbox, with every entry readable and the secret not.
+/// The read rules grant every entry of each directory on the way to a denied path one by one:
+/// the shared layer's along the home, each command's along the directory of the private
+/// `TMPDIR`s (`/var/tmp`, which anyone may fill; here the host's temporary directory, with
+/// `/var/tmp` made read-only). Directories of more entries than the host may hold descriptors
+/// still give a command its sandbox, every entry readable and the secret not.
 #[test]
-fn a_home_of_more_entries_than_descriptors_is_sandboxed_whole() {
+fn directories_of_more_entries_than_descriptors_on_the_way_are_sandboxed_whole() {
     for user in User::ALL {
         for tier in TIERS {
             let world = World::new(user);
             for i in 0..1500 {
                 std::fs::write(world.home.join(format!("f{i}")), format!("entry {i}\n")).unwrap();
             }
+            let crowd = world.outside.join("crowd");
+            std::fs::create_dir(&crowd).unwrap();
+            for i in 0..1100 {
+                std::fs::write(crowd.join(format!("e{i}")), format!("crowd {i}\n")).unwrap();
+            }
             let uid = user.uid();
             let status = Command::new("chown")
                 .arg("-R")
                 .arg(format!("{uid}:{uid}"))
                 .arg(&world.home)
+                .arg(&crowd)
                 .status()
                 .unwrap();
             assert!(status.success());
             let args = serde_json::json!({
-                "command": "cat ~/f0 ~/f1499; cat ~/.ssh/id_ed25519",
+                "command": format!(
+                    "cat ~/f0 ~/f1499 '{}/e1099'; echo \"tmp=$TMPDIR\"; cat ~/.ssh/id_ed25519",
+                    crowd.display()
+                ),
                 "description": "sandbox test",
             })
             .to_string();
-            let direct = world.host(&[
+            let mut direct = world.host(&[
                 "call",
                 "bash",
                 &args,
@@ -832,16 +843,36 @@ fn a_home_of_more_entries_than_descriptors_is_sandboxed_whole() {
                 "--sandbox-tier",
                 tier,
             ]);
-            let out = wrapped(&["prlimit", "--nofile=256:256", "--"], &direct)
-                .output()
-                .unwrap();
+            direct.env("TMPDIR", &crowd);
+            let out = wrapped(
+                &[
+                    "unshare",
+                    "-m",
+                    "--propagation",
+                    "private",
+                    "sh",
+                    "-c",
+                    "mount --bind /var/tmp /var/tmp && mount -o remount,bind,ro /var/tmp && \
+                     exec prlimit --nofile=256:256 -- \"$@\"",
+                    "sh",
+                ],
+                &direct,
+            )
+            .output()
+            .unwrap();
             let text = String::from_utf8_lossy(&out.stdout);
             let case = format!(
                 "{user:?} {tier}: {text} {}",
                 String::from_utf8_lossy(&out.stderr)
             );
             assert_eq!(out.status.code(), Some(0), "{case}");
-            assert!(text.starts_with("entry 0\nentry 1499\n"), "{case}");
+            assert!(
+                text.starts_with(&format!(
+                    "entry 0\nentry 1499\ncrowd 1099\ntmp={}/dsh-sandbox-{uid}/",
+                    real(&crowd)
+                )),
+                "{case}"
+            );
             assert!(!text.contains(SECRET), "{case}");
             reported(
                 &text,

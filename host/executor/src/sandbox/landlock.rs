@@ -23,7 +23,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -117,19 +117,6 @@ fn stamp(dir: &Path) -> Option<Stamp> {
         }
         Err(_) => None,
     }
-}
-
-/// The read grants of "everything but a directory" ([`ReadGrants::all_but`]), each entry's
-/// descriptor held: each command's own layer is made from them. The helper factory makes them
-/// once and every helper it forks inherits them, until a walked directory changes
-/// ([`Freshness::current`]).
-#[derive(Debug)]
-pub(crate) struct ReadGrants {
-    /// Each entry's descriptor and whether it is a directory.
-    grants: Vec<(OwnedFd, bool)>,
-    pub(crate) freshness: Freshness,
-    /// What was granted, for the judge.
-    pub(crate) index: Arc<GrantIndex>,
 }
 
 /// What one walk granted, as the judge asks it. Landlock grants an entry by its inode, and lets
@@ -255,29 +242,11 @@ impl GrantLookup {
     }
 }
 
-/// What [`ReadGrants`] were made from: the walked directories as they were, and when.
+/// What a walk's grants were made from: the walked directories as they were, and when.
 #[derive(Debug, Clone)]
 pub(crate) struct Freshness {
     walked: Vec<(PathBuf, Option<Stamp>)>,
     made: std::time::SystemTime,
-}
-
-impl ReadGrants {
-    /// The grants of "everything but `dir`" (a directory whose ancestors hold few entries), for
-    /// a layer of one command that leaves `/dev` to the others. Kept, descriptors and all: each
-    /// command's layer is made from them.
-    pub(crate) fn all_but(dir: &Path) -> io::Result<ReadGrants> {
-        let mut grants = Vec::new();
-        let (freshness, index) = walk(&[dir.to_path_buf()], false, &[], |fd, is_dir| {
-            grants.push((fd, is_dir));
-            Ok(())
-        })?;
-        Ok(ReadGrants {
-            grants,
-            freshness,
-            index: Arc::new(index),
-        })
-    }
 }
 
 /// Walks from `/` along every denied path (resolved through symlinks first), handing `grant`
@@ -408,7 +377,8 @@ impl Freshness {
     }
 }
 
-/// The read layer ([`read_layer`]), and what its grants were made from.
+/// A layer that handles reading ([`read_layer`], [`command_layer`]), and what its grants were
+/// made from.
 #[derive(Debug)]
 pub(crate) struct ReadLayer {
     pub(crate) layer: OwnedFd,
@@ -468,18 +438,23 @@ pub(crate) fn read_layer(
     })
 }
 
-/// One command's own layer. Reading: its private `TMPDIR` (`tmpdir`) and everything but the
-/// directory of every command's (which `grants` spell out, [`ReadGrants::all_but`]; the read
-/// layer, shared by every command of a host, grants that directory whole). Changes: beneath
-/// `writable` (which holds `tmpdir`) and to [`DEVICES`] only. TCP bind and connect refused where
-/// `network_off`; signals and abstract Unix sockets scoped to the domain.
+/// One command's own layer. Reading: its private `TMPDIR` (`tmpdir`) and everything but
+/// `tmp_parent`, the directory of every command's (a walk of the few directories above it,
+/// whose entries' rules are added as they are found, [`walk`]; the read layer, shared by every
+/// command of a host, grants that directory whole). Changes: beneath `writable` (which holds
+/// `tmpdir`) and to [`DEVICES`] only. TCP bind and connect refused where `network_off`; signals
+/// and abstract Unix sockets scoped to the domain.
+///
+/// Walked again for each command, in its helper while it waits, rather than kept: the walk
+/// passes a directory anyone may fill (`/var/tmp`), whose entries' descriptors would be
+/// held for as long as the host runs.
 pub(crate) fn command_layer(
     abi: u32,
-    grants: &ReadGrants,
+    tmp_parent: &Path,
     tmpdir: &Path,
     writable: &[PathBuf],
     network_off: bool,
-) -> io::Result<OwnedFd> {
+) -> io::Result<ReadLayer> {
     let abi_level = ABI::from(abi as i32);
     let read = AccessFs::from_read(abi_level);
     let file = AccessFs::ReadFile | AccessFs::Execute;
@@ -510,12 +485,13 @@ pub(crate) fn command_layer(
         .map_err(|e| error("rule for /", e))?
         .add_rule(PathBeneath::new(open_path(tmpdir)?, read))
         .map_err(|e| error(&format!("rule for {}", tmpdir.display()), e))?;
-    for (fd, is_dir) in &grants.grants {
-        let access = if *is_dir { read } else { file };
-        ruleset = ruleset
-            .add_rule(PathBeneath::new(fd.as_fd(), access))
-            .map_err(|e| error("read rule", e))?;
-    }
+    let (freshness, index) = walk(&[tmp_parent.to_path_buf()], false, &[], |fd, is_dir| {
+        let access = if is_dir { read } else { file };
+        (&mut ruleset)
+            .add_rule(PathBeneath::new(fd, access))
+            .map(drop)
+            .map_err(|e| error("read rule", e))
+    })?;
     for root in writable {
         ruleset = ruleset
             .add_rule(PathBeneath::new(open_path(root)?, write))
@@ -535,7 +511,11 @@ pub(crate) fn command_layer(
             .add_rule(PathBeneath::new(fd, device))
             .map_err(|e| error(&format!("rule for {path}"), e))?;
     }
-    created(ruleset)
+    Ok(ReadLayer {
+        layer: created(ruleset)?,
+        freshness,
+        index: Arc::new(index),
+    })
 }
 
 #[cfg(test)]

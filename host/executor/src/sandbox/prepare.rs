@@ -15,7 +15,7 @@ use std::os::fd::OwnedFd;
 use super::apply::Prepared;
 use super::bpf::Program;
 use super::judge::Judge;
-use super::landlock::{Freshness, GrantIndex, GrantLookup, ReadGrants};
+use super::landlock::{Freshness, GrantIndex, GrantLookup};
 use super::namespaces::{self, NsSetup};
 use super::policy::Policy;
 use super::protect::{self, Nested, Snapshot};
@@ -47,17 +47,18 @@ impl Shared {
     }
 }
 
-/// The read layer, and what each command's temporary directory layer is made from.
+/// The read layer, and where each command's own layer keeps it from the others' `TMPDIR`s.
 #[derive(Debug)]
 struct ReadLayers {
     /// Shared by every command (its descriptor is duplicated for each).
     layer: OwnedFd,
     /// What the layer's grants were made from.
     freshness: Freshness,
-    /// Everything but the directory of the private `TMPDIR`s of every host.
-    tmp_grants: ReadGrants,
     /// What the read layer granted (this host's `TMPDIR`s whole).
     index: Arc<GrantIndex>,
+    /// The directory of every host's private `TMPDIR`s, which each command's own layer
+    /// grants nothing beneath but its own.
+    tmp_parent: PathBuf,
 }
 
 impl ReadLayers {
@@ -81,23 +82,12 @@ impl ReadLayers {
             freshness: read.freshness,
             // The directory of every host's: unlike this host's, it changes whenever a host
             // starts, and is denied by the read layer all the same.
-            tmp_grants: ReadGrants::all_but(tmp_base.parent().unwrap_or(tmp_base))?,
+            tmp_parent: tmp_base.parent().unwrap_or(tmp_base).to_path_buf(),
         })
     }
 
     fn current(&self) -> bool {
-        self.freshness().iter().all(Freshness::current)
-    }
-
-    /// What a command's judge asks of each layer reading goes through.
-    fn grants(&self) -> Vec<GrantLookup> {
-        [&self.index, &self.tmp_grants.index]
-            .map(|index| GrantLookup::new(index.clone()))
-            .into()
-    }
-
-    fn freshness(&self) -> [Freshness; 2] {
-        [self.freshness.clone(), self.tmp_grants.freshness.clone()]
+        self.freshness.current()
     }
 
     /// The layers of the command whose `TMPDIR` is `tmpdir` and whose writable roots (that
@@ -109,18 +99,31 @@ impl ReadLayers {
         tmpdir: &Path,
         writable: &[PathBuf],
         network: NetworkMode,
-    ) -> io::Result<Vec<OwnedFd>> {
-        Ok(vec![
-            super::landlock::command_layer(
-                abi,
-                &self.tmp_grants,
-                tmpdir,
-                writable,
-                network == NetworkMode::Off,
-            )?,
-            self.layer.try_clone()?,
-        ])
+    ) -> io::Result<CommandLayers> {
+        let own = super::landlock::command_layer(
+            abi,
+            &self.tmp_parent,
+            tmpdir,
+            writable,
+            network == NetworkMode::Off,
+        )?;
+        Ok(CommandLayers {
+            grants: [&self.index, &own.index]
+                .map(|index| GrantLookup::new(index.clone()))
+                .into(),
+            freshness: [self.freshness.clone(), own.freshness],
+            landlock: vec![own.layer, self.layer.try_clone()?],
+        })
     }
+}
+
+/// One command's Landlock layers, in the order they are applied.
+struct CommandLayers {
+    landlock: Vec<OwnedFd>,
+    /// What the judge asks of each layer as reading goes through them.
+    grants: Vec<GrantLookup>,
+    /// What each layer's grants were made from.
+    freshness: [Freshness; 2],
 }
 
 /// One command's sandbox, held by its helper.
@@ -168,7 +171,7 @@ impl Confined {
         }
         let mut writable = policy.writable.clone();
         writable.push(tmpdir.clone());
-        let landlock = shared
+        let layers = shared
             .read
             .for_command(abi, &tmpdir, &writable, policy.network)?;
         let filter = shared.filter.clone();
@@ -211,15 +214,18 @@ impl Confined {
         // After the namespaces: entering a user namespace fills the bounding set again.
         super::apply::drop_bounding_set()?;
         Ok(Confined {
-            prepared: Prepared { landlock, filter },
+            prepared: Prepared {
+                landlock: layers.landlock,
+                filter,
+            },
             network: policy.network,
             tier: policy.tier,
             writable: policy.writable.clone(),
-            freshness: shared.read.freshness(),
+            freshness: layers.freshness,
             abi,
             deny_read: policy.deny_read.clone(),
             tmp_base: policy.tmp_base.clone(),
-            judged: judge_base(policy, &tmpdir, shared.read.grants()),
+            judged: judge_base(policy, &tmpdir, layers.grants),
             tmpdir,
             snapshot: None,
             nested: Nested::find(&policy.writable),
@@ -235,11 +241,12 @@ impl Confined {
             let read = ReadLayers::make(self.abi, &self.deny_read, &self.writable, &self.tmp_base)?;
             let mut writable = self.writable.clone();
             writable.push(self.tmpdir.clone());
-            self.prepared.landlock =
-                read.for_command(self.abi, &self.tmpdir, &writable, self.network)?;
+            let layers = read.for_command(self.abi, &self.tmpdir, &writable, self.network)?;
+            self.prepared.landlock = layers.landlock;
+            self.freshness = layers.freshness;
             // A walked directory changed: a denied path may resolve elsewhere now.
             self.judged.denied = denied_paths(&self.deny_read);
-            self.judged.grants = read.grants();
+            self.judged.grants = layers.grants;
         }
         if !self.nested.current() {
             self.nested = Nested::find(&self.writable);
