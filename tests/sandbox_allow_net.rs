@@ -1335,7 +1335,6 @@ fn one_command_cannot_take_every_proxy_connection() {
     assert_eq!(full.status, "503", "with every connection in use: {out}");
 }
 
-/// The host's sockets (its descriptors that are sockets), counted from `/proc`.
 /// A resolver on `127.0.0.1:53` answering every `A` question with `127.0.0.1` (and every other
 /// with no answer), for as long as the test runs.
 fn loopback_resolver() {
@@ -1439,6 +1438,113 @@ fn a_wildcard_name_that_resolves_to_the_hosts_own_address_is_refused() {
     // What the refused case looked for, so that its absence there meant something.
     a.settle();
     assert!(a.find("GET /wild HTTP/1.1").is_some(), "{reached}");
+}
+
+/// The host, in a network namespace of its own where one of its interfaces has a global
+/// address (`203.0.113.7`, on its loopback interface) and a server listens on every address
+/// (`0.0.0.0:8080`), with a resolver that says every name is that address. Arguments: the
+/// `resolv.conf` naming the resolver, the file the server logs each request's target to, then
+/// the host's command.
+const OWN_ADDRESS_WORLD: &str = r#"
+import http.server, os, socket, subprocess, sys, threading
+resolv, log = sys.argv[1], sys.argv[2]
+for cmd in (["ip", "link", "set", "lo", "up"], ["ip", "addr", "add", "203.0.113.7/32", "dev", "lo"]):
+    subprocess.run(cmd, check=True)
+dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+dns.bind(("127.0.0.1", 53))
+def resolve():
+    while True:
+        query, peer = dns.recvfrom(512)
+        end = 12
+        while end < len(query) and query[end] != 0:
+            end += 1 + query[end]
+        question = query[12:end + 5]
+        a = question[-4:-2] == b"\0\1"
+        reply = query[:2] + b"\x81\x80\0\1\0" + bytes([int(a)]) + b"\0\0\0\0" + question
+        if a:
+            reply += b"\xc0\x0c\0\1\0\1\0\0\0\0\0\4" + bytes([203, 0, 113, 7])
+        dns.sendto(reply, peer)
+threading.Thread(target=resolve, daemon=True).start()
+class Origin(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        with open(log, "a") as f:
+            f.write(self.path + "\n")
+        body = b"origin-own " + self.path.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("0.0.0.0", 8080), Origin)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+subprocess.run(["mount", "--bind", resolv, "/etc/resolv.conf"], check=True)
+sys.exit(subprocess.run(sys.argv[3:]).returncode)
+"#;
+
+/// A name allowed only through `*.` that resolves to a global address of the host's own (a
+/// public address on its interface, where its services listen on every address) is refused,
+/// and the same name allowed by itself is reached. Root only.
+#[test]
+fn a_wildcard_name_that_resolves_to_a_global_address_of_the_host_is_refused() {
+    let a = Origin::start("a", &["127.0.0.1"]);
+    let b = Origin::start("b", &["127.0.0.2"]);
+    let w = world(User::Root);
+    let resolv = w.work.parent().unwrap().join("resolv.conf");
+    std::fs::write(&resolv, "nameserver 127.0.0.1\n").unwrap();
+    let log = w.work.parent().unwrap().join("own-origin.log");
+    let fetch = py(
+        "through_proxy(); fetch('own', 'http://a.example.test:8080/own')",
+        &a,
+        &b,
+    );
+    let args = serde_json::json!({"command": fetch, "description": "x"}).to_string();
+    let call = |pattern: &str| {
+        let direct = w.host(&[
+            "call",
+            "bash",
+            &args,
+            "--sandbox",
+            "workspace-write",
+            "--sandbox-allow-net",
+            pattern,
+        ]);
+        let out = wrapped(
+            &[
+                OsStr::new("unshare"),
+                OsStr::new("-n"),
+                OsStr::new("-m"),
+                OsStr::new("--propagation"),
+                OsStr::new("private"),
+                OsStr::new("python3"),
+                OsStr::new("-c"),
+                OsStr::new(OWN_ADDRESS_WORLD),
+                resolv.as_os_str(),
+                log.as_os_str(),
+            ],
+            &direct,
+        )
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let seen = || std::fs::read_to_string(&log).unwrap_or_default();
+    let refused = call("*.example.test");
+    assert_eq!(
+        sandbox_line(&refused),
+        Some(not_allowed("a.example.test:8080").as_str()),
+        "{refused}"
+    );
+    assert_eq!(seen(), "", "{refused}");
+    // The control: named by itself, the same name is reached at the address it resolves to.
+    let reached = call("a.example.test");
+    let got = results(&reached).get("own").cloned().unwrap_or_default();
+    assert!(
+        got.ok() && got.body.contains("origin-own /own"),
+        "{reached}"
+    );
+    assert_eq!(seen(), "/own\n", "{reached}");
 }
 
 /// [`sockets_of`] once it reads the same three times 100 ms apart (the spawn helpers kept ready

@@ -537,8 +537,9 @@ impl From<std::io::Error> for Unreachable {
 /// answers, each given [`ADDRESS_WAIT`]. With `wildcard` (the name is allowed only as one beneath
 /// an allowed domain), the name is looked up as absolute (no search domain of the host's
 /// resolver appended), and one that resolves to an address other than a global one
-/// ([`global`]) is refused. A lookup holds a permit of each of `lookups` (every command's, this
-/// command's).
+/// ([`global`]), or to one of the host's own (a public address on its interfaces, where its
+/// services listen), is refused. A lookup holds a permit of each of `lookups` (every
+/// command's, this command's).
 async fn connect(
     host: &Host,
     port: u16,
@@ -560,22 +561,33 @@ async fn connect(
             };
             // The permits go with the lookup's thread: a lookup the caller gave up on still
             // counts until the resolver answers.
-            tokio::task::spawn_blocking(move || {
+            let (addresses, own) = tokio::task::spawn_blocking(move || {
                 let _permits = (mine, every);
-                std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), port))
-                    .map(Iterator::collect)
+                let addresses: Vec<SocketAddr> =
+                    std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), port))?.collect();
+                // The host's addresses as they are once the name is known.
+                let own = match wildcard {
+                    true => Some(own_addresses()?),
+                    false => None,
+                };
+                Ok::<_, std::io::Error>((addresses, own))
             })
             .await
-            .map_err(std::io::Error::other)??
+            .map_err(std::io::Error::other)??;
+            if let Some(own) = own
+                && !addresses
+                    .iter()
+                    .all(|a| global(a.ip()) && !own.contains(&a.ip().to_canonical()))
+            {
+                return Err(Unreachable::NotGlobal(
+                    "a name allowed only through a *. pattern resolves to a loopback, private, \
+                     link-local or other non-global address, or to one of this machine's own \
+                     (name the host or the address itself to allow that)",
+                ));
+            }
+            addresses
         }
     };
-    if wildcard && !addresses.iter().all(|a| global(a.ip())) {
-        return Err(Unreachable::NotGlobal(
-            "a name allowed only through a *. pattern resolves to a loopback, private, \
-             link-local or other non-global address (name the host or the address itself to \
-             allow that)",
-        ));
-    }
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
     for address in addresses {
         match tokio::time::timeout(ADDRESS_WAIT, TcpStream::connect(address)).await {
@@ -585,6 +597,14 @@ async fn connect(
         }
     }
     Err(last.into())
+}
+
+/// The addresses of the host's interfaces (an IPv4 address mapped into IPv6 as itself).
+fn own_addresses() -> std::io::Result<std::collections::HashSet<IpAddr>> {
+    Ok(if_addrs::get_if_addrs()?
+        .iter()
+        .map(|interface| interface.ip().to_canonical())
+        .collect())
 }
 
 /// Whether `address` is a global one: not the host itself, its link or a private network
