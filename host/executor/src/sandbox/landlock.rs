@@ -61,12 +61,22 @@ pub(crate) fn abi() -> io::Result<u32> {
     Ok(version as u32)
 }
 
-fn error(what: &str, err: impl std::fmt::Display) -> io::Error {
+/// A Landlock call's failure, naming what it made, with the error number of the system call
+/// beneath it where there is one (out of memory under a cgroup's limit, say).
+fn error(what: &str, err: impl std::error::Error + 'static) -> io::Error {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&err);
+    while let Some(inner) = cause {
+        if let Some(io) = inner.downcast_ref::<io::Error>() {
+            return super::error::context(io, format_args!("Landlock {what}"));
+        }
+        cause = inner.source();
+    }
     io::Error::other(format!("Landlock {what}: {err}"))
 }
 
 fn created(ruleset: RulesetCreated) -> io::Result<OwnedFd> {
-    Option::<OwnedFd>::from(ruleset).ok_or_else(|| error("ruleset", "not created"))
+    Option::<OwnedFd>::from(ruleset)
+        .ok_or_else(|| io::Error::other("Landlock ruleset: not created"))
 }
 
 /// Opens `path` itself (a symlink stays a symlink) for a rule.
@@ -131,7 +141,8 @@ pub(crate) struct GrantIndex {
     /// Directories on the way to a denied path that could not be listed: nothing beneath them
     /// was granted, and the judge does not know why.
     unlisted: HashSet<PathBuf>,
-    /// The granted entries' device and inode numbers.
+    /// The granted entries' device and inode numbers (a layer's rules hold their inodes: no
+    /// number is given to another entry while its layer lives).
     granted: HashSet<(u64, u64)>,
     /// Entries left without a grant on purpose (the denied paths, block devices).
     refused: HashSet<PathBuf>,
@@ -290,9 +301,13 @@ fn walk(
     let mut stack = vec![PathBuf::from("/")];
     while let Some(dir) = stack.pop() {
         freshness.read(&dir);
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            index.unlisted.insert(dir);
-            continue;
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(err) if unreachable(&err) => {
+                index.unlisted.insert(dir);
+                continue;
+            }
+            Err(err) => return Err(walk_error(&dir, err)),
         };
         index.walked.insert(dir.clone());
         for entry in entries {
@@ -316,27 +331,37 @@ fn walk(
             }
             let fd = match open_path(&path) {
                 Ok(fd) => fd,
-                // Gone since the listing, or beneath a directory that can be listed but not
-                // searched (nothing in it is reachable anyway): nothing to grant.
-                Err(err)
-                    if matches!(
-                        err.raw_os_error(),
-                        Some(libc::ENOENT | libc::ENOTDIR | libc::EACCES)
-                    ) =>
-                {
-                    continue;
-                }
-                // Out of descriptors or memory: an entry left without its grant would be
-                // unreadable for no reason the judge could name.
+                Err(err) if unreachable(&err) => continue,
                 Err(err) => return Err(walk_error(&path, err)),
             };
-            if let Ok(stat) = rustix::fs::fstat(&fd) {
-                index.granted.insert((stat.st_dev, stat.st_ino));
+            // What was opened decides, not the listing: the entry may have been replaced since.
+            let stat = rustix::fs::fstat(&fd).map_err(|err| walk_error(&path, err.into()))?;
+            let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
+            if matches!(
+                kind,
+                rustix::fs::FileType::Symlink | rustix::fs::FileType::BlockDevice
+            ) {
+                index.refused.insert(path);
+                continue;
             }
-            grant(fd, kind.is_dir())?;
+            index.granted.insert((stat.st_dev, stat.st_ino));
+            grant(fd, kind == rustix::fs::FileType::Directory)?;
         }
     }
     Ok((freshness, index))
+}
+
+/// Whether the walk's failure to list or open an entry means there is nothing to grant: the
+/// entry is gone since the listing (or turned into something else), or this process may not
+/// reach it (a directory listed but not searched, another security module's refusal, a stale
+/// network file handle), and so neither may its commands. Any other failure (out of
+/// descriptors or memory) fails the walk: an entry left without its grant would be unreadable
+/// for no reason the judge could name.
+fn unreachable(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::ENOENT | libc::ENOTDIR | libc::EACCES | libc::ELOOP | libc::ESTALE)
+    )
 }
 
 /// A failure of the walk at `path`, naming it and keeping its error number.
@@ -523,13 +548,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_refused_rule_keeps_its_error_number() {
+        // A pipe is no path: the kernel refuses it as a rule's directory (EBADFD).
+        let (pipe, _writer) = rustix::pipe::pipe().unwrap();
+        let err = Ruleset::default()
+            .handle_access(AccessFs::ReadFile)
+            .unwrap()
+            .create()
+            .unwrap()
+            .add_rule(PathBeneath::new(pipe, AccessFs::ReadFile))
+            .map_err(|e| error("read rule", e))
+            .unwrap_err();
+        assert_eq!(
+            super::super::error::errno(&err),
+            Some(libc::EBADFD),
+            "{err}"
+        );
+        assert!(err.to_string().starts_with("Landlock read rule: "), "{err}");
+    }
+
+    #[test]
     fn a_read_beneath_a_directory_judged_before_is_judged_from_what_was_found() {
         let dir = tempfile::tempdir().unwrap();
         let top = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::create_dir_all(top.join("denied")).unwrap();
         std::fs::create_dir_all(top.join("home")).unwrap();
         std::fs::write(top.join("home/f"), "x").unwrap();
-        let (_, index) = walk(&[top.join("denied")], true, &[], |_, _| Ok(())).unwrap();
+        // Held, as a layer's rules hold their inodes: a number freed could be given to the
+        // directory made anew below.
+        let mut held = Vec::new();
+        let (_, index) = walk(&[top.join("denied")], true, &[], |fd, _| {
+            held.push(fd);
+            Ok(())
+        })
+        .unwrap();
         let index = &index;
         std::fs::write(top.join("new"), "x").unwrap();
 

@@ -574,16 +574,13 @@ async fn connect(
             })
             .await
             .map_err(std::io::Error::other)??;
-            if let Some(own) = own
-                && !addresses
-                    .iter()
-                    .all(|a| global(a.ip()) && !own.contains(&a.ip().to_canonical()))
-            {
-                return Err(Unreachable::NotGlobal(
-                    "a name allowed only through a *. pattern resolves to a loopback, private, \
-                     link-local or other non-global address, or to one of this machine's own \
-                     (name the host or the address itself to allow that)",
-                ));
+            if let Some(own) = own {
+                if !addresses.iter().all(|a| global(a.ip())) {
+                    return Err(Unreachable::NotGlobal(NOT_GLOBAL));
+                }
+                if addresses.iter().any(|a| own.contains(&judged_as(a.ip()))) {
+                    return Err(Unreachable::NotGlobal(OWN));
+                }
             }
             addresses
         }
@@ -591,6 +588,11 @@ async fn connect(
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
     for address in addresses {
         match tokio::time::timeout(ADDRESS_WAIT, TcpStream::connect(address)).await {
+            // Wherever the kernel routed it to this machine itself (an address no interface
+            // lists, a local route): the connection ends before a byte is sent.
+            Ok(Ok(stream)) if wildcard && to_itself(&stream) => {
+                return Err(Unreachable::NotGlobal(OWN));
+            }
             Ok(Ok(stream)) => return Ok(stream),
             Ok(Err(err)) => last = err,
             Err(_) => last = std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"),
@@ -599,12 +601,46 @@ async fn connect(
     Err(last.into())
 }
 
-/// The addresses of the host's interfaces (an IPv4 address mapped into IPv6 as itself).
+/// Why a name allowed only through a `*.` pattern was not connected to.
+const NOT_GLOBAL: &str = "a name allowed only through a *. pattern resolves to a loopback, \
+                          private, link-local or other non-global address (name the host or \
+                          the address itself to allow that)";
+const OWN: &str = "a name allowed only through a *. pattern resolves to an address of this \
+                   machine's own (name the host or the address itself to allow that)";
+
+/// The addresses of the host's interfaces, each as [`judged_as`].
 fn own_addresses() -> std::io::Result<std::collections::HashSet<IpAddr>> {
     Ok(if_addrs::get_if_addrs()?
         .iter()
-        .map(|interface| interface.ip().to_canonical())
+        .map(|interface| judged_as(interface.ip()))
         .collect())
+}
+
+/// Whether a connection's two ends have the same address: it goes to this machine itself.
+fn to_itself(stream: &TcpStream) -> bool {
+    match (stream.local_addr(), stream.peer_addr()) {
+        (Ok(local), Ok(peer)) => judged_as(local.ip()) == judged_as(peer.ip()),
+        // Unknown ends: not taken for an outside host.
+        _ => true,
+    }
+}
+
+/// The address `address` reaches as far as this machine can tell: an IPv4 address mapped into
+/// IPv6 or behind a NAT64 prefix (the well-known one, or the local-use `64:ff9b:1::/48`) is
+/// that IPv4 address.
+fn judged_as(address: IpAddr) -> IpAddr {
+    match address.to_canonical() {
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] || s[..3] == [0x64, 0xff9b, 1] {
+                let [a, b] = s[6].to_be_bytes();
+                let [c, d] = s[7].to_be_bytes();
+                return IpAddr::V4(std::net::Ipv4Addr::new(a, b, c, d));
+            }
+            IpAddr::V6(v6)
+        }
+        v4 => v4,
+    }
 }
 
 /// Whether `address` is a global one: not the host itself, its link or a private network
@@ -626,16 +662,10 @@ fn global(address: IpAddr) -> bool {
             || (a == 100 && (64..128).contains(&b))
             || (a == 192 && b == 0 && c == 0))
     };
-    match address.to_canonical() {
+    match judged_as(address) {
         IpAddr::V4(address) => v4(address),
         IpAddr::V6(v6) => {
             let s = v6.segments();
-            // The well-known NAT64 prefix, and the local-use one (64:ff9b:1::/48).
-            if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] || s[..3] == [0x64, 0xff9b, 1] {
-                let [a, b] = s[6].to_be_bytes();
-                let [c, d] = s[7].to_be_bytes();
-                return v4(std::net::Ipv4Addr::new(a, b, c, d));
-            }
             !(v6.is_loopback()
                 || v6.is_unspecified()
                 || s[0] & 0xfe00 == 0xfc00
@@ -707,6 +737,9 @@ mod tests {
             "2606:4700::1111",
             "::ffff:93.184.216.34",
             "64:ff9b::5db8:d822",
+            // What the black-box test of the machine's own addresses gives its interface: a
+            // global one, so that only the own-address rule refuses it there.
+            "203.0.113.7",
         ] {
             assert!(global(other.parse().unwrap()), "{other}");
         }
