@@ -3,6 +3,7 @@
 #[path = "support/sandbox.rs"]
 mod sandbox;
 
+use std::ffi::OsStr;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -845,17 +846,23 @@ fn directories_of_more_entries_than_descriptors_on_the_way_are_sandboxed_whole()
                 tier,
             ]);
             direct.env("TMPDIR", &crowd);
+            // The world itself stays writable where it lies under /var/tmp (a checkout under
+            // /tmp puts it there).
+            let scratch = world.home.parent().unwrap();
             let out = wrapped(
                 &[
-                    "unshare",
-                    "-m",
-                    "--propagation",
-                    "private",
-                    "sh",
-                    "-c",
-                    "mount --bind /var/tmp /var/tmp && mount -o remount,bind,ro /var/tmp && \
-                     exec prlimit --nofile=256:256 -- \"$@\"",
-                    "sh",
+                    OsStr::new("unshare"),
+                    OsStr::new("-m"),
+                    OsStr::new("--propagation"),
+                    OsStr::new("private"),
+                    OsStr::new("sh"),
+                    OsStr::new("-c"),
+                    OsStr::new(
+                        "mount --bind /var/tmp /var/tmp && mount -o remount,bind,ro /var/tmp && \
+                         mount --bind \"$0\" \"$0\" && mount -o remount,bind,rw \"$0\" && \
+                         exec prlimit --nofile=256:256 -- \"$@\"",
+                    ),
+                    scratch.as_os_str(),
                 ],
                 &direct,
             )
