@@ -1547,6 +1547,163 @@ fn a_wildcard_name_that_resolves_to_a_global_address_of_the_host_is_refused() {
     assert_eq!(seen(), "/own\n", "{reached}");
 }
 
+/// A proxy of the test's own, standing for one the host's environment names (as behind a
+/// company's firewall): it opens the tunnels it is asked for (or answers `407` to each), and
+/// records each request line with its `Proxy-Authorization`.
+struct HostsProxy {
+    port: u16,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl HostsProxy {
+    fn start(refuse: bool) -> HostsProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let log = asked.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut client) = stream else { continue };
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(client.try_clone().unwrap());
+                    let mut line = String::new();
+                    let _ = reader.read_line(&mut line);
+                    let mut authorization = String::new();
+                    loop {
+                        let mut header = String::new();
+                        if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
+                            break;
+                        }
+                        if let Some(value) = header.strip_prefix("Proxy-Authorization: ") {
+                            authorization = value.trim().to_string();
+                        }
+                    }
+                    log.lock()
+                        .unwrap()
+                        .push(format!("{} [{authorization}]", line.trim_end()));
+                    let target = line.split(' ').nth(1).unwrap_or_default().to_string();
+                    let far = match refuse {
+                        true => None,
+                        false => TcpStream::connect(&target).ok(),
+                    };
+                    let Some(mut far) = far else {
+                        let _ =
+                            client.write_all(b"HTTP/1.1 407 Proxy Authentication Required\r\n\r\n");
+                        return;
+                    };
+                    let _ = client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n");
+                    let mut back = far.try_clone().unwrap();
+                    let mut to_client = client.try_clone().unwrap();
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut back, &mut to_client);
+                        let _ = to_client.shutdown(Shutdown::Write);
+                    });
+                    let _ = std::io::copy(&mut reader, &mut far);
+                    let _ = far.shutdown(Shutdown::Write);
+                });
+            }
+        });
+        HostsProxy { port, asked }
+    }
+
+    fn asked(&self) -> Vec<String> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+/// Where the host's own environment names a proxy (`https_proxy`, `http_proxy`), the sandbox
+/// proxy reaches an allowed host through it, tunnels and plain-HTTP requests alike, with the
+/// URL's credentials; a refused host is asked of neither; a host `no_proxy` names is reached
+/// directly; the proxy's refusal is the command's `502`; and a proxy that cannot be gone
+/// through (`socks5://`) refuses to start.
+#[test]
+fn the_hosts_own_proxy_carries_what_an_allowed_host_is_sent() {
+    let a = Origin::start("a", &["127.0.0.1"]);
+    let b = Origin::start("b", &["127.0.0.2"]);
+    let up = HostsProxy::start(false);
+    let w = world(User::Nobody);
+    let code = "through_proxy(); fetch('plain', 'http://localhost:PORT_A/plain'); \
+                connect('tunnel', 'localhost:PORT_A'); \
+                fetch('refused', 'http://127.0.0.2:PORT_B/refused')";
+    let args = serde_json::json!({"command": py(code, &a, &b), "description": "x"}).to_string();
+    let call = |env: &[(&str, String)]| {
+        let mut cmd = w.host(&[
+            "call",
+            "bash",
+            &args,
+            "--sandbox",
+            "workspace-write",
+            "--sandbox-allow-net",
+            "localhost",
+        ]);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        cmd.output().unwrap()
+    };
+    let url = format!("http://user:pw@127.0.0.1:{}", up.port);
+    let out = call(&[("https_proxy", url.clone()), ("http_proxy", url.clone())]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let got = results(&text);
+    let plain = got.get("plain").cloned().unwrap_or_default();
+    assert!(plain.ok() && plain.from(&a), "{text}");
+    let tunnel = got.get("tunnel").cloned().unwrap_or_default();
+    assert!(
+        tunnel.ok() && tunnel.body.contains("origin-a echo tunnel"),
+        "{text}"
+    );
+    assert_eq!(
+        got.get("refused").map(|r| r.status.as_str()),
+        Some("403"),
+        "{text}"
+    );
+    assert_eq!(
+        sandbox_line(&text),
+        Some(not_allowed(&format!("127.0.0.2:{}", b.port)).as_str()),
+        "{text}"
+    );
+    let through = format!("CONNECT localhost:{} HTTP/1.1 [Basic dXNlcjpwdw==]", a.port);
+    assert_eq!(up.asked(), vec![through.clone(), through], "{text}");
+    assert!(a.find("GET /plain HTTP/1.1").is_some(), "{text}");
+    assert!(a.find("ECHO tunnel").is_some(), "{text}");
+    b.settle();
+    assert!(b.fresh().is_empty(), "{text}");
+
+    // Named in no_proxy: reached directly.
+    let out = call(&[
+        ("https_proxy", url.clone()),
+        ("http_proxy", url.clone()),
+        ("no_proxy", "example.test, .localhost,localhost".to_string()),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(results(&text).get("tunnel").is_some_and(Res::ok), "{text}");
+    assert_eq!(up.asked().len(), 2, "no_proxy: {text}");
+
+    // The host's proxy refusing: the command is told so.
+    let refusing = HostsProxy::start(true);
+    let out = call(&[("https_proxy", format!("http://127.0.0.1:{}", refusing.port))]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let tunnel = results(&text).get("tunnel").cloned().unwrap_or_default();
+    assert_eq!(tunnel.status, "502", "{text}");
+    assert!(tunnel.body.contains("HTTP/1.1 407"), "{text}");
+    assert!(
+        tunnel.body.contains("https_proxy=http://127.0.0.1:"),
+        "{text}"
+    );
+
+    // A proxy the sandbox proxy cannot go through: refused at start, the password unshown.
+    let out = call(&[("ALL_PROXY", "socks5://u:secret@127.0.0.1:1080".to_string())]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "--sandbox-allow-net localhost: ALL_PROXY in the host's environment is \
+                         socks5://u:***@127.0.0.1:1080: a socks5 proxy"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("secret"), "{stderr}");
+}
+
 /// [`sockets_of`] once it reads the same three times 100 ms apart (the spawn helpers kept ready
 /// made again, the last command's let go), or after 10 s.
 fn settled_sockets_of(pid: u32) -> usize {

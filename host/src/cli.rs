@@ -1250,6 +1250,18 @@ fn sandbox_report(sandbox: Option<&Sandbox>) -> String {
         for host in &sandbox.allow_net {
             out.push_str(&format!("  {host}\n"));
         }
+        let upstreams = &sandbox.upstreams;
+        for (carried, upstream) in [
+            ("tunnels", &upstreams.tunnels),
+            ("plain-HTTP requests", &upstreams.plain),
+        ] {
+            if let Some(upstream) = upstream {
+                out.push_str(&format!(
+                    "  ({carried} go through the host's proxy, {}, but to no_proxy hosts)\n",
+                    upstream.named
+                ));
+            }
+        }
     }
     out
 }

@@ -46,6 +46,18 @@ pub struct World {
 
 pub const SECRET: &str = "PLANTED-PRIVATE-KEY";
 
+/// The variables that name a proxy for the host itself.
+pub const PROXY_VARIABLES: [&str; 8] = [
+    "https_proxy",
+    "HTTPS_PROXY",
+    "http_proxy",
+    "HTTP_PROXY",
+    "all_proxy",
+    "ALL_PROXY",
+    "no_proxy",
+    "NO_PROXY",
+];
+
 impl World {
     pub fn new(user: User) -> World {
         // Never under /tmp, which a workspace-write sandbox makes writable (so "outside" would
@@ -128,6 +140,10 @@ impl World {
             .env("DSH_CACHE_DIR", &self.cache)
             .env_remove("DSH_LOG")
             .env_remove("XDG_CACHE_HOME");
+        // The proxies of the test's environment, which the sandbox proxy would go through.
+        for name in PROXY_VARIABLES {
+            cmd.env_remove(name);
+        }
         cmd
     }
 

@@ -158,7 +158,12 @@ impl LocalExecutor {
                 proxy: sandbox
                     .as_ref()
                     .filter(|s| s.proxy_port.is_some())
-                    .map(|s| Arc::new(crate::sandbox::proxy::Proxy::new(s.allow_net.clone()))),
+                    .map(|s| {
+                        Arc::new(crate::sandbox::proxy::Proxy::new(
+                            s.allow_net.clone(),
+                            s.upstreams.clone(),
+                        ))
+                    }),
                 sandbox,
             }),
         }))

@@ -29,6 +29,7 @@ pub(crate) mod prepare;
 pub(crate) mod protect;
 pub(crate) mod proxy;
 pub(crate) mod seccomp;
+pub mod upstream;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -154,6 +155,8 @@ pub struct Sandbox {
     /// Where the proxy listens in each command's network namespace (`127.0.0.1`), when there is
     /// one.
     pub proxy_port: Option<u16>,
+    /// The proxies of the host's environment the proxy goes through (`https_proxy`, ...).
+    pub upstreams: upstream::Upstreams,
     /// Held on `tmp_base` while the host runs.
     base_lock: BaseLock,
 }
@@ -401,6 +404,11 @@ impl Sandbox {
         // One rule a path (the host may name its runtime directory twice).
         let mut seen = std::collections::HashSet::new();
         deny_read.retain(|path| seen.insert(path.clone()));
+        let upstreams = match allow_net.first() {
+            None => upstream::Upstreams::default(),
+            Some(host) => upstream::Upstreams::from_env(|name| std::env::var(name).ok())
+                .map_err(|why| SandboxError(format!("--sandbox-allow-net {host}: {why}")))?,
+        };
         // Made last, once nothing can refuse the sandbox any more (a refusal leaves nothing).
         let proxy_port = match allow_net.is_empty() {
             true => None,
@@ -420,6 +428,7 @@ impl Sandbox {
             landlock_abi: abi,
             allow_net,
             proxy_port,
+            upstreams,
             base_lock,
         }))
     }

@@ -22,6 +22,7 @@ use tokio::task::JoinSet;
 
 use super::allow_net::{Host, HostPattern};
 use super::log::DenialLog;
+use super::upstream::{Upstream, Upstreams};
 use crate::{Denial, DenialReason, DeniedAccess};
 
 /// The longest request head the proxy reads.
@@ -46,6 +47,8 @@ const COMMAND_LOOKUPS: usize = 2;
 #[derive(Debug)]
 pub(crate) struct Proxy {
     allowed: Vec<HostPattern>,
+    /// The proxies of the host's own environment, gone through to reach an allowed host.
+    upstreams: Upstreams,
     /// Sized when the first command is served, from the descriptor limit then (a server raises
     /// its own after the executor is made).
     pool: std::sync::OnceLock<Pool>,
@@ -61,10 +64,11 @@ struct Pool {
 }
 
 impl Proxy {
-    /// The proxy letting commands reach `allowed`.
-    pub(crate) fn new(allowed: Vec<HostPattern>) -> Proxy {
+    /// The proxy letting commands reach `allowed`, through `upstreams` where they name one.
+    pub(crate) fn new(allowed: Vec<HostPattern>, upstreams: Upstreams) -> Proxy {
         Proxy {
             allowed,
+            upstreams,
             pool: std::sync::OnceLock::new(),
             lookups: Arc::new(Semaphore::new(MAX_LOOKUPS)),
         }
@@ -213,7 +217,7 @@ async fn connection(
     lookups: &Arc<Semaphore>,
 ) {
     match open(&mut client, proxy, lookups).await {
-        Ok(Some((request, rest, upstream))) => relay(client, request, rest, upstream).await,
+        Ok(Some((request, rest, connected))) => relay(client, request, rest, connected).await,
         // The client went away.
         Ok(None) => {}
         Err(refusal) => {
@@ -233,7 +237,7 @@ async fn open(
     client: &mut TcpStream,
     proxy: &Proxy,
     lookups: &Arc<Semaphore>,
-) -> Result<Option<(Request, Vec<u8>, TcpStream)>, Refusal> {
+) -> Result<Option<(Request, Vec<u8>, Connected)>, Refusal> {
     let (head, rest) = match tokio::time::timeout(HEAD_WAIT, read_head(client)).await {
         Ok(Ok(Some(got))) => got,
         Ok(Ok(None)) => return Err(Refusal::new(431, "the request head is too long")),
@@ -257,14 +261,18 @@ async fn open(
     let wildcard = matched
         .iter()
         .all(|pattern| matches!(pattern, HostPattern::Beneath(_)));
+    let through = proxy
+        .upstreams
+        .for_host(request.forward.is_none(), &request.host);
     let connecting = connect(
         &request.host,
         request.port,
         wildcard,
         [&proxy.lookups, lookups],
+        through,
     );
     match tokio::time::timeout(CONNECT_WAIT, connecting).await {
-        Ok(Ok(upstream)) => Ok(Some((request, rest, upstream))),
+        Ok(Ok(connected)) => Ok(Some((request, rest, connected))),
         Ok(Err(Unreachable::NotGlobal(why))) => {
             let why = format!("{}: {why}", request.host);
             Err(Refusal::host(&request, why))
@@ -272,6 +280,10 @@ async fn open(
         Ok(Err(Unreachable::Io(err))) => Err(Refusal::new(
             502,
             format!("cannot reach {}:{}: {err}", request.host, request.port),
+        )),
+        Ok(Err(Unreachable::Upstream(refused))) => Err(Refusal::new(
+            502,
+            format!("cannot reach {}:{}: {refused}", request.host, request.port),
         )),
         Err(_) => Err(Refusal::new(
             504,
@@ -282,7 +294,11 @@ async fn open(
 
 /// Carries the exchange once connected: a tunnel both ways, or a forwarded request (its head,
 /// then [`relay_closing`]); `rest` is what the client sent after its request head.
-async fn relay(mut client: TcpStream, request: Request, rest: Vec<u8>, mut upstream: TcpStream) {
+async fn relay(mut client: TcpStream, request: Request, rest: Vec<u8>, connected: Connected) {
+    let Connected {
+        stream: mut upstream,
+        early,
+    } = connected;
     let sent = match &request.forward {
         Some(head) => upstream.write_all(head).await,
         None => {
@@ -295,9 +311,11 @@ async fn relay(mut client: TcpStream, request: Request, rest: Vec<u8>, mut upstr
         return;
     }
     match request.forward {
-        Some(_) => relay_closing(&mut client, &mut upstream).await,
+        Some(_) => relay_closing(&mut client, &mut upstream, early).await,
         None => {
-            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            if client.write_all(&early).await.is_ok() {
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            }
         }
     }
 }
@@ -307,7 +325,8 @@ async fn relay(mut client: TcpStream, request: Request, rest: Vec<u8>, mut upstr
 /// are). A client that keeps proxy connections open for requests to any host (as HTTP client
 /// libraries do for plain HTTP) then sends no later request down this one, which goes to this
 /// origin only.
-async fn relay_closing(client: &mut TcpStream, upstream: &mut TcpStream) {
+/// `early` is what came from the origin before (through the host's proxy, with its answer).
+async fn relay_closing(client: &mut TcpStream, upstream: &mut TcpStream, early: Vec<u8>) {
     let (mut from_client, mut to_client) = client.split();
     let (mut from_origin, mut to_origin) = upstream.split();
     let requests = async {
@@ -315,7 +334,7 @@ async fn relay_closing(client: &mut TcpStream, upstream: &mut TcpStream) {
         let _ = to_origin.shutdown().await;
     };
     let responses = async {
-        let mut pending = Vec::new();
+        let mut pending = early;
         loop {
             let (head, rest) = match read_head_after(&mut from_origin, pending).await {
                 Ok(Head::Whole(head, rest)) => (head, rest),
@@ -384,7 +403,7 @@ async fn read_head(client: &mut TcpStream) -> std::io::Result<Option<(Vec<u8>, V
 }
 
 /// What came before a blank line ending with `\r\n`.
-enum Head {
+pub(super) enum Head {
     /// The head (without its blank line), and what came after it.
     Whole(Vec<u8>, Vec<u8>),
     /// Everything read, where no head ended within [`MAX_HEAD`] bytes or before the stream did.
@@ -392,7 +411,7 @@ enum Head {
 }
 
 /// As [`read_head`], from a stream of which `buf` was read already.
-async fn read_head_after(
+pub(super) async fn read_head_after(
     stream: &mut (impl tokio::io::AsyncRead + Unpin),
     mut buf: Vec<u8>,
 ) -> std::io::Result<Head> {
@@ -525,6 +544,15 @@ enum Unreachable {
     /// A name allowed only beneath a domain resolved to an address other than a global one.
     NotGlobal(&'static str),
     Io(std::io::Error),
+    /// The host's proxy would not open the tunnel.
+    Upstream(super::upstream::Refused),
+}
+
+/// A connection to an allowed host, and what it sent before anything was asked of it (through
+/// the host's proxy, along with that proxy's answer).
+struct Connected {
+    stream: TcpStream,
+    early: Vec<u8>,
 }
 
 impl From<std::io::Error> for Unreachable {
@@ -545,7 +573,24 @@ async fn connect(
     port: u16,
     wildcard: bool,
     lookups: [&Arc<Semaphore>; 2],
-) -> Result<TcpStream, Unreachable> {
+    through: Option<&Upstream>,
+) -> Result<Connected, Unreachable> {
+    // Through the host's proxy, a host allowed by itself is handed to it as named (where the
+    // machine's own resolver may know no outside names); a name allowed only through `*.` is
+    // looked up and checked here all the same, and the tunnel asked for to an address checked.
+    if let Some(upstream) = through
+        && !wildcard
+    {
+        let target = match host {
+            Host::Address(address) => SocketAddr::new(*address, port).to_string(),
+            Host::Name(name) => format!("{name}:{port}"),
+        };
+        let (stream, early) = upstream
+            .tunnel(&target)
+            .await
+            .map_err(Unreachable::Upstream)?;
+        return Ok(Connected { stream, early });
+    }
     let addresses: Vec<SocketAddr> = match host {
         Host::Address(address) => vec![SocketAddr::new(*address, port)],
         Host::Name(name) => {
@@ -585,20 +630,37 @@ async fn connect(
             addresses
         }
     };
-    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
+    let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out");
+    let mut last = Unreachable::Io(std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        "no address",
+    ));
     for address in addresses {
+        if let Some(upstream) = through {
+            match tokio::time::timeout(ADDRESS_WAIT, upstream.tunnel(&address.to_string())).await {
+                Ok(Ok((stream, early))) => return Ok(Connected { stream, early }),
+                Ok(Err(refused)) => last = Unreachable::Upstream(refused),
+                Err(_) => last = Unreachable::Io(timed_out()),
+            }
+            continue;
+        }
         match tokio::time::timeout(ADDRESS_WAIT, TcpStream::connect(address)).await {
             // Wherever the kernel routed it to this machine itself (an address no interface
             // lists, a local route): the connection ends before a byte is sent.
             Ok(Ok(stream)) if wildcard && to_itself(&stream) => {
                 return Err(Unreachable::NotGlobal(OWN));
             }
-            Ok(Ok(stream)) => return Ok(stream),
-            Ok(Err(err)) => last = err,
-            Err(_) => last = std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"),
+            Ok(Ok(stream)) => {
+                return Ok(Connected {
+                    stream,
+                    early: Vec::new(),
+                });
+            }
+            Ok(Err(err)) => last = Unreachable::Io(err),
+            Err(_) => last = Unreachable::Io(timed_out()),
         }
     }
-    Err(last.into())
+    Err(last)
 }
 
 /// Why a name allowed only through a `*.` pattern was not connected to.
