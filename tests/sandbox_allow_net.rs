@@ -1548,15 +1548,26 @@ fn a_wildcard_name_that_resolves_to_a_global_address_of_the_host_is_refused() {
 }
 
 /// A proxy of the test's own, standing for one the host's environment names (as behind a
-/// company's firewall): it opens the tunnels it is asked for (or answers `407` to each), and
-/// records each request line with its `Proxy-Authorization`.
+/// company's firewall): it opens the tunnels it is asked for, and records each request line
+/// with its `Proxy-Authorization`.
 struct HostsProxy {
     port: u16,
     asked: Arc<Mutex<Vec<String>>>,
 }
 
+/// How a [`HostsProxy`] answers.
+#[derive(Clone, Copy, PartialEq)]
+enum Answers {
+    /// `200`, then the tunnel.
+    Open,
+    /// `200` with the first bytes of the far end in the same write (`EARLY\n`), then the tunnel.
+    Early,
+    /// `407` to each.
+    Refuse,
+}
+
 impl HostsProxy {
-    fn start(refuse: bool) -> HostsProxy {
+    fn start(answers: Answers) -> HostsProxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let asked = Arc::new(Mutex::new(Vec::new()));
@@ -1583,16 +1594,21 @@ impl HostsProxy {
                         .unwrap()
                         .push(format!("{} [{authorization}]", line.trim_end()));
                     let target = line.split(' ').nth(1).unwrap_or_default().to_string();
-                    let far = match refuse {
-                        true => None,
-                        false => TcpStream::connect(&target).ok(),
+                    let far = match answers {
+                        Answers::Refuse => None,
+                        _ => TcpStream::connect(&target).ok(),
                     };
                     let Some(mut far) = far else {
                         let _ =
                             client.write_all(b"HTTP/1.1 407 Proxy Authentication Required\r\n\r\n");
                         return;
                     };
-                    let _ = client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n");
+                    let _ = match answers {
+                        Answers::Early => {
+                            client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\nEARLY\n")
+                        }
+                        _ => client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n"),
+                    };
                     let mut back = far.try_clone().unwrap();
                     let mut to_client = client.try_clone().unwrap();
                     std::thread::spawn(move || {
@@ -1621,7 +1637,7 @@ impl HostsProxy {
 fn the_hosts_own_proxy_carries_what_an_allowed_host_is_sent() {
     let a = Origin::start("a", &["127.0.0.1"]);
     let b = Origin::start("b", &["127.0.0.2"]);
-    let up = HostsProxy::start(false);
+    let up = HostsProxy::start(Answers::Open);
     let w = world(User::Nobody);
     let code = "through_proxy(); fetch('plain', 'http://localhost:PORT_A/plain'); \
                 connect('tunnel', 'localhost:PORT_A'); \
@@ -1678,15 +1694,33 @@ fn the_hosts_own_proxy_carries_what_an_allowed_host_is_sent() {
     assert!(results(&text).get("tunnel").is_some_and(Res::ok), "{text}");
     assert_eq!(up.asked().len(), 2, "no_proxy: {text}");
 
-    // The host's proxy refusing: the command is told so.
-    let refusing = HostsProxy::start(true);
-    let out = call(&[("https_proxy", format!("http://127.0.0.1:{}", refusing.port))]);
+    // The host's proxy refusing: the command is told so, for tunnels and plain requests, with
+    // no credentials shown.
+    let refusing = HostsProxy::start(Answers::Refuse);
+    let url = format!("http://TOKEN@127.0.0.1:{}", refusing.port);
+    let out = call(&[("https_proxy", url.clone()), ("http_proxy", url.clone())]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    for (label, variable) in [("tunnel", "https_proxy"), ("plain", "http_proxy")] {
+        let got = results(&text).get(label).cloned().unwrap_or_default();
+        assert_eq!(got.status, "502", "{label}: {text}");
+        assert!(got.body.contains("HTTP/1.1 407"), "{label}: {text}");
+        assert!(
+            got.body
+                .contains(&format!("{variable}=http://***@127.0.0.1:")),
+            "{label}: {text}"
+        );
+    }
+    assert!(!text.contains("TOKEN"), "{text}");
+
+    // What the far end sent along with the proxy's answer reaches the command first.
+    let early = HostsProxy::start(Answers::Early);
+    let out = call(&[("https_proxy", format!("http://127.0.0.1:{}", early.port))]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let tunnel = results(&text).get("tunnel").cloned().unwrap_or_default();
-    assert_eq!(tunnel.status, "502", "{text}");
-    assert!(tunnel.body.contains("HTTP/1.1 407"), "{text}");
-    assert!(
-        tunnel.body.contains("https_proxy=http://127.0.0.1:"),
+    assert_eq!(
+        (tunnel.status.as_str(), tunnel.body.as_str()),
+        // The body as Python's `repr` prints it.
+        ("200", "'EARLY\\n'"),
         "{text}"
     );
 
@@ -1697,7 +1731,7 @@ fn the_hosts_own_proxy_carries_what_an_allowed_host_is_sent() {
     assert!(
         stderr.contains(
             "--sandbox-allow-net localhost: ALL_PROXY in the host's environment is \
-                         socks5://u:***@127.0.0.1:1080: a socks5 proxy"
+                         socks5://***@127.0.0.1:1080: a socks5 proxy"
         ),
         "{stderr}"
     );

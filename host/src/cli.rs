@@ -1256,8 +1256,12 @@ fn sandbox_report(sandbox: Option<&Sandbox>) -> String {
             ("plain-HTTP requests", &upstreams.plain),
         ] {
             if let Some(upstream) = upstream {
+                let except = match &upstreams.no_proxy {
+                    Some(hosts) => format!(", except to hosts no_proxy names: {hosts}"),
+                    None => String::new(),
+                };
                 out.push_str(&format!(
-                    "  ({carried} go through the host's proxy, {}, but to no_proxy hosts)\n",
+                    "  ({carried} go through the host's proxy, {}{except})\n",
                     upstream.named
                 ));
             }

@@ -406,7 +406,7 @@ impl Sandbox {
         deny_read.retain(|path| seen.insert(path.clone()));
         let upstreams = match allow_net.first() {
             None => upstream::Upstreams::default(),
-            Some(host) => upstream::Upstreams::from_env(|name| std::env::var(name).ok())
+            Some(host) => upstream::Upstreams::from_env(|name| std::env::var_os(name))
                 .map_err(|why| SandboxError(format!("--sandbox-allow-net {host}: {why}")))?,
         };
         // Made last, once nothing can refuse the sandbox any more (a refusal leaves nothing).

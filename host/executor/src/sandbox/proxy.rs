@@ -585,11 +585,7 @@ async fn connect(
             Host::Address(address) => SocketAddr::new(*address, port).to_string(),
             Host::Name(name) => format!("{name}:{port}"),
         };
-        let (stream, early) = upstream
-            .tunnel(&target)
-            .await
-            .map_err(Unreachable::Upstream)?;
-        return Ok(Connected { stream, early });
+        return through_upstream(upstream, &target, lookups).await;
     }
     let addresses: Vec<SocketAddr> = match host {
         Host::Address(address) => vec![SocketAddr::new(*address, port)],
@@ -598,16 +594,7 @@ async fn connect(
                 true => format!("{name}."),
                 false => name.clone(),
             };
-            // This command's first: a command waiting for its own cannot hold everyone's.
-            let mine = lookups[1].clone().acquire_owned().await;
-            let every = lookups[0].clone().acquire_owned().await;
-            let (Ok(mine), Ok(every)) = (mine, every) else {
-                return Err(std::io::Error::other("no name lookups any more").into());
-            };
-            // The permits go with the lookup's thread: a lookup the caller gave up on still
-            // counts until the resolver answers.
-            let (addresses, own) = tokio::task::spawn_blocking(move || {
-                let _permits = (mine, every);
+            let (addresses, own) = lookup(lookups, move || {
                 let addresses: Vec<SocketAddr> =
                     std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), port))?.collect();
                 // The host's addresses as they are once the name is known.
@@ -615,10 +602,9 @@ async fn connect(
                     true => Some(own_addresses()?),
                     false => None,
                 };
-                Ok::<_, std::io::Error>((addresses, own))
+                Ok((addresses, own))
             })
-            .await
-            .map_err(std::io::Error::other)??;
+            .await?;
             if let Some(own) = own {
                 if !addresses.iter().all(|a| global(a.ip())) {
                     return Err(Unreachable::NotGlobal(NOT_GLOBAL));
@@ -637,10 +623,9 @@ async fn connect(
     ));
     for address in addresses {
         if let Some(upstream) = through {
-            match tokio::time::timeout(ADDRESS_WAIT, upstream.tunnel(&address.to_string())).await {
-                Ok(Ok((stream, early))) => return Ok(Connected { stream, early }),
-                Ok(Err(refused)) => last = Unreachable::Upstream(refused),
-                Err(_) => last = Unreachable::Io(timed_out()),
+            match through_upstream(upstream, &address.to_string(), lookups).await {
+                Ok(connected) => return Ok(connected),
+                Err(unreachable) => last = unreachable,
             }
             continue;
         }
@@ -661,6 +646,86 @@ async fn connect(
         }
     }
     Err(last)
+}
+
+/// A tunnel to `target` through the host's proxy `upstream`: its name looked up as any other
+/// ([`lookup`]), each of its addresses given [`ADDRESS_WAIT`] to answer.
+async fn through_upstream(
+    upstream: &Upstream,
+    target: &str,
+    lookups: [&Arc<Semaphore>; 2],
+) -> Result<Connected, Unreachable> {
+    let refused = |err| {
+        Unreachable::Upstream(super::upstream::Refused::Unreachable(
+            upstream.named.clone(),
+            err,
+        ))
+    };
+    let addresses: Vec<SocketAddr> = match upstream.host() {
+        (Host::Address(address), port) => vec![SocketAddr::new(*address, port)],
+        (Host::Name(name), port) => {
+            let name = name.clone();
+            lookup(lookups, move || {
+                Ok(std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), port))?.collect())
+            })
+            .await
+            .map_err(|err| match err {
+                Unreachable::Io(err) => refused(err),
+                other => other,
+            })?
+        }
+    };
+    let mut last = refused(std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        "no address",
+    ));
+    for address in addresses {
+        let stream = match tokio::time::timeout(ADDRESS_WAIT, TcpStream::connect(address)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(err)) => {
+                last = refused(err);
+                continue;
+            }
+            Err(_) => {
+                last = refused(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "timed out",
+                ));
+                continue;
+            }
+        };
+        return match tokio::time::timeout(ADDRESS_WAIT, upstream.tunnel(stream, target)).await {
+            Ok(Ok((stream, early))) => Ok(Connected { stream, early }),
+            Ok(Err(why)) => Err(Unreachable::Upstream(why)),
+            Err(_) => Err(refused(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no answer in time",
+            ))),
+        };
+    }
+    Err(last)
+}
+
+/// Runs `resolve` (a name lookup) on a thread of the blocking pool, holding a permit of each of
+/// `lookups` (every command's, this command's) until it returns: a lookup the caller gave up on
+/// still counts until the resolver answers.
+async fn lookup<T: Send + 'static>(
+    lookups: [&Arc<Semaphore>; 2],
+    resolve: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T, Unreachable> {
+    // This command's first: a command waiting for its own cannot hold everyone's.
+    let mine = lookups[1].clone().acquire_owned().await;
+    let every = lookups[0].clone().acquire_owned().await;
+    let (Ok(mine), Ok(every)) = (mine, every) else {
+        return Err(std::io::Error::other("no name lookups any more").into());
+    };
+    tokio::task::spawn_blocking(move || {
+        let _permits = (mine, every);
+        resolve()
+    })
+    .await
+    .map_err(std::io::Error::other)?
+    .map_err(Unreachable::Io)
 }
 
 /// Why a name allowed only through a `*.` pattern was not connected to.

@@ -27,6 +27,8 @@ pub struct Upstreams {
     pub plain: Option<Upstream>,
     /// The hosts reached directly (`no_proxy`).
     direct: Vec<Direct>,
+    /// `no_proxy` as set, for the doctor.
+    pub no_proxy: Option<String>,
 }
 
 /// One proxy.
@@ -36,7 +38,8 @@ pub struct Upstream {
     port: u16,
     /// The `Proxy-Authorization` value of the URL's user and password.
     authorization: Option<String>,
-    /// Where it was named, for messages (`HTTPS_PROXY=http://proxy:3128`, no password).
+    /// Where it was named, for messages (`HTTPS_PROXY=http://proxy:3128`, its user name and
+    /// password shown as `***`: a token may be either).
     pub named: String,
 }
 
@@ -60,30 +63,50 @@ enum Direct {
 
 impl Upstreams {
     /// The proxies `var` names (the host's environment, each variable looked up lowercase
-    /// first, as curl does; an empty value is none). A value that is not an `http://` proxy is
-    /// an error naming the variable.
-    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Upstreams, String> {
-        let read = |names: &[&'static str]| -> Option<(&'static str, String)> {
-            names.iter().find_map(|name| {
-                var(name)
-                    .filter(|value| !value.trim().is_empty())
-                    .map(|value| (*name, value))
-            })
+    /// first, as curl does; an empty value is none). A value that is not an `http://` proxy, or
+    /// not text, is an error naming the variable; `all_proxy` is read only where one of the
+    /// others is missing.
+    pub fn from_env(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<Upstreams, String> {
+        let read = |names: &[&'static str]| -> Result<Option<(&'static str, String)>, String> {
+            for name in names {
+                match var(name).map(|value| value.into_string()) {
+                    None => {}
+                    Some(Err(_)) => {
+                        return Err(format!("{name} in the host's environment is not text"));
+                    }
+                    Some(Ok(value)) if value.trim().is_empty() => {}
+                    Some(Ok(value)) => return Ok(Some((*name, value.trim().to_string()))),
+                }
+            }
+            Ok(None)
         };
-        let upstream = |names: &[&'static str]| {
-            read(names)
-                .map(|(name, value)| Upstream::parse(name, value.trim()))
+        let upstream = |names: &[&'static str]| -> Result<Option<Upstream>, String> {
+            read(names)?
+                .map(|(name, value)| Upstream::parse(name, &value))
                 .transpose()
         };
-        let every = upstream(&["all_proxy", "ALL_PROXY"])?;
-        let direct = read(&["no_proxy", "NO_PROXY"])
-            .map(|(_, value)| value.split(',').filter_map(Direct::parse).collect())
-            .unwrap_or_default();
+        let tunnels = upstream(&["https_proxy", "HTTPS_PROXY"])?;
+        // Not `HTTP_PROXY`: a CGI program gets that from a request's `Proxy` header.
+        let plain = upstream(&["http_proxy"])?;
+        let every = match tunnels.is_none() || plain.is_none() {
+            true => upstream(&["all_proxy", "ALL_PROXY"])?,
+            false => None,
+        };
+        let no_proxy = read(&["no_proxy", "NO_PROXY"])?.map(|(_, value)| value);
+        let direct = match no_proxy.as_deref() {
+            // Every host, where that is the whole value (as curl reads it).
+            Some("*") => vec![Direct::Every],
+            Some(list) => list
+                .split(|c: char| c == ',' || c.is_whitespace())
+                .filter_map(Direct::parse)
+                .collect(),
+            None => Vec::new(),
+        };
         Ok(Upstreams {
-            tunnels: upstream(&["https_proxy", "HTTPS_PROXY"])?.or_else(|| every.clone()),
-            // Not `HTTP_PROXY`: a CGI program gets that from a request's `Proxy` header.
-            plain: upstream(&["http_proxy"])?.or(every),
+            tunnels: tunnels.or_else(|| every.clone()),
+            plain: plain.or(every),
             direct,
+            no_proxy,
         })
     }
 
@@ -142,8 +165,13 @@ impl Upstream {
         let host = Host::parse(host).ok_or_else(|| refuse("expected a host name or an address"))?;
         let authorization = user.map(|user| {
             let (name, password) = user.split_once(':').unwrap_or((user, ""));
-            let pair = format!("{}:{}", percent_decoded(name), percent_decoded(password));
-            format!("Basic {}", base64(pair.as_bytes()))
+            let pair = [
+                percent_decoded(name),
+                b":".to_vec(),
+                percent_decoded(password),
+            ]
+            .concat();
+            format!("Basic {}", base64(&pair))
         });
         Ok(Upstream {
             host,
@@ -153,19 +181,19 @@ impl Upstream {
         })
     }
 
-    /// A tunnel through this proxy to `target` (`host:port`): the connection, and what the
-    /// proxy sent after its answer's head (the far end's first bytes), once it answered `2xx`.
-    pub(crate) async fn tunnel(&self, target: &str) -> Result<(TcpStream, Vec<u8>), Refused> {
-        let address = match &self.host {
-            Host::Name(name) => tokio::net::lookup_host((name.as_str(), self.port))
-                .await
-                .map_err(|err| Refused::Unreachable(self.named.clone(), err))?
-                .collect::<Vec<_>>(),
-            Host::Address(address) => vec![(*address, self.port).into()],
-        };
-        let mut stream = TcpStream::connect(&address[..])
-            .await
-            .map_err(|err| Refused::Unreachable(self.named.clone(), err))?;
+    /// Where the proxy is: its host and port.
+    pub(crate) fn host(&self) -> (&Host, u16) {
+        (&self.host, self.port)
+    }
+
+    /// A tunnel through this proxy, reached at `stream`, to `target` (`host:port`): the
+    /// connection, and what the proxy sent after its answer's head (the far end's first bytes),
+    /// once it answered `2xx`.
+    pub(crate) async fn tunnel(
+        &self,
+        mut stream: TcpStream,
+        target: &str,
+    ) -> Result<(TcpStream, Vec<u8>), Refused> {
         let mut head = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
         if let Some(authorization) = &self.authorization {
             head.push_str(&format!("Proxy-Authorization: {authorization}\r\n"));
@@ -190,7 +218,9 @@ impl Upstream {
         let mut words = line.split(' ');
         match (words.next(), words.next()) {
             (Some("HTTP/1.1" | "HTTP/1.0"), Some(status))
-                if status.len() == 3 && status.starts_with('2') =>
+                if status.len() == 3
+                    && status.starts_with('2')
+                    && status.bytes().all(|b| b.is_ascii_digit()) =>
             {
                 Ok((stream, early))
             }
@@ -220,11 +250,11 @@ impl fmt::Display for Refused {
 }
 
 impl Direct {
+    /// One entry: a name (a leading `.` or `*.` meaning the same: it and the names beneath it),
+    /// an address or a network (`10.0.0.0/8`), a port after either left out (the entry covers
+    /// every port). An entry that is none of these covers nothing.
     fn parse(entry: &str) -> Option<Direct> {
         let entry = entry.trim();
-        if entry == "*" {
-            return Some(Direct::Every);
-        }
         let entry = entry
             .strip_prefix("*.")
             .or_else(|| entry.strip_prefix('.'))
@@ -232,14 +262,33 @@ impl Direct {
         if entry.is_empty() {
             return None;
         }
+        // `[::1]` and `[::1]:8080`.
+        if let Some(inner) = entry.strip_prefix('[') {
+            let (address, _) = inner.split_once(']')?;
+            let address = address.parse::<IpAddr>().ok()?;
+            let most = if address.is_ipv4() { 32 } else { 128 };
+            return Some(Direct::Network(address, most));
+        }
         let (address, bits) = match entry.split_once('/') {
-            Some((address, bits)) => (address, bits.parse::<u8>().ok()),
+            Some((address, bits)) => (address, Some(bits.parse::<u8>().ok()?)),
             None => (entry, None),
         };
-        let address = address.trim_start_matches('[').trim_end_matches(']');
         if let Ok(address) = address.parse::<IpAddr>() {
             let most = if address.is_ipv4() { 32 } else { 128 };
-            return Some(Direct::Network(address, bits.unwrap_or(most).min(most)));
+            return match bits.unwrap_or(most) {
+                bits if bits <= most => Some(Direct::Network(address, bits)),
+                _ => None,
+            };
+        }
+        if bits.is_some() {
+            return None;
+        }
+        // `10.0.0.1:8080`.
+        if let Some((address, port)) = entry.rsplit_once(':')
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && let Ok(address) = address.parse::<std::net::Ipv4Addr>()
+        {
+            return Some(Direct::Network(IpAddr::V4(address), 32));
         }
         // A name, without a port.
         let name = match entry.rsplit_once(':') {
@@ -280,25 +329,17 @@ fn within(address: IpAddr, network: IpAddr, bits: u8) -> bool {
     bits == 0 || (address >> shift) == (network >> shift)
 }
 
-/// `url` with its password replaced by `***`.
+/// `url` with its user name and password replaced by `***`.
 fn hidden(url: &str) -> String {
     let start = url.find("://").map_or(0, |end| end + 3);
     match url[start..].rfind('@') {
-        Some(at) => {
-            let user = &url[start..start + at];
-            let name = user.split(':').next().unwrap_or_default();
-            let shown = match user.contains(':') {
-                true => format!("{name}:***"),
-                false => name.to_string(),
-            };
-            format!("{}{shown}{}", &url[..start], &url[start + at..])
-        }
+        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
         None => url.to_string(),
     }
 }
 
-/// `text` with its `%XX` escapes decoded (a user name or password in a URL).
-fn percent_decoded(text: &str) -> String {
+/// `text` with its `%XX` escapes decoded (a user name or password in a URL), as bytes.
+fn percent_decoded(text: &str) -> Vec<u8> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -315,7 +356,7 @@ fn percent_decoded(text: &str) -> String {
             }
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 /// Standard base64 with padding.
@@ -346,9 +387,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        Upstreams::from_env(move |name| {
-            vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
-        })
+        Upstreams::from_env(move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.into()))
     }
 
     fn name(text: &str) -> Host {
@@ -372,11 +411,23 @@ mod tests {
             tunnels.authorization.as_deref(),
             Some(format!("Basic {}", base64(b"u@x:p:w")).as_str())
         );
-        assert_eq!(
-            tunnels.named,
-            "HTTPS_PROXY=http://u%40x:***@proxy.corp:3128/"
-        );
+        assert_eq!(tunnels.named, "HTTPS_PROXY=http://***@proxy.corp:3128/");
         assert!(!format!("{tunnels:?}").contains("p%3Aw"));
+        let token = env(&[("all_proxy", "http://TOKEN@p:1")]).unwrap();
+        assert_eq!(token.plain.unwrap().named, "all_proxy=http://***@p:1");
+        // A password that is no UTF-8 goes as its bytes.
+        let latin = env(&[("https_proxy", "http://u:%E9@p:1")]).unwrap();
+        assert_eq!(
+            latin.tunnels.unwrap().authorization.as_deref(),
+            Some(format!("Basic {}", base64(b"u:\xe9")).as_str())
+        );
+        // all_proxy is not read where both others are set: a desktop's socks:// there is fine.
+        let both = env(&[
+            ("https_proxy", "http://a:1"),
+            ("http_proxy", "http://b:1"),
+            ("all_proxy", "socks://s:1080"),
+        ]);
+        assert!(both.is_ok(), "{both:?}");
         let plain = up.plain.clone().unwrap();
         assert_eq!((plain.host.clone(), plain.port), (name("plain.corp"), 1080));
         // Lowercase first; all_proxy where the other is missing; empty is none.
@@ -423,7 +474,8 @@ mod tests {
             ("https_proxy", "http://p:1"),
             (
                 "no_proxy",
-                "localhost, .Internal.Corp,*.dev.corp,10.0.0.0/8,::1,host:8080",
+                "localhost, .Internal.Corp *.dev.corp,10.0.0.0/8,::1,host:8080,[::3]:80,\
+                 1.2.3.4:80,5.6.7.8/40,bad/x",
             ),
         ])
         .unwrap();
@@ -436,10 +488,14 @@ mod tests {
             "10.2.3.4",
             "[::1]",
             "host",
+            "[::3]",
+            "1.2.3.4",
         ] {
             assert!(up.for_host(true, &name(direct)).is_none(), "{direct}");
         }
         for through in [
+            "5.6.7.8",
+            "bad",
             "xlocalhost",
             "internal.corp.evil",
             "11.0.0.1",
@@ -450,8 +506,11 @@ mod tests {
         }
         // No plain-HTTP proxy named: plain requests go directly.
         assert!(up.for_host(false, &name("example.com")).is_none());
-        let every = env(&[("all_proxy", "http://p:1"), ("NO_PROXY", "*")]).unwrap();
+        let every = env(&[("all_proxy", "http://p:1"), ("NO_PROXY", " * ")]).unwrap();
         assert!(every.for_host(true, &name("example.com")).is_none());
+        // `*` among others is no entry.
+        let listed = env(&[("all_proxy", "http://p:1"), ("NO_PROXY", "a,*")]).unwrap();
+        assert!(listed.for_host(true, &name("example.com")).is_some());
     }
 
     #[test]
