@@ -3,12 +3,11 @@
 #[path = "support/sandbox.rs"]
 mod sandbox;
 
-use std::ffi::OsStr;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandbox::{Mcp, SECRET, TIERS, User, World, flags, holds, without_namespaces, wrapped};
+use sandbox::{Mcp, SECRET, TIERS, User, World, flags, holds, unshared, without_namespaces};
 
 const MODES: [&str; 2] = ["read-only", "workspace-write"];
 
@@ -849,25 +848,16 @@ fn directories_of_more_entries_than_descriptors_on_the_way_are_sandboxed_whole()
             // The world itself stays writable where it lies under /var/tmp (a checkout under
             // /tmp puts it there).
             let scratch = world.home.parent().unwrap();
-            let out = wrapped(
-                &[
-                    OsStr::new("unshare"),
-                    OsStr::new("-m"),
-                    OsStr::new("--propagation"),
-                    OsStr::new("private"),
-                    OsStr::new("sh"),
-                    OsStr::new("-c"),
-                    OsStr::new(
-                        "mount --bind /var/tmp /var/tmp && mount -o remount,bind,ro /var/tmp && \
-                         mount --bind \"$0\" \"$0\" && mount -o remount,bind,rw \"$0\" && \
-                         exec prlimit --nofile=256:256 -- \"$@\"",
-                    ),
-                    scratch.as_os_str(),
-                ],
-                &direct,
-            )
-            .output()
-            .unwrap();
+            let script = "mount --bind /var/tmp /var/tmp && mount -o remount,bind,ro /var/tmp && \
+                          mount --bind \"$0\" \"$0\" && mount -o remount,bind,rw \"$0\" && \
+                          exec prlimit --nofile=256:256 -- \"$@\"";
+            let program = [
+                "sh".as_ref(),
+                "-c".as_ref(),
+                script.as_ref(),
+                scratch.as_os_str(),
+            ];
+            let out = unshared(&["-m"], &program, &direct).output().unwrap();
             let text = String::from_utf8_lossy(&out.stdout);
             let case = format!(
                 "{user:?} {tier}: {text} {}",

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sandbox::{Called, Findings, Mcp, User, World, flags, without_namespaces, world, wrapped};
+use sandbox::{Called, Findings, Mcp, User, World, flags, unshared, without_namespaces, world};
 
 /// The system's Python, reachable by every user (a pyenv shim under /root is not).
 const PY: &str = "/usr/bin/python3";
@@ -1335,6 +1335,30 @@ fn one_command_cannot_take_every_proxy_connection() {
     assert_eq!(full.status, "503", "with every connection in use: {out}");
 }
 
+/// One call of `command` with `--sandbox-allow-net pattern`, the host run in namespaces of its
+/// own ([`unshared`]); the result text.
+fn unshared_call(
+    w: &World,
+    command: &str,
+    pattern: &str,
+    flags: &[&str],
+    program: &[&OsStr],
+) -> String {
+    let args = serde_json::json!({"command": command, "description": "x"}).to_string();
+    let direct = w.host(&[
+        "call",
+        "bash",
+        &args,
+        "--sandbox",
+        "workspace-write",
+        "--sandbox-allow-net",
+        pattern,
+    ]);
+    let out = unshared(flags, program, &direct).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A resolver on `127.0.0.1:53` answering every `A` question with `127.0.0.1` (and every other
 /// with no answer), for as long as the test runs.
 fn loopback_resolver() {
@@ -1394,34 +1418,15 @@ fn a_wildcard_name_that_resolves_to_the_hosts_own_address_is_refused() {
         &a,
         &b,
     );
-    let args = serde_json::json!({"command": fetch, "description": "x"}).to_string();
     let call = |pattern: &str| {
-        let direct = w.host(&[
-            "call",
-            "bash",
-            &args,
-            "--sandbox",
-            "workspace-write",
-            "--sandbox-allow-net",
-            pattern,
-        ]);
-        let out = wrapped(
-            &[
-                OsStr::new("unshare"),
-                OsStr::new("-m"),
-                OsStr::new("--propagation"),
-                OsStr::new("private"),
-                OsStr::new("sh"),
-                OsStr::new("-c"),
-                OsStr::new("mount --bind \"$0\" /etc/resolv.conf && exec \"$@\""),
-                resolv.as_os_str(),
-            ],
-            &direct,
-        )
-        .output()
-        .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let script = "mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"";
+        let program = [
+            "sh".as_ref(),
+            "-c".as_ref(),
+            script.as_ref(),
+            resolv.as_os_str(),
+        ];
+        unshared_call(&w, &fetch, pattern, &["-m"], &program)
     };
     let refused = call("*.example.test");
     assert_eq!(
@@ -1498,36 +1503,15 @@ fn a_wildcard_name_that_resolves_to_a_global_address_of_the_host_is_refused() {
         &a,
         &b,
     );
-    let args = serde_json::json!({"command": fetch, "description": "x"}).to_string();
     let call = |pattern: &str| {
-        let direct = w.host(&[
-            "call",
-            "bash",
-            &args,
-            "--sandbox",
-            "workspace-write",
-            "--sandbox-allow-net",
-            pattern,
-        ]);
-        let out = wrapped(
-            &[
-                OsStr::new("unshare"),
-                OsStr::new("-n"),
-                OsStr::new("-m"),
-                OsStr::new("--propagation"),
-                OsStr::new("private"),
-                OsStr::new("python3"),
-                OsStr::new("-c"),
-                OsStr::new(OWN_ADDRESS_WORLD),
-                resolv.as_os_str(),
-                log.as_os_str(),
-            ],
-            &direct,
-        )
-        .output()
-        .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let program = [
+            "python3".as_ref(),
+            "-c".as_ref(),
+            OWN_ADDRESS_WORLD.as_ref(),
+            resolv.as_os_str(),
+            log.as_os_str(),
+        ];
+        unshared_call(&w, &fetch, pattern, &["-n", "-m"], &program)
     };
     let seen = || std::fs::read_to_string(&log).unwrap_or_default();
     let refused = call("*.example.test");

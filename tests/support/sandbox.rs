@@ -386,3 +386,14 @@ pub fn wrapped<S: AsRef<std::ffi::OsStr>>(prefix: &[S], direct: &Command) -> Com
     }
     cmd
 }
+
+/// `direct` run in namespaces of its own (`unshare` with `flags`, every mount private there)
+/// through `program` (a program and its arguments, which end by running the rest).
+pub fn unshared(flags: &[&str], program: &[&std::ffi::OsStr], direct: &Command) -> Command {
+    use std::ffi::OsStr;
+    let mut prefix = vec![OsStr::new("unshare")];
+    prefix.extend(flags.iter().map(OsStr::new));
+    prefix.extend([OsStr::new("--propagation"), OsStr::new("private")]);
+    prefix.extend_from_slice(program);
+    wrapped(&prefix, direct)
+}

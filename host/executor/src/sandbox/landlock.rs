@@ -351,6 +351,23 @@ fn walk(
     Ok((freshness, index))
 }
 
+/// [`walk`], each entry granted in `ruleset` as it is found: `access[0]` beneath a directory,
+/// `access[1]` on anything else.
+fn walk_granting(
+    ruleset: &mut RulesetCreated,
+    deny: &[PathBuf],
+    walk_dev: bool,
+    whole: &[PathBuf],
+    access: [BitFlags<AccessFs>; 2],
+) -> io::Result<(Freshness, GrantIndex)> {
+    walk(deny, walk_dev, whole, |fd, is_dir| {
+        (&mut *ruleset)
+            .add_rule(PathBeneath::new(fd, access[usize::from(!is_dir)]))
+            .map(drop)
+            .map_err(|e| error("read rule", e))
+    })
+}
+
 /// Whether the walk's failure to list or open an entry means there is nothing to grant: the
 /// entry is gone since the listing (or turned into something else), or this process may not
 /// reach it (a directory listed but not searched, another security module's refusal, a stale
@@ -439,13 +456,7 @@ pub(crate) fn read_layer(
             AccessFs::ReadDir,
         ))
         .map_err(|e| error("rule for /", e))?;
-    let (freshness, index) = walk(deny, true, whole, |fd, is_dir| {
-        let access = if is_dir { read } else { file };
-        (&mut ruleset)
-            .add_rule(PathBeneath::new(fd, access))
-            .map(drop)
-            .map_err(|e| error("read rule", e))
-    })?;
+    let (freshness, index) = walk_granting(&mut ruleset, deny, true, whole, [read, file])?;
     for path in &index.beneath {
         ruleset = ruleset
             .add_rule(PathBeneath::new(open_path(path)?, read))
@@ -510,13 +521,8 @@ pub(crate) fn command_layer(
         .map_err(|e| error("rule for /", e))?
         .add_rule(PathBeneath::new(open_path(tmpdir)?, read))
         .map_err(|e| error(&format!("rule for {}", tmpdir.display()), e))?;
-    let (freshness, index) = walk(&[tmp_parent.to_path_buf()], false, &[], |fd, is_dir| {
-        let access = if is_dir { read } else { file };
-        (&mut ruleset)
-            .add_rule(PathBeneath::new(fd, access))
-            .map(drop)
-            .map_err(|e| error("read rule", e))
-    })?;
+    let deny = [tmp_parent.to_path_buf()];
+    let (freshness, index) = walk_granting(&mut ruleset, &deny, false, &[], [read, file])?;
     for root in writable {
         ruleset = ruleset
             .add_rule(PathBeneath::new(open_path(root)?, write))
