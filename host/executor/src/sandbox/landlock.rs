@@ -303,7 +303,7 @@ fn walk(
         freshness.read(&dir);
         let entries = match std::fs::read_dir(&dir) {
             Ok(entries) => entries,
-            Err(err) if unreachable(&err) => {
+            Err(err) if nothing_to_grant(&err) => {
                 index.unlisted.insert(dir);
                 continue;
             }
@@ -331,7 +331,7 @@ fn walk(
             }
             let fd = match open_path(&path) {
                 Ok(fd) => fd,
-                Err(err) if unreachable(&err) => continue,
+                Err(err) if nothing_to_grant(&err) => continue,
                 Err(err) => return Err(walk_error(&path, err)),
             };
             // What was opened decides, not the listing: the entry may have been replaced since.
@@ -374,7 +374,7 @@ fn walk_granting(
 /// network file handle), and so neither may its commands. Any other failure (out of
 /// descriptors or memory) fails the walk: an entry left without its grant would be unreadable
 /// for no reason the judge could name.
-fn unreachable(err: &io::Error) -> bool {
+fn nothing_to_grant(err: &io::Error) -> bool {
     matches!(
         err.raw_os_error(),
         Some(libc::ENOENT | libc::ENOTDIR | libc::EACCES | libc::ELOOP | libc::ESTALE)

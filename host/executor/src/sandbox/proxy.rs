@@ -273,7 +273,7 @@ async fn open(
     );
     match tokio::time::timeout(CONNECT_WAIT, connecting).await {
         Ok(Ok(connected)) => Ok(Some((request, rest, connected))),
-        Ok(Err(Unreachable::NotGlobal(why))) => {
+        Ok(Err(Unreachable::Address(why))) => {
             let why = format!("{}: {why}", request.host);
             Err(Refusal::host(&request, why))
         }
@@ -541,8 +541,9 @@ fn authority(text: &str, default: Option<u16>) -> Result<(Host, u16), Malformed>
 /// Why an allowed host was not connected to.
 #[derive(Debug)]
 enum Unreachable {
-    /// A name allowed only beneath a domain resolved to an address other than a global one.
-    NotGlobal(&'static str),
+    /// A name allowed only beneath a domain resolved to an address it may not lead to (not a
+    /// global one, or one of this machine's own): why.
+    Address(&'static str),
     Io(std::io::Error),
     /// The host's proxy would not open the tunnel.
     Upstream(super::upstream::Refused),
@@ -607,10 +608,10 @@ async fn connect(
             .await?;
             if let Some(own) = own {
                 if !addresses.iter().all(|a| global(a.ip())) {
-                    return Err(Unreachable::NotGlobal(NOT_GLOBAL));
+                    return Err(Unreachable::Address(NOT_GLOBAL));
                 }
                 if addresses.iter().any(|a| own.contains(&judged_as(a.ip()))) {
-                    return Err(Unreachable::NotGlobal(OWN));
+                    return Err(Unreachable::Address(OWN));
                 }
             }
             addresses
@@ -633,7 +634,7 @@ async fn connect(
             // Wherever the kernel routed it to this machine itself (an address no interface
             // lists, a local route): the connection ends before a byte is sent.
             Ok(Ok(stream)) if wildcard && to_itself(&stream) => {
-                return Err(Unreachable::NotGlobal(OWN));
+                return Err(Unreachable::Address(OWN));
             }
             Ok(Ok(stream)) => {
                 return Ok(Connected {
