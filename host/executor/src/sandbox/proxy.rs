@@ -617,36 +617,44 @@ async fn connect(
             addresses
         }
     };
-    let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out");
-    let mut last = Unreachable::Io(std::io::Error::new(
-        std::io::ErrorKind::NotFound,
-        "no address",
-    ));
-    for address in addresses {
-        if let Some(upstream) = through {
-            match through_upstream(upstream, &address.to_string(), lookups).await {
-                Ok(connected) => return Ok(connected),
-                Err(unreachable) => last = unreachable,
-            }
-            continue;
+    let Some(upstream) = through else {
+        let stream = first_answering(&addresses).await?;
+        // Wherever the kernel routed it to this machine itself (an address no interface lists, a
+        // local route): the connection ends before a byte is sent.
+        if wildcard && to_itself(&stream) {
+            return Err(Unreachable::Address(OWN));
         }
-        match tokio::time::timeout(ADDRESS_WAIT, TcpStream::connect(address)).await {
-            // Wherever the kernel routed it to this machine itself (an address no interface
-            // lists, a local route): the connection ends before a byte is sent.
-            Ok(Ok(stream)) if wildcard && to_itself(&stream) => {
-                return Err(Unreachable::Address(OWN));
-            }
-            Ok(Ok(stream)) => {
-                return Ok(Connected {
-                    stream,
-                    early: Vec::new(),
-                });
-            }
-            Ok(Err(err)) => last = Unreachable::Io(err),
-            Err(_) => last = Unreachable::Io(timed_out()),
+        return Ok(Connected {
+            stream,
+            early: Vec::new(),
+        });
+    };
+    let mut last = Unreachable::Io(no_address());
+    for address in addresses {
+        match through_upstream(upstream, &address.to_string(), lookups).await {
+            Ok(connected) => return Ok(connected),
+            Err(unreachable) => last = unreachable,
         }
     }
     Err(last)
+}
+
+/// A connection to the first of `addresses` that answers, each given [`ADDRESS_WAIT`]; else
+/// the last one's error.
+async fn first_answering(addresses: &[SocketAddr]) -> std::io::Result<TcpStream> {
+    let mut last = no_address();
+    for &address in addresses {
+        match tokio::time::timeout(ADDRESS_WAIT, TcpStream::connect(address)).await {
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(err)) => last = err,
+            Err(_) => last = std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"),
+        }
+    }
+    Err(last)
+}
+
+fn no_address() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::NotFound, "no address")
 }
 
 /// A tunnel to `target` through the host's proxy `upstream`: its name looked up as any other
@@ -676,35 +684,15 @@ async fn through_upstream(
             })?
         }
     };
-    let mut last = refused(std::io::Error::new(
-        std::io::ErrorKind::NotFound,
-        "no address",
-    ));
-    for address in addresses {
-        let stream = match tokio::time::timeout(ADDRESS_WAIT, TcpStream::connect(address)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(err)) => {
-                last = refused(err);
-                continue;
-            }
-            Err(_) => {
-                last = refused(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "timed out",
-                ));
-                continue;
-            }
-        };
-        return match tokio::time::timeout(ADDRESS_WAIT, upstream.tunnel(stream, target)).await {
-            Ok(Ok((stream, early))) => Ok(Connected { stream, early }),
-            Ok(Err(why)) => Err(Unreachable::Upstream(why)),
-            Err(_) => Err(refused(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "no answer in time",
-            ))),
-        };
+    let stream = first_answering(&addresses).await.map_err(refused)?;
+    match tokio::time::timeout(ADDRESS_WAIT, upstream.tunnel(stream, target)).await {
+        Ok(Ok((stream, early))) => Ok(Connected { stream, early }),
+        Ok(Err(why)) => Err(Unreachable::Upstream(why)),
+        Err(_) => Err(refused(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "no answer in time",
+        ))),
     }
-    Err(last)
 }
 
 /// Runs `resolve` (a name lookup) on a thread of the blocking pool, holding a permit of each of
