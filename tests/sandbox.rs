@@ -7,7 +7,9 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandbox::{Mcp, SECRET, TIERS, User, World, flags, holds, unshared, without_namespaces};
+use sandbox::{
+    Mcp, SECRET, TIERS, User, World, flags, holds, unshared, without_namespaces, wrapped,
+};
 
 const MODES: [&str; 2] = ["read-only", "workspace-write"];
 
@@ -874,6 +876,44 @@ fn directories_of_more_entries_than_descriptors_on_the_way_are_sandboxed_whole()
             assert!(!text.contains(SECRET), "{case}");
             reported(
                 &text,
+                &format!(
+                    "read of {}/.ssh/id_ed25519 denied (a denied path)",
+                    real(&world.home)
+                ),
+            );
+        }
+    }
+}
+
+/// A command that may write its home (`--sandbox-allow-write ~`) fills it with more entries
+/// than the host may hold descriptors: the next command of the same host gets its sandbox all
+/// the same, reads what the first made and not the secret beside it.
+#[test]
+fn a_command_that_crowds_the_home_leaves_the_next_its_sandbox() {
+    for user in User::ALL {
+        for tier in TIERS {
+            let world = World::new(user);
+            let home = world.home.display().to_string();
+            let direct = world.host(&[
+                "mcp",
+                "--sandbox",
+                "workspace-write",
+                "--sandbox-tier",
+                tier,
+                "--sandbox-allow-write",
+                &home,
+            ]);
+            let mut mcp =
+                Mcp::from_command(wrapped(&["prlimit", "--nofile=256:256", "--"], &direct));
+            let made = mcp.bash("for i in $(seq 1500); do : > ~/p$i; done; ls ~ | wc -l");
+            let case = format!("{user:?} {tier}");
+            assert!(made.starts_with("1500\n"), "{case}: {made}");
+            let next =
+                mcp.bash("ls ~/p* | wc -l; echo x > ~/p1499 && cat ~/p1499; cat ~/.ssh/id_ed25519");
+            assert!(next.starts_with("1500\nx\n"), "{case}: {next}");
+            assert!(!next.contains(SECRET), "{case}: {next}");
+            reported(
+                &next,
                 &format!(
                     "read of {}/.ssh/id_ed25519 denied (a denied path)",
                     real(&world.home)
